@@ -1,0 +1,49 @@
+"""Floating-point arithmetic on the safe side of privacy, in one place.
+
+Spent budget and noise scales round *up*; what remains of a limit rounds *down*; limits themselves
+are never rounded. The one deliberate slack is ``RELATIVE_TOLERANCE``: a request within a relative
+1e-9 of exactly what remains is admitted, so that 100 releases at ε = 0.01 fit a budget of 1.0
+(``0.01`` is stored as a double slightly above 1/100). The guarantee therefore holds for the limit
+times ``1 + 1e-9`` at most, and the ledger records the exact rounded-up sums that were admitted.
+
+The sums use Knuth's TwoSum to find the exact rounding error of ``a + b`` (Knuth, TAOCP vol. 2,
+§4.2.2, Thm B), so a sum is bumped by one ulp only when rounding actually lost something, and long
+running sums do not drift upward needlessly.
+"""
+
+from __future__ import annotations
+
+import math
+
+RELATIVE_TOLERANCE = 1e-9
+
+
+def add_up(a: float, b: float) -> float:
+    """``a + b`` rounded towards +inf (never below the exact sum)."""
+    s = a + b
+    if math.isinf(s):
+        return s
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    return math.nextafter(s, math.inf) if err > 0 else s
+
+
+def sub_down(a: float, b: float) -> float:
+    """``a - b`` rounded towards -inf (never above the exact difference)."""
+    return -add_up(-a, b)
+
+
+def div_up(a: float, b: float) -> float:
+    """``a / b`` for positive operands, rounded up by one ulp (a noise scale is never too small)."""
+    return math.nextafter(a / b, math.inf)
+
+
+def mul_up(a: float, b: float) -> float:
+    """``a * b`` for non-negative operands, rounded up by one ulp."""
+    p = a * b
+    return math.nextafter(p, math.inf) if p != 0.0 else p
+
+
+def within(total: float, limit: float) -> bool:
+    """True when ``total`` fits under ``limit`` with the library's relative tolerance."""
+    return total <= limit + limit * RELATIVE_TOLERANCE

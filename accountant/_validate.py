@@ -1,0 +1,72 @@
+"""Argument checks shared by every public constructor, written so that NaN fails.
+
+Each check returns the value as a plain Python ``float`` (so that numpy scalars, ``Fraction`` and
+``Decimal`` behave like floats downstream) or raises a typed error naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from accountant.errors import InvalidArgumentError, InvalidTypeError
+
+
+def real(name: str, value: Any) -> float:
+    """A real number (not a bool, not a string); may still be NaN or infinite."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidTypeError(name, value, "a real number")
+    return float(value)
+
+
+def finite(name: str, value: Any) -> float:
+    x = real(name, value)
+    if not math.isfinite(x):
+        raise InvalidArgumentError(name, value, "a finite number")
+    return x
+
+
+def positive(name: str, value: Any) -> float:
+    """A finite number > 0."""
+    x = real(name, value)
+    if not (0.0 < x < math.inf):
+        raise InvalidArgumentError(name, value, "a finite number > 0")
+    return x
+
+
+def non_negative(name: str, value: Any) -> float:
+    """A finite number >= 0."""
+    x = real(name, value)
+    if not (0.0 <= x < math.inf):
+        raise InvalidArgumentError(name, value, "a finite number >= 0")
+    return x
+
+
+def probability(name: str, value: Any, *, low_open: bool = False) -> float:
+    """A number in [0, 1) (or (0, 1) when ``low_open``)."""
+    x = real(name, value)
+    ok = (0.0 < x < 1.0) if low_open else (0.0 <= x < 1.0)
+    if not ok:
+        raise InvalidArgumentError(name, value, "a number in (0, 1)" if low_open else
+                                   "a number in [0, 1)")
+    return x
+
+
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidTypeError(name, value, "an integer")
+    if value < 1:
+        raise InvalidArgumentError(name, value, "an integer >= 1")
+    return int(value)
+
+
+def text(name: str, value: Any, *, optional: bool = False) -> str | None:
+    """A non-empty string (or None when ``optional``)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise InvalidTypeError(name, value, "a string" + (" or None" if optional else ""))
+    if not value.strip() or len(value) > 256:
+        raise InvalidArgumentError(name, value, "a non-empty string of at most 256 characters")
+    return value

@@ -1,0 +1,113 @@
+"""The ``Budget`` value type: an (ε, δ) pair, immutable and validated on construction.
+
+Invariant: a ``Budget`` that exists is valid. ε is a finite number >= 0, or ``inf`` to mean "no
+limit" (in which case δ must be 0); 0 <= δ < 1; NaN is always rejected, with a typed error that
+names the argument and the value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from accountant import _numeric, _validate
+from accountant.errors import InvalidArgumentError
+
+__all__ = ["Budget"]
+
+
+class Budget(BaseModel):
+    """A privacy budget or cost: (ε, δ)-differential privacy.
+
+    Budgets are compared as a partial order (every component ≤), like Tumult's ``ApproxDP.compare``:
+    ``a <= b`` means a mechanism that costs ``a`` fits in a limit of ``b``. Adding budgets is basic
+    composition (Dwork–Roth, Thm 3.16), rounded up.
+
+    Args:
+        epsilon: ε >= 0, finite, or ``math.inf`` for "no limit".
+        delta: 0 <= δ < 1. Must be 0 when ε is infinite.
+
+    Raises:
+        InvalidArgumentError: a value out of range (NaN, negative, δ >= 1).
+        InvalidTypeError: not a real number.
+
+    >>> b = Budget(1.0, 1e-6)
+    >>> b.epsilon, b.delta
+    (1.0, 1e-06)
+    >>> Budget(0.1) <= b
+    True
+    >>> Budget(0.5) + Budget(0.25, 1e-7)
+    Budget(epsilon=0.75, delta=1e-07)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __init__(self, epsilon: Any = None, delta: Any = 0.0, **data: Any) -> None:
+        # Checked here first so that direct construction raises our typed errors; the validator
+        # below repeats the check for budgets nested in other models (policies), which pydantic
+        # builds without calling __init__.
+        eps, dlt = _checked(data.pop("epsilon", epsilon), data.pop("delta", delta), data)
+        super().__init__(epsilon=eps, delta=dlt)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _validate(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            rest = dict(data)
+            eps, dlt = _checked(rest.pop("epsilon", None), rest.pop("delta", 0.0), rest)
+            return {"epsilon": eps, "delta": dlt}
+        return data
+
+    @classmethod
+    def unlimited(cls) -> "Budget":
+        """The budget that places no limit: ``Budget(inf)``."""
+        return cls(math.inf)
+
+    @property
+    def is_unlimited(self) -> bool:
+        return math.isinf(self.epsilon)
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Budget):
+            return NotImplemented
+        return other.is_unlimited or (self.epsilon <= other.epsilon and self.delta <= other.delta)
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Budget):
+            return NotImplemented
+        return other <= self
+
+    def __add__(self, other: object) -> "Budget":
+        if not isinstance(other, Budget):
+            return NotImplemented
+        return Budget(_numeric.add_up(self.epsilon, other.epsilon),
+                      min(_numeric.add_up(self.delta, other.delta), math.nextafter(1.0, 0.0)))
+
+    def __repr__(self) -> str:
+        return f"Budget(epsilon={self.epsilon!r}, delta={self.delta!r})"
+
+    __str__ = __repr__
+
+    def __hash__(self) -> int:
+        return hash((self.epsilon, self.delta))
+
+
+def _checked(epsilon: Any, delta: Any, extra: dict[str, Any]) -> tuple[float, float]:
+    if extra:
+        raise InvalidArgumentError("Budget", sorted(extra), "given only 'epsilon' and 'delta'")
+    if epsilon is None:
+        raise InvalidArgumentError("epsilon", epsilon, "given (a finite number >= 0)")
+    eps = _validate.real("epsilon", epsilon)
+    if not eps >= 0.0:
+        raise InvalidArgumentError("epsilon", epsilon, "a finite number >= 0 (or inf for no limit)")
+    dlt = _validate.probability("delta", delta)
+    if math.isinf(eps) and dlt != 0.0:
+        raise InvalidArgumentError(
+            "delta", delta, "0 when epsilon is infinite",
+            "An infinite epsilon means no limit at all; a delta would be meaningless.")
+    return eps, dlt

@@ -1,0 +1,33 @@
+"""Composition rules: how the costs of successive releases add up against a limit.
+
+Each rule is one class with O(1) state; ``RULES`` maps the names users select
+(``Accountant(..., composition="basic")``) to them. ../THEORY.md §2 says when each is valid.
+"""
+
+from __future__ import annotations
+
+from accountant.budget import Budget
+from accountant.composition.base import Charge, CompositionRule, Refused, State
+from accountant.composition.basic import BasicComposition
+from accountant.errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = ["RULES", "BasicComposition", "Charge", "CompositionRule", "Refused", "State", "make_rule"]
+
+RULES: dict[str, type[CompositionRule]] = {
+    BasicComposition.name: BasicComposition,
+}
+
+
+def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None) -> CompositionRule:
+    """The rule called ``name`` enforcing ``limit``.
+
+    Raises:
+        InvalidArgumentError: an unknown rule name.
+    """
+    if not isinstance(name, str):
+        raise InvalidTypeError("composition", name, "a rule name (a string)")
+    try:
+        cls = RULES[name]
+    except KeyError:
+        raise InvalidArgumentError("composition", name, f"one of {sorted(RULES)}") from None
+    return cls(limit, per_query)

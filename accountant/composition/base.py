@@ -1,0 +1,100 @@
+"""The interface every composition rule implements.
+
+Invariant: a rule is a pure function of (its limit, its O(1) running state, the step's declared
+charge). It never rescans history, never draws noise, and never mutates anything: ``debit`` returns a
+new state or raises, and the accountant writes that state to the ledger in the same transaction that
+checked it. The state is a small JSON-serialisable dict, so any ledger can persist and resume it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from accountant.budget import Budget
+
+State = dict[str, float]
+
+__all__ = ["Charge", "CompositionRule", "Refused", "State"]
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What a rule needs to know about one step, as declared by the mechanism.
+
+    Attributes:
+        epsilon, delta: the step's (ε, δ)-DP cost.
+        rho: its zero-concentrated DP cost where it has a tighter one (Gaussian family), else None.
+        mu: its Gaussian-DP parameter where it has one (Gaussian family), else None.
+        mechanism: the mechanism's name, for error messages.
+    """
+
+    epsilon: float
+    delta: float
+    rho: float | None = None
+    mu: float | None = None
+    mechanism: str = ""
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.epsilon, self.delta)
+
+
+class Refused(Exception):
+    """Raised by ``CompositionRule.debit`` when the step does not fit; the accountant turns it into
+    a ``BudgetExceededError`` that names the dataset."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CompositionRule(ABC):
+    """How the costs of successive steps add up against one limit.
+
+    Args:
+        limit: the limit this rule enforces; ``None`` means no limit (spend is still tracked).
+        per_query: an optional cap on any single step's (ε, δ).
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, limit: Budget | None, per_query: Budget | None = None) -> None:
+        self.limit = None if limit is None or limit.is_unlimited else limit
+        self.per_query = per_query
+        self._description: dict[str, Any] | None = None
+
+    @abstractmethod
+    def initial_state(self) -> State:
+        """The state of a limit nothing has been spent from."""
+
+    @abstractmethod
+    def debit(self, state: State, charge: Charge) -> State:
+        """The state after the step, or ``Refused`` if it does not fit. Must not mutate ``state``."""
+
+    @abstractmethod
+    def spent(self, state: State) -> Budget:
+        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up."""
+
+    @abstractmethod
+    def remaining(self, state: State) -> Budget:
+        """What is left of the limit, rounded down (``Budget.unlimited()`` when there is none)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The rule's public configuration, written to the ledger with every entry."""
+        if self._description is None:
+            self._description = self._describe()
+        return self._description
+
+    def _describe(self) -> dict[str, Any]:
+        return {
+            "rule": self.name,
+            "limit": None if self.limit is None else self.limit.model_dump(),
+            "per_query": None if self.per_query is None else self.per_query.model_dump(),
+        }
+
+    def _check_per_query(self, charge: Charge) -> None:
+        cap = self.per_query
+        if cap is not None and (charge.epsilon > cap.epsilon or charge.delta > cap.delta):
+            raise Refused(f"the step's cost exceeds the per-query cap {cap}")

@@ -1,0 +1,124 @@
+"""The library's error tree.
+
+Every error dpbudget raises on purpose is a :class:`PrivacyError`. The tree is shallow and grouped by
+what the caller can do about it: fix an argument (:class:`InvalidArgumentError`, which is also a
+``ValueError``, or :class:`InvalidTypeError`, also a ``TypeError``), ask for less or wait for a new
+budget (:class:`BudgetExceededError`), or call an operator (:class:`LedgerError`). Whenever one of
+these is raised by the accountant, nothing was drawn and nothing was debited.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "PrivacyError",
+    "InvalidArgumentError",
+    "InvalidTypeError",
+    "UnknownDatasetError",
+    "BudgetExceededError",
+    "MechanismNotAllowedError",
+    "LedgerError",
+    "LedgerCorruptedError",
+    "LedgerConflictError",
+]
+
+
+class PrivacyError(Exception):
+    """Root of every error dpbudget raises on purpose."""
+
+
+class InvalidArgumentError(PrivacyError, ValueError):
+    """An argument has the right type but a value that is not allowed.
+
+    Attributes:
+        argument: the name of the offending argument.
+        value: the value that was passed.
+    """
+
+    def __init__(self, argument: str, value: Any, expected: str, hint: str = "") -> None:
+        self.argument = argument
+        self.value = value
+        message = f"{argument!r} must be {expected}; got {value!r}"
+        super().__init__(message + (f". {hint}" if hint else ""))
+
+
+class InvalidTypeError(PrivacyError, TypeError):
+    """An argument has the wrong type.
+
+    Attributes:
+        argument: the name of the offending argument.
+        value: the value that was passed.
+    """
+
+    def __init__(self, argument: str, value: Any, expected: str) -> None:
+        self.argument = argument
+        self.value = value
+        super().__init__(
+            f"{argument!r} must be {expected}; got {value!r} of type {type(value).__name__}"
+        )
+
+
+class UnknownDatasetError(InvalidArgumentError):
+    """A release named a dataset that has no declared limit (and the accountant has no default)."""
+
+    def __init__(self, dataset: str, known: tuple[str, ...]) -> None:
+        super().__init__(
+            "dataset",
+            dataset,
+            f"one of the datasets with a declared limit {list(known)}",
+            "Declare a limit for it, or give the Accountant a default `limit`.",
+        )
+
+
+class BudgetExceededError(PrivacyError):
+    """The requested release does not fit in what is left of a limit. Nothing was debited.
+
+    Attributes:
+        requested: the cost of the refused release, as a ``Budget``.
+        remaining: what is left of the limit that refused it, as a ``Budget``.
+        dataset: the dataset whose limit refused it.
+        account: which limit refused it (for example ``"dataset:adult"``).
+    """
+
+    def __init__(self, requested: Any, remaining: Any, dataset: str, account: str = "",
+                 reason: str = "") -> None:
+        self.requested = requested
+        self.remaining = remaining
+        self.dataset = dataset
+        self.account = account or f"dataset:{dataset}"
+        detail = f" ({reason})" if reason else ""
+        super().__init__(
+            f"release refused on {self.account}: requested {requested}, remaining {remaining}"
+            f"{detail}; nothing was drawn and nothing was debited"
+        )
+
+
+class MechanismNotAllowedError(PrivacyError):
+    """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
+    step under the ``"gaussian"`` rule, or one costlier than the declared per-query cost)."""
+
+
+class LedgerError(PrivacyError):
+    """The ledger could not be opened, read or written."""
+
+
+class LedgerCorruptedError(LedgerError):
+    """The ledger's records or running state fail verification (broken hash chain, malformed
+    record, state that does not match the records)."""
+
+
+class LedgerConflictError(LedgerError):
+    """The ledger was started under settings (such as a composition rule) that differ from the
+    ones this accountant was given; rules cannot change mid-stream."""
+
+
+def from_validation_error(exc: Any) -> InvalidArgumentError:
+    """Our typed error for the first problem in a pydantic ``ValidationError``, naming the exact
+    key path (for example ``limit.epsilon``) and the offending value."""
+    first = exc.errors(include_url=False)[0]
+    path = ".".join(str(p) for p in first["loc"]) or "value"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    err = InvalidArgumentError(path, first.get("input"), "valid")
+    err.args = (f"{path}: {message}",)
+    return err

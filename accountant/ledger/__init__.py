@@ -1,0 +1,52 @@
+"""Ledger backends and ``open_ledger``, which picks one from a URL.
+
+``None`` or ``"memory://"`` is an in-memory ledger; ``"sqlite:///path/budget.db"`` (or a plain path)
+is the embedded SQLite ledger; ``"postgresql://..."`` is the PostgreSQL ledger (optional extra
+``dpbudget[postgres]``). A ``Ledger`` instance is used as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.ledger.base import Account, Entry, Ledger, Transaction
+from accountant.ledger.memory import MemoryLedger
+from accountant.ledger.record import FORMAT_VERSION, GENESIS, canonical, record_hash
+from accountant.ledger.sqlite import SqliteLedger
+
+__all__ = [
+    "FORMAT_VERSION", "GENESIS", "Account", "Entry", "Ledger", "MemoryLedger", "SqliteLedger",
+    "Transaction", "canonical", "open_ledger", "record_hash",
+]
+
+
+def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None") -> Ledger:
+    """The ledger that ``ledger`` names.
+
+    Raises:
+        InvalidArgumentError: an unknown URL scheme.
+        InvalidTypeError: neither a ``Ledger``, a string, a path nor ``None``.
+        LedgerError: the ledger exists but cannot be opened.
+    """
+    if ledger is None:
+        return MemoryLedger()
+    if isinstance(ledger, Ledger):
+        return ledger
+    if isinstance(ledger, Path):
+        return SqliteLedger(ledger)
+    if not isinstance(ledger, str):
+        raise InvalidTypeError("ledger", ledger, "a Ledger, a URL string, a path or None")
+    if ledger == "memory://":
+        return MemoryLedger()
+    if ledger.startswith("sqlite:///"):
+        return SqliteLedger(ledger[len("sqlite:///"):])
+    if ledger.startswith(("postgresql://", "postgres://")):
+        from accountant.ledger.postgres import PostgresLedger  # optional extra, imported on use
+
+        return PostgresLedger(ledger)
+    if "://" in ledger or not ledger.strip():
+        raise InvalidArgumentError("ledger", ledger, "'memory://', 'sqlite:///PATH', "
+                                   "'postgresql://...' or a file path")
+    return SqliteLedger(ledger)

@@ -1,0 +1,143 @@
+"""The ledger interface: an append-only, hash-chained log of debits plus each limit's running state.
+
+Invariant: the only way to change a ledger is ``Ledger.transaction()``, which holds an exclusive lock
+(across threads and, for durable backends, across processes) from the moment it reads the state to
+the moment the new record and state are committed together. Either both land or neither does, so a
+check made inside the transaction is still true when its debit commits. The running state of every
+limit (an "account") is kept beside the records, so resuming or debiting costs O(1), never a rescan.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from accountant.ledger.record import FORMAT_VERSION, GENESIS, canonical, record_hash
+
+__all__ = ["Account", "Entry", "Ledger", "Transaction"]
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """One limit's running state: ``key`` (e.g. ``"dataset:adult"``), the ``rule`` it is composed
+    under, the rule's configuration when last written, the ``state``, and the last record's ``seq``."""
+
+    key: str
+    rule: str
+    config: dict[str, Any]
+    state: dict[str, float]
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One committed record: its ``seq``, canonical ``text`` and ``hash``."""
+
+    seq: int
+    text: str
+    hash: str
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return json.loads(self.text)
+
+
+class Transaction:
+    """The view of a ledger inside ``Ledger.transaction()``."""
+
+    def __init__(self, ledger: "Ledger") -> None:
+        self._ledger = ledger
+
+    def account(self, key: str) -> Account | None:
+        return self._ledger._read_account(key)
+
+    def append(self, fields: dict[str, Any], accounts: list[Account]) -> Entry:
+        """Append a record (``fields`` plus version, seq, time and the chain) and write the
+        accounts' new states, as one unit."""
+        seq, prev = self._ledger._head()
+        record = dict(fields)
+        record.update(v=FORMAT_VERSION, seq=seq + 1, prev=prev,
+                      time=datetime.now(timezone.utc).isoformat(timespec="microseconds"))
+        text = canonical(record)
+        entry = Entry(seq + 1, text, record_hash(text))
+        self._ledger._write(entry, [
+            Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts])
+        return entry
+
+
+class Ledger(ABC):
+    """Base class of ledger backends. Subclasses implement the storage primitives; the transaction
+    protocol and the hash chain live here, once."""
+
+    url: str
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """An exclusive read-check-append unit; rolled back if the block raises."""
+        with self._lock:
+            self._begin()
+            try:
+                yield Transaction(self)
+            except BaseException:
+                self._rollback()
+                raise
+            self._commit()
+
+    def account(self, key: str) -> Account | None:
+        """A limit's state as last committed (a read; takes no write lock)."""
+        with self._lock:
+            return self._read_account(key)
+
+    def head(self) -> tuple[int, str]:
+        """``(seq, hash)`` of the last record; ``(0, GENESIS)`` for an empty ledger. Keep the head
+        hash somewhere else to detect a truncated tail later."""
+        with self._lock:
+            return self._head()
+
+    @abstractmethod
+    def accounts(self) -> list[Account]:
+        """Every account, sorted by key."""
+
+    @abstractmethod
+    def entries(self, start: int = 1) -> Iterator[Entry]:
+        """Records in order from ``seq == start``, streamed."""
+
+    def close(self) -> None:
+        """Release the backend's resources (idempotent)."""
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # Storage primitives, called with self._lock held.
+    @abstractmethod
+    def _begin(self) -> None: ...
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _rollback(self) -> None: ...
+
+    @abstractmethod
+    def _head(self) -> tuple[int, str]: ...
+
+    @abstractmethod
+    def _read_account(self, key: str) -> Account | None: ...
+
+    @abstractmethod
+    def _write(self, entry: Entry, accounts: list[Account]) -> None: ...
+
+
+EMPTY_HEAD = (0, GENESIS)

@@ -1,0 +1,63 @@
+"""An in-memory ledger: the same records and chain as the durable ones, gone with the process.
+
+For simulations and tests. Concurrent threads are serialised by the base class's lock; changes made
+inside a transaction are staged and applied only on commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+
+__all__ = ["MemoryLedger"]
+
+
+class MemoryLedger(Ledger):
+    """A ledger held in memory. ``MemoryLedger()`` or the URL ``"memory://"``.
+
+    >>> ledger = MemoryLedger()
+    >>> ledger.head()[0]
+    0
+    """
+
+    url = "memory://"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries: list[Entry] = []
+        self._accounts: dict[str, Account] = {}
+        self._staged_entries: list[Entry] = []
+        self._staged_accounts: dict[str, Account] = {}
+
+    def _begin(self) -> None:
+        self._rollback()
+
+    def _commit(self) -> None:
+        self._entries.extend(self._staged_entries)
+        self._accounts.update(self._staged_accounts)
+        self._rollback()
+
+    def _rollback(self) -> None:
+        self._staged_entries = []
+        self._staged_accounts = {}
+
+    def _head(self) -> tuple[int, str]:
+        last = (self._staged_entries or self._entries or [None])[-1]
+        return EMPTY_HEAD if last is None else (last.seq, last.hash)
+
+    def _read_account(self, key: str) -> Account | None:
+        return self._staged_accounts.get(key) or self._accounts.get(key)
+
+    def _write(self, entry: Entry, accounts: list[Account]) -> None:
+        self._staged_entries.append(entry)
+        self._staged_accounts.update((a.key, a) for a in accounts)
+
+    def accounts(self) -> list[Account]:
+        with self._lock:
+            return [self._accounts[k] for k in sorted(self._accounts)]
+
+    def entries(self, start: int = 1) -> Iterator[Entry]:
+        with self._lock:
+            snapshot = self._entries[max(0, start - 1):]
+        yield from snapshot
