@@ -6,16 +6,30 @@ Each rule is one class with O(1) state; ``RULES`` maps the names users select
 
 from __future__ import annotations
 
+from typing import Any
+
 from accountant.budget import Budget
 from accountant.composition.base import Charge, CompositionRule, Refused, State
 from accountant.composition.basic import BasicComposition
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerCorruptedError, PrivacyError
 
-__all__ = ["RULES", "BasicComposition", "Charge", "CompositionRule", "Refused", "State", "make_rule"]
+__all__ = ["RULES", "BasicComposition", "Charge", "CompositionRule", "Refused", "State", "make_rule", "rule_from_config"]
 
 RULES: dict[str, type[CompositionRule]] = {
     BasicComposition.name: BasicComposition,
 }
+
+
+def rule_from_config(config: dict[str, Any]) -> CompositionRule:
+    """Rebuild a rule from the configuration a ledger stored with it.
+
+    Raises:
+        LedgerCorruptedError: the configuration names no known rule or is malformed.
+    """
+    try:
+        return RULES[config["rule"]].from_config(config)
+    except (KeyError, TypeError, PrivacyError) as exc:
+        raise LedgerCorruptedError(f"unreadable rule configuration {config!r}: {exc}") from None
 
 
 def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None) -> CompositionRule:

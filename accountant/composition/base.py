@@ -65,6 +65,11 @@ class CompositionRule(ABC):
         self.per_query = per_query
         self._description: dict[str, Any] | None = None
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "CompositionRule":
+        """The rule that ``describe()`` produced ``config`` (as stored in a ledger)."""
+        return cls(_budget(config.get("limit")), _budget(config.get("per_query")))
+
     @abstractmethod
     def initial_state(self) -> State:
         """The state of a limit nothing has been spent from."""
@@ -98,3 +103,7 @@ class CompositionRule(ABC):
         cap = self.per_query
         if cap is not None and (charge.epsilon > cap.epsilon or charge.delta > cap.delta):
             raise Refused(f"the step's cost exceeds the per-query cap {cap}")
+
+
+def _budget(data: dict[str, float] | None) -> Budget | None:
+    return None if data is None else Budget(**data)

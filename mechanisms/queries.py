@@ -1,0 +1,212 @@
+"""Query helpers for the seed workloads: counts, clamped sums, noisy means and histograms.
+
+Each helper computes a true answer together with its sensitivity under a stated neighbour relation,
+so that the mechanism is calibrated to the right Δ:
+
+- ``ADD_REMOVE`` (unbounded DP): neighbours differ by adding or removing one person's row. The row
+  count is then private.
+- ``REPLACE`` (bounded DP): neighbours have the same number of rows and differ in one row's value.
+  The row count is public (sensitivity 0), and sums have twice the reach (Dwork–Roth 2014, §2.3).
+
+Clamping is what makes a sum's sensitivity finite: each value is clipped into ``[lower, upper]``
+first, and the bounds must be chosen without looking at the data (or with a private method such as
+the sparse vector technique). NaN in the data is refused (it has no clamped value), naming its row.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accountant import _validate
+from accountant.errors import InvalidArgumentError, InvalidTypeError
+from mechanisms.laplace import Laplace
+
+__all__ = ["Neighbouring", "Query", "clamped_sum", "count", "histogram", "noisy_mean"]
+
+
+class Neighbouring(str, enum.Enum):
+    """Which datasets count as neighbours."""
+
+    ADD_REMOVE = "add/remove"
+    REPLACE = "replace"
+
+
+@dataclass(frozen=True)
+class Query:
+    """A true answer and its sensitivities. Never store or log ``value``: it is the secret.
+
+    Attributes:
+        value: the true answer (a float, or an array for a histogram).
+        l1_sensitivity: Δ₁, for Laplace-family mechanisms.
+        l2_sensitivity: Δ₂, for Gaussian-family mechanisms.
+        neighbouring: the neighbour relation the sensitivities hold under.
+    """
+
+    value: Any
+    l1_sensitivity: float
+    l2_sensitivity: float
+    neighbouring: Neighbouring
+
+
+def _data(data: Any, name: str = "data") -> np.ndarray:
+    arr = np.asarray(data)
+    if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise InvalidTypeError(name, data, "a one-dimensional sequence of numbers")
+    arr = arr.astype(np.float64)
+    nan = np.flatnonzero(np.isnan(arr))
+    if nan.size:
+        raise InvalidArgumentError(name, f"<{arr.size} values>",
+                                   f"free of NaN (row {int(nan[0])} is NaN)")
+    return arr
+
+
+def _bounds(lower: Any, upper: Any) -> tuple[float, float]:
+    lo = _validate.finite("lower", lower)
+    hi = _validate.finite("upper", upper)
+    if not lo < hi:
+        raise InvalidArgumentError("upper", upper, f"greater than lower={lo!r}")
+    return lo, hi
+
+
+def _relation(neighbouring: Any) -> Neighbouring:
+    try:
+        return Neighbouring(neighbouring)
+    except ValueError:
+        raise InvalidArgumentError("neighbouring", neighbouring,
+                                   f"one of {[n.value for n in Neighbouring]}") from None
+
+
+def count(data: Sequence[Any], *, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """The number of rows: Δ = 1 under add/remove.
+
+    Under replace-one neighbours the count is public (Δ = 0) and needs no noise, so asking for it
+    privately is refused.
+
+    >>> count([3, 1, 4]).value, count([3, 1, 4]).l1_sensitivity
+    (3.0, 1.0)
+    """
+    if _relation(neighbouring) is Neighbouring.REPLACE:
+        raise InvalidArgumentError("neighbouring", neighbouring, "'add/remove' for a count",
+                                   "Under replace-one neighbours the row count is public.")
+    if not hasattr(data, "__len__"):
+        raise InvalidTypeError("data", data, "a sized collection of rows")
+    return Query(float(len(data)), 1.0, 1.0, Neighbouring.ADD_REMOVE)
+
+
+def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: bool = False,
+                neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """The sum of values clipped into [lower, upper] (or of their distance from the midpoint).
+
+    Sensitivity (Dwork–Roth 2014, §3.3; the centring trick is standard, e.g. Biswas et al. 2020
+    "CoinPress", and the seed notes on noisy averages):
+
+    - add/remove: max(|lower|, |upper|), the most one row can add; centred on c = (lower+upper)/2,
+      the summand x − c lies in [−(upper−lower)/2, (upper−lower)/2], so Δ = (upper − lower)/2.
+    - replace: upper − lower (one row moves from one end to the other), centred or not.
+
+    >>> q = clamped_sum([5, 50, 500], 0, 100)
+    >>> q.value, q.l1_sensitivity
+    (155.0, 100.0)
+    >>> clamped_sum([5, 50, 500], 0, 100, centred=True).value
+    5.0
+    """
+    lo, hi = _bounds(lower, upper)
+    relation = _relation(neighbouring)
+    clipped = np.clip(_data(data), lo, hi)
+    if centred:
+        mid = (lo + hi) / 2.0
+        value = float(np.sum(clipped - mid))
+        sens = (hi - lo) / 2.0 if relation is Neighbouring.ADD_REMOVE else hi - lo
+    else:
+        value = float(np.sum(clipped))
+        sens = max(abs(lo), abs(hi)) if relation is Neighbouring.ADD_REMOVE else hi - lo
+    return Query(value, sens, sens, relation)
+
+
+def histogram(data: Sequence[Any], categories: Sequence[Any], *,
+              neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """Counts per category, in the order of ``categories``.
+
+    One row changes one count by 1 under add/remove (Δ₁ = Δ₂ = 1) and two counts by 1 under replace
+    (Δ₁ = 2, Δ₂ = √2) — Dwork–Roth 2014, §3.3, "histogram queries". A value outside ``categories``
+    is refused: silently dropping it would make the released counts disagree with the data.
+
+    >>> histogram(["a", "b", "a"], ["a", "b", "c"]).value
+    array([2., 1., 0.])
+    """
+    relation = _relation(neighbouring)
+    cats = list(categories)
+    if not cats:
+        raise InvalidArgumentError("categories", categories, "a non-empty sequence")
+    index = {c: i for i, c in enumerate(cats)}
+    if len(index) != len(cats):
+        raise InvalidArgumentError("categories", categories, "free of duplicates")
+    counts = np.zeros(len(cats))
+    for row, value in enumerate(data):
+        i = index.get(value)
+        if i is None:
+            raise InvalidArgumentError("data", f"<row {row}>",
+                                       f"a value among the declared categories (row {row} is not)")
+        counts[i] += 1.0
+    if relation is Neighbouring.ADD_REMOVE:
+        return Query(counts, 1.0, 1.0, relation)
+    return Query(counts, 2.0, math.sqrt(2.0), relation)
+
+
+def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: float, *,
+               epsilon: float, dataset: str = "default", count_share: float = 0.5,
+               centred: bool = True, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
+               analyst: str | None = None, label: str | None = None) -> float:
+    """A differentially private mean of values clamped into [lower, upper], costing ``epsilon``.
+
+    Under add/remove neighbours the mean is a noisy sum over a noisy count, ε split between them
+    (``count_share`` to the count), each a Laplace release debited separately through
+    ``accountant`` (basic composition: ε in total). With ``centred`` the sum is taken around the
+    midpoint, halving its sensitivity. Under replace neighbours n is public and only the sum is
+    noised (all of ε). The noisy count is floored at 1 and the result clamped back into
+    [lower, upper] — post-processing, which costs no privacy (Dwork–Roth 2014, Prop. 2.1).
+
+    Args:
+        accountant: the ``Accountant`` that debits both releases.
+        data, lower, upper: the values and the clamping range (chosen without looking at data).
+        epsilon: total ε for the mean.
+        count_share: the fraction of ε spent on the count, in (0, 1).
+
+    >>> from accountant import Accountant, Budget
+    >>> acc = Accountant(Budget(1.0), rng=1)
+    >>> 30 <= noisy_mean(acc, [40] * 1000, 0, 100, epsilon=1.0) <= 50
+    True
+    >>> acc.spent()
+    Budget(epsilon=1.0, delta=0.0)
+    """
+    eps = _validate.positive("epsilon", epsilon)
+    share = _validate.probability("count_share", count_share, low_open=True)
+    relation = _relation(neighbouring)
+    lo, hi = _bounds(lower, upper)
+    total = clamped_sum(data, lo, hi, centred=centred, neighbouring=relation)
+    common = {"dataset": dataset, "analyst": analyst}
+    tag = label or "mean"
+    if relation is Neighbouring.REPLACE:
+        n = float(len(data))
+        if n == 0:
+            raise InvalidArgumentError("data", data, "non-empty under replace neighbours")
+        noisy_n, sum_eps = n, eps
+    else:
+        n_query = count(data)
+        sum_eps = eps * (1.0 - share)
+        # Releases are debited one at a time; if the second is refused the first stays spent, as
+        # it was released — the caller sees the refusal and the ledger shows both attempts' truth.
+        noisy_n = accountant.release(Laplace(eps * share, n_query.l1_sensitivity), n_query.value,
+                                     label=f"{tag}: count", **common)
+    noisy_sum = accountant.release(Laplace(sum_eps, total.l1_sensitivity), total.value,
+                                   label=f"{tag}: sum", **common)
+    noisy_n = max(noisy_n, 1.0)
+    estimate = ((lo + hi) / 2.0 if centred else 0.0) + noisy_sum / noisy_n
+    return float(min(max(estimate, lo), hi))
