@@ -15,7 +15,7 @@ from typing import Any
 
 from accountant import _validate
 from accountant.budget import Budget
-from accountant.composition import Charge, CompositionRule, Refused, make_rule
+from accountant.composition import CompositionRule, Refused, make_rule
 from accountant.errors import (
     BudgetExceededError,
     InvalidTypeError,
@@ -23,6 +23,7 @@ from accountant.errors import (
     UnknownDatasetError,
 )
 from accountant.ledger import Account, Ledger, open_ledger
+from accountant.ledger.record import assemble, canonical
 from accountant.receipt import Receipt
 from mechanisms.base import Mechanism
 from mechanisms.sampling import Sampler
@@ -92,8 +93,7 @@ class Accountant:
             UnknownDatasetError: no limit is declared for ``dataset``.
         """
         prepared = self._validated(mechanism, dataset, analyst, label, value)
-        receipt = self._debit(mechanism, dataset, analyst, label)
-        self._local.receipt = receipt
+        self._local.receipt = self._debit(mechanism, dataset, analyst, label)
         return mechanism._release(prepared, self._sampler)
 
     def can_afford(self, mechanism: Mechanism, *, dataset: str = "default",
@@ -114,7 +114,8 @@ class Accountant:
     def last_receipt(self) -> Receipt | None:
         """The receipt of this thread's last successful release (seq, hash, cost, spent,
         remaining), or None."""
-        return getattr(self._local, "receipt", None)
+        pending = getattr(self._local, "receipt", None)
+        return None if pending is None else Receipt(*pending)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -162,11 +163,13 @@ class Accountant:
         return mechanism.prepare(value[0]) if value else None
 
     def _debit(self, mechanism: Mechanism, dataset: str, analyst: str | None,
-               label: str | None) -> Receipt:
+               label: str | None) -> tuple:
+        """Check and debit in one ledger transaction; return the receipt's fields (a Receipt is
+        built only if asked for: this is the hot path)."""
         charge = mechanism.charge
         targets = self._targets(dataset, analyst)
         with self._ledger.transaction() as tx:
-            accounts = []
+            accounts: list[Account] = []
             for key, rule in targets:
                 current = tx.account(key)
                 self._check_rule(key, rule, current)
@@ -177,11 +180,11 @@ class Accountant:
                     raise BudgetExceededError(mechanism.cost, rule.remaining(state), dataset, key,
                                               refusal.reason) from None
                 accounts.append(Account(key, rule.name, rule.describe(), new_state, 0))
-            entry = tx.append(_record(mechanism, charge, dataset, analyst, label, accounts),
-                              accounts)
-        key, rule = targets[0]
-        return Receipt(entry.seq, entry.hash, dataset, analyst, label, mechanism.name,
-                       mechanism.cost, rule, accounts[0].state)
+            fields = _record(mechanism, dataset, analyst, label,
+                             [(rule, a) for (_, rule), a in zip(targets, accounts)])
+            entry = tx.append(fields, accounts)
+        return (entry.seq, entry.hash, dataset, analyst, label, mechanism.name, mechanism.cost,
+                targets[0][1], accounts[0].state)
 
     def _targets(self, dataset: str, analyst: str | None) -> list[tuple[str, CompositionRule]]:
         """Every limit a release on ``dataset`` by ``analyst`` is charged to, dataset first."""
@@ -211,14 +214,13 @@ def _key(dataset: str) -> str:
     return f"dataset:{dataset}"
 
 
-def _record(mechanism: Mechanism, charge: Charge, dataset: str, analyst: str | None,
-            label: str | None, accounts: list[Account]) -> dict[str, Any]:
+def _record(mechanism: Mechanism, dataset: str, analyst: str | None, label: str | None,
+            accounts: list[tuple[CompositionRule, Account]]) -> dict[str, str]:
+    """A release record's members as canonical JSON (ledger/record.py documents the format)."""
     return {
-        "kind": "release", "dataset": dataset, "analyst": analyst, "label": label,
-        "mechanism": {"name": mechanism.name, "params": mechanism.params()},
-        "cost": {"epsilon": charge.epsilon, "delta": charge.delta, "rho": charge.rho,
-                 "mu": charge.mu},
-        "accounts": {a.key: {**a.config, "state": a.state} for a in accounts},
+        "kind": '"release"', "dataset": canonical(dataset), "analyst": canonical(analyst),
+        "label": canonical(label), **mechanism.ledger_fragments,
+        "accounts": assemble({a.key: rule.account_text(a.state) for rule, a in accounts}),
     }
 
 

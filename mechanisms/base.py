@@ -17,6 +17,7 @@ import numpy as np
 from accountant.budget import Budget
 from accountant.composition import Charge
 from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.ledger.record import canonical
 from mechanisms.sampling import Sampler
 
 __all__ = ["Mechanism", "NumericMechanism"]
@@ -31,6 +32,7 @@ class Mechanism(ABC):
 
     _cost: Budget
     _charge: Charge | None = None
+    _fragments: dict[str, str] | None = None
 
     @property
     def cost(self) -> Budget:
@@ -59,6 +61,19 @@ class Mechanism(ABC):
                                   self.name)
         return self._charge
 
+    @property
+    def ledger_fragments(self) -> dict[str, str]:
+        """The ``mechanism`` and ``cost`` members of a ledger record, as canonical JSON (cached:
+        a mechanism is immutable)."""
+        if self._fragments is None:
+            c = self.charge
+            self._fragments = {
+                "mechanism": canonical({"name": self.name, "params": self.params()}),
+                "cost": canonical({"epsilon": c.epsilon, "delta": c.delta, "rho": c.rho,
+                                   "mu": c.mu}),
+            }
+        return self._fragments
+
     @abstractmethod
     def params(self) -> dict[str, Any]:
         """The public parameters, written to the ledger (never data)."""
@@ -78,7 +93,7 @@ class Mechanism(ABC):
     def __setattr__(self, key: str, value: Any) -> None:
         # Cost is fixed at construction: changing a parameter afterwards would let a mechanism
         # release with more noise-free signal than it declared.
-        if key != "_charge" and getattr(self, "_frozen", False):
+        if key not in ("_charge", "_fragments") and getattr(self, "_frozen", False):
             raise AttributeError(f"{self.name} is immutable; build a new one")
         object.__setattr__(self, key, value)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from accountant.budget import Budget
+from accountant.ledger.record import assemble, canonical
 
 State = dict[str, float]
 
@@ -64,6 +65,8 @@ class CompositionRule(ABC):
         self.limit = None if limit is None or limit.is_unlimited else limit
         self.per_query = per_query
         self._description: dict[str, Any] | None = None
+        self._fragments: dict[str, str] | None = None
+        self._template: tuple[str, str] | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "CompositionRule":
@@ -91,6 +94,20 @@ class CompositionRule(ABC):
         if self._description is None:
             self._description = self._describe()
         return self._description
+
+    def describe_fragments(self) -> dict[str, str]:
+        """``describe()`` with each member already encoded as canonical JSON (cached)."""
+        if self._fragments is None:
+            self._fragments = {k: canonical(v) for k, v in self.describe().items()}
+        return self._fragments
+
+    def account_text(self, state: State) -> str:
+        """This rule's account in a ledger record, as canonical JSON: the configuration plus
+        ``state``. The configuration part is laid out once (this is on every debit's path)."""
+        if self._template is None:
+            prefix, suffix = assemble({**self.describe_fragments(), "state": "\0"}).split("\0")
+            self._template = (prefix, suffix)
+        return self._template[0] + canonical(state) + self._template[1]
 
     def _describe(self) -> dict[str, Any]:
         return {

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from accountant.ledger.record import FORMAT_VERSION, GENESIS, canonical, record_hash
+from accountant.ledger.record import FORMAT_VERSION, GENESIS, assemble, canonical, record_hash
 
 __all__ = ["Account", "Entry", "Ledger", "Transaction"]
+
+_VERSION = str(FORMAT_VERSION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +59,19 @@ class Transaction:
     def account(self, key: str) -> Account | None:
         return self._ledger._read_account(key)
 
-    def append(self, fields: dict[str, Any], accounts: list[Account]) -> Entry:
-        """Append a record (``fields`` plus version, seq, time and the chain) and write the
-        accounts' new states, as one unit."""
+    def append(self, fields: dict[str, str], accounts: list[Account]) -> Entry:
+        """Append a record and write the accounts' new states, as one unit.
+
+        Args:
+            fields: the record's members as canonical JSON texts (see ``record.assemble``); the
+                version, sequence number, time and previous hash are added here.
+            accounts: the new state of every account the record charges.
+        """
         seq, prev = self._ledger._head()
-        record = dict(fields)
-        record.update(v=FORMAT_VERSION, seq=seq + 1, prev=prev,
-                      time=datetime.now(timezone.utc).isoformat(timespec="microseconds"))
-        text = canonical(record)
+        text = assemble({
+            **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
+            "time": _utc_now(),
+        })
         entry = Entry(seq + 1, text, record_hash(text))
         self._ledger._write(entry, [
             Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts])
@@ -80,17 +87,10 @@ class Ledger(ABC):
     def __init__(self) -> None:
         self._lock = threading.RLock()
 
-    @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
-        """An exclusive read-check-append unit; rolled back if the block raises."""
-        with self._lock:
-            self._begin()
-            try:
-                yield Transaction(self)
-            except BaseException:
-                self._rollback()
-                raise
-            self._commit()
+    def transaction(self) -> "_Scope":
+        """An exclusive read-check-append unit (a context manager yielding a ``Transaction``);
+        committed when the block ends, rolled back if it raises."""
+        return _Scope(self)
 
     def account(self, key: str) -> Account | None:
         """A limit's state as last committed (a read; takes no write lock)."""
@@ -141,3 +141,50 @@ class Ledger(ABC):
 
 
 EMPTY_HEAD = (0, GENESIS)
+
+
+_clock: list = [None, ""]  # [whole second, its ISO prefix], reused within the same second
+
+
+def _utc_now() -> str:
+    """Now, as a JSON string in ISO 8601 UTC with microseconds (formatting the date part once per
+    second: it is on the hot path)."""
+    now = time.time_ns() // 1000
+    second, micros = divmod(now, 1_000_000)
+    if _clock[0] != second:
+        stamp = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _clock[0], _clock[1] = second, stamp
+    return f'"{_clock[1]}.{micros:06d}+00:00"'
+
+
+class _Scope:
+    """``Ledger.transaction()``'s context manager (a class, not a generator: it is on the hot path)."""
+
+    __slots__ = ("_ledger",)
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def __enter__(self) -> Transaction:
+        ledger = self._ledger
+        ledger._lock.acquire()
+        try:
+            ledger._begin()
+        except BaseException:
+            ledger._lock.release()
+            raise
+        return Transaction(ledger)
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        ledger = self._ledger
+        try:
+            if exc_type is None:
+                try:
+                    ledger._commit()
+                except BaseException:
+                    ledger._rollback()  # a failed COMMIT must not leave a half-open transaction
+                    raise
+            else:
+                ledger._rollback()
+        finally:
+            ledger._lock.release()
