@@ -13,12 +13,19 @@ from pathlib import Path
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger.base import Account, Entry, Ledger, Transaction
 from accountant.ledger.memory import MemoryLedger
-from accountant.ledger.record import FORMAT_VERSION, GENESIS, canonical, record_hash
+from accountant.ledger.record import (
+    FORMAT_VERSION,
+    GENESIS,
+    KEY_ENV,
+    canonical,
+    export_line,
+    record_hash,
+)
 from accountant.ledger.sqlite import SqliteLedger
 
 __all__ = [
-    "FORMAT_VERSION", "GENESIS", "Account", "Entry", "Ledger", "MemoryLedger", "SqliteLedger",
-    "Transaction", "canonical", "open_ledger", "record_hash",
+    "FORMAT_VERSION", "GENESIS", "KEY_ENV", "Account", "Entry", "Ledger", "MemoryLedger", "SqliteLedger",
+    "Transaction", "canonical", "export_line", "open_ledger", "record_hash",
 ]
 
 

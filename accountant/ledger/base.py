@@ -10,6 +10,7 @@ limit (an "account") is kept beside the records, so resuming or debiting costs O
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -18,11 +19,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from accountant.ledger.record import FORMAT_VERSION, GENESIS, assemble, canonical, record_hash
+from accountant.ledger.record import (
+    FORMAT_VERSION,
+    GENESIS,
+    assemble,
+    auth_name,
+    key_from_env,
+    record_hash,
+)
 
 __all__ = ["Account", "Entry", "Ledger", "Transaction"]
 
 _VERSION = str(FORMAT_VERSION)
+_LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,7 @@ class Transaction:
 
     def __init__(self, ledger: "Ledger") -> None:
         self._ledger = ledger
+        self.appended: list[Entry] = []
 
     def account(self, key: str) -> Account | None:
         return self._ledger._read_account(key)
@@ -67,14 +77,17 @@ class Transaction:
                 version, sequence number, time and previous hash are added here.
             accounts: the new state of every account the record charges.
         """
-        seq, prev = self._ledger._head()
+        ledger = self._ledger
+        seq, prev = ledger._head()
         text = assemble({
             **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
-            "time": _utc_now(),
+            "time": _utc_now(), "auth": ledger._auth,
         })
-        entry = Entry(seq + 1, text, record_hash(text))
-        self._ledger._write(entry, [
-            Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts])
+        entry = Entry(seq + 1, text, record_hash(text, ledger._key))
+        ledger._write_entry(entry)
+        ledger._write_accounts([Account(a.key, a.rule, a.config, a.state, seq + 1)
+                                for a in accounts])
+        self.appended.append(entry)
         return entry
 
 
@@ -84,8 +97,16 @@ class Ledger(ABC):
 
     url: str
 
-    def __init__(self) -> None:
+    def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock = threading.RLock()
+        key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
+        self._key = key if key is not None else key_from_env()
+        self._auth = f'"{auth_name(self._key)}"'
+
+    @property
+    def authenticated(self) -> bool:
+        """True when new records are chained with HMAC-SHA256 under a secret key."""
+        return self._key is not None
 
     def transaction(self) -> "_Scope":
         """An exclusive read-check-append unit (a context manager yielding a ``Transaction``);
@@ -137,7 +158,10 @@ class Ledger(ABC):
     def _read_account(self, key: str) -> Account | None: ...
 
     @abstractmethod
-    def _write(self, entry: Entry, accounts: list[Account]) -> None: ...
+    def _write_entry(self, entry: Entry) -> None: ...
+
+    @abstractmethod
+    def _write_accounts(self, accounts: list[Account]) -> None: ...
 
 
 EMPTY_HEAD = (0, GENESIS)
@@ -160,10 +184,11 @@ def _utc_now() -> str:
 class _Scope:
     """``Ledger.transaction()``'s context manager (a class, not a generator: it is on the hot path)."""
 
-    __slots__ = ("_ledger",)
+    __slots__ = ("_ledger", "_tx")
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
+        self._tx: Transaction | None = None
 
     def __enter__(self) -> Transaction:
         ledger = self._ledger
@@ -173,7 +198,8 @@ class _Scope:
         except BaseException:
             ledger._lock.release()
             raise
-        return Transaction(ledger)
+        self._tx = Transaction(ledger)
+        return self._tx
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         ledger = self._ledger
@@ -188,3 +214,6 @@ class _Scope:
                 ledger._rollback()
         finally:
             ledger._lock.release()
+        if exc_type is None and _LOG.isEnabledFor(logging.INFO):
+            for entry in self._tx.appended:  # committed: now the logs may see them
+                _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})

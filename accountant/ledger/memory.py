@@ -23,8 +23,8 @@ class MemoryLedger(Ledger):
 
     url = "memory://"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
+        super().__init__(hmac_key=hmac_key)
         self._entries: list[Entry] = []
         self._accounts: dict[str, Account] = {}
         self._staged_entries: list[Entry] = []
@@ -49,8 +49,10 @@ class MemoryLedger(Ledger):
     def _read_account(self, key: str) -> Account | None:
         return self._staged_accounts.get(key) or self._accounts.get(key)
 
-    def _write(self, entry: Entry, accounts: list[Account]) -> None:
+    def _write_entry(self, entry: Entry) -> None:
         self._staged_entries.append(entry)
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
         self._staged_accounts.update((a.key, a) for a in accounts)
 
     def accounts(self) -> list[Account]:

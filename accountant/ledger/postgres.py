@@ -45,14 +45,16 @@ class PostgresLedger(Ledger):
 
     Args:
         dsn: a libpq connection string or URL.
+        hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
+            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
 
     Raises:
         LedgerError: psycopg is not installed, the server cannot be reached, or the database
             holds a ledger of another format version.
     """
 
-    def __init__(self, dsn: str) -> None:
-        super().__init__()
+    def __init__(self, dsn: str, *, hmac_key: bytes | str | None = None) -> None:
+        super().__init__(hmac_key=hmac_key)
         try:
             import psycopg
         except ImportError:
@@ -107,9 +109,11 @@ class PostgresLedger(Ledger):
                             "WHERE key = %s", (key,)).fetchone()
         return None if row is None else _account(row)
 
-    def _write(self, entry: Entry, accounts: list[Account]) -> None:
+    def _write_entry(self, entry: Entry) -> None:
         self._execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
                       (entry.seq, entry.hash, entry.text))
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
         for a in accounts:
             self._execute(
                 "INSERT INTO dpbudget_accounts VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) "

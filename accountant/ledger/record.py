@@ -6,8 +6,14 @@ the one before it (``prev``; the first carries ``GENESIS``), and its own hash is
 canonical bytes, so editing, deleting, inserting or reordering any record breaks the chain from that
 record on. Records never contain the true value of a query.
 
+A plain SHA-256 chain shows accidental or naive edits, but whoever can write the file can also
+rebuild every hash after an edit. With a secret key (from the environment variable
+``DPBUDGET_LEDGER_KEY``, or passed to the ledger) each hash is instead HMAC-SHA256(key, record), and
+the record says so (``"auth": "hmac-sha256"``): without the key a forger cannot produce a chain that
+verifies, and an auditor who holds the key treats any unkeyed record as forged.
+
 Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`` (UTC, ISO 8601),
-``kind`` (``"release"``), ``dataset``, ``analyst``, ``label``, ``mechanism`` (``name`` and public
+``auth`` (``"sha256"`` or ``"hmac-sha256"``), ``kind`` (``"release"``), ``dataset``, ``analyst``, ``label``, ``mechanism`` (``name`` and public
 ``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge), ``accounts``
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
 and ``prev``.
@@ -16,13 +22,17 @@ and ``prev``.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 from typing import Any
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
+KEY_ENV = "DPBUDGET_LEDGER_KEY"
 
-__all__ = ["FORMAT_VERSION", "GENESIS", "assemble", "canonical", "record_hash"]
+__all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "assemble", "auth_name", "canonical",
+           "export_line", "key_from_env", "record_hash"]
 
 
 # One encoder for the process: json.dumps with non-default options builds a new encoder per call,
@@ -52,6 +62,27 @@ def assemble(fragments: dict[str, str]) -> str:
     return "{" + ",".join([f"{_string(k)}:{fragments[k]}" for k in sorted(fragments)]) + "}"
 
 
-def record_hash(text: str) -> str:
-    """SHA-256 (hex) of a record's canonical text; the record includes the previous hash."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def record_hash(text: str, key: bytes | None = None) -> str:
+    """The chain hash (hex) of a record's canonical text, which includes the previous hash:
+    SHA-256, or HMAC-SHA256 under ``key`` (RFC 2104)."""
+    data = text.encode("utf-8")
+    if key is None:
+        return hashlib.sha256(data).hexdigest()
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def auth_name(key: bytes | None) -> str:
+    return "sha256" if key is None else "hmac-sha256"
+
+
+def key_from_env() -> bytes | None:
+    """The ledger key from ``DPBUDGET_LEDGER_KEY`` (any string; its UTF-8 bytes), or None."""
+    value = os.environ.get(KEY_ENV)
+    return value.encode("utf-8") if value else None
+
+
+def export_line(digest: str, text: str) -> str:
+    """One JSONL line of an export or a log: ``{"hash": ..., "record": {...}}``. The record is the
+    canonical text itself, so re-encoding the parsed record reproduces the hashed bytes."""
+    return f'{{"hash":"{digest}","record":{text}}}'
+

@@ -42,13 +42,16 @@ class SqliteLedger(Ledger):
     Args:
         path: the database file; created with its schema if missing.
         timeout: seconds to wait for another process's transaction before failing.
+        hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
+            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
 
     Raises:
         LedgerError: the file cannot be opened or is not a dpbudget ledger of a known version.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
-        super().__init__()
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
+                 hmac_key: bytes | str | None = None) -> None:
+        super().__init__(hmac_key=hmac_key)
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
         try:
@@ -95,9 +98,11 @@ class SqliteLedger(Ledger):
                             (key,)).fetchone()
         return None if row is None else _account(row)
 
-    def _write(self, entry: Entry, accounts: list[Account]) -> None:
+    def _write_entry(self, entry: Entry) -> None:
         self._execute("INSERT INTO entries (seq, hash, record) VALUES (?, ?, ?)",
                       (entry.seq, entry.hash, entry.text))
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
         for a in accounts:
             self._execute("INSERT OR REPLACE INTO accounts VALUES (?, ?, ?, ?, ?)",
                           (a.key, a.rule, json.dumps(a.config, sort_keys=True),

@@ -1,0 +1,379 @@
+"""Audit a ledger from its records alone: replay, verify, recompute, report.
+
+Invariant: the audit trusts nothing the running process computed. It re-derives every record's
+hash and link, replays every debit through the record's own composition rule starting from an
+empty state — independently of the states stored in the records and in the ledger's account table
+— and compares. It streams (memory does not grow with the number of records, except for the
+optional plot series, which is thinned), and a corrupted ledger never ends in a traceback: the
+report says what verified and where the problems are, by record number.
+
+Exit status of ``dpbudget audit`` (``AuditReport.exit_status``): 0 when the chain verifies,
+recomputed and stored state agree and no limit was exceeded; otherwise the sum of one bit per kind
+of problem found (so each kind is distinct and combinations are readable):
+
+====  ============  ==================================================================
+bit   kind          meaning
+====  ============  ==================================================================
+4     head          the last record is not the expected head (a truncated tail)
+8     chain         a record was edited, deleted, inserted or reordered
+16    malformed     a record or line could not be read (garbled)
+32    state         a stored state disagrees with the replay
+64    limit         a release was admitted that its limit should have refused
+128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
+                    records where a key is required)
+====  ============  ==================================================================
+
+(2 is the command line's own status for bad usage or an unreadable source.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from accountant.composition import Charge, CompositionRule, Refused, rule_from_config
+from accountant.errors import PrivacyError
+from accountant.ledger import GENESIS, Ledger, record_hash
+from accountant.ledger.record import key_from_env
+from accountant.sources import Item, Source, open_source
+
+__all__ = ["AccountReport", "AuditReport", "Problem", "Tally", "audit"]
+
+ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth"]
+EXIT_BITS: dict[str, int] = {"head": 4, "chain": 8, "malformed": 16, "state": 32, "limit": 64,
+                             "auth": 128}
+_MAX_PROBLEMS = 1000  # beyond this only the count grows: a wholly corrupt file stays readable
+_PLOT_POINTS = 5000
+
+
+class Problem(BaseModel):
+    """One finding: its kind, the record number (``seq``) or line/row (``position``), and what."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ProblemKind
+    seq: int | None = None
+    position: int | None = None
+    message: str
+
+
+class Tally(BaseModel):
+    """Releases and the sum of their declared costs (basic composition) in one group."""
+
+    releases: int = 0
+    epsilon: float = 0.0
+    delta: float = 0.0
+
+
+class AccountReport(BaseModel):
+    """One limit (an account: a dataset, an analyst on a dataset, a pipeline...) after replay."""
+
+    account: str
+    rule: str
+    limit: dict[str, float] | None
+    spent: dict[str, float]
+    remaining: dict[str, float]
+    releases: int
+    over_limit: bool
+    stored_state_agrees: bool | None = None
+    series: list[tuple[str, float, float]] | None = None
+
+
+class AuditReport(BaseModel):
+    """Everything the audit found. JSON-serialisable (``model_dump_json``)."""
+
+    source: str
+    records: int = 0
+    verified: int = 0
+    head_seq: int = 0
+    head_hash: str = GENESIS
+    expected_head: str | None = None
+    keyed: bool = False
+    first_time: str | None = None
+    last_time: str | None = None
+    accounts: list[AccountReport] = []
+    by_dataset: dict[str, Tally] = {}
+    by_analyst: dict[str, Tally] = {}
+    by_mechanism: dict[str, Tally] = {}
+    by_label: dict[str, Tally] = {}
+    by_pipeline: dict[str, Tally] = {}
+    problems: list[Problem] = []
+    problem_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def exit_status(self) -> int:
+        status = 0
+        for p in self.problems:
+            status |= EXIT_BITS[p.kind]
+        return status
+
+
+def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None = None,
+          since: str | None = None, until: str | None = None,
+          expected_head: str | None = None, plot: bool = False,
+          progress: bool | None = None) -> AuditReport:
+    """Replay and verify every record of a ledger or JSONL export/log.
+
+    Args:
+        source: a ledger, its URL, an SQLite file or a JSONL file.
+        policy: a policy (path or loaded object with a ``limit_for(account_key)`` method); limits it
+            declares are checked against the replayed spend as well as the recorded ones.
+        key: the HMAC key, when the ledger is keyed (default: ``DPBUDGET_LEDGER_KEY``). With a key,
+            unkeyed records are reported as forged.
+        since, until: ISO 8601 times; the per-group tallies count only records in [since, until]
+            and the account report is the state as of ``until``. The chain is always verified whole.
+        expected_head: the head hash kept elsewhere (from ``dpbudget status`` or a receipt); if the
+            ledger ends anywhere else, its tail was truncated or rewritten.
+        plot: keep a thinned series of cumulative spend per account for plotting.
+        progress: show a progress bar on stderr (default: only for > 100,000 records on a terminal).
+
+    Raises:
+        LedgerError: the source cannot be opened at all (a source that opens but is corrupt is
+            reported, not raised).
+    """
+    src = open_source(source)
+    try:
+        secret = key.encode("utf-8") if isinstance(key, str) else key
+        replay = _Replay(src, secret if secret is not None else key_from_env(), since, until,
+                         plot, _load_policy(policy))
+        replay.run(_progress(src, progress))
+        return replay.report(expected_head)
+    finally:
+        if not isinstance(source, Ledger):
+            src.close()
+
+
+def _load_policy(policy: Any) -> Any:
+    if policy is None or hasattr(policy, "limit_for"):
+        return policy
+    from policies import load_policy  # the policy layer sits above the accountant
+
+    return load_policy(policy)
+
+
+class _Replay:
+    def __init__(self, src: Source, key: bytes | None, since: str | None, until: str | None,
+                 plot: bool, policy: Any) -> None:
+        self.src, self.key, self.since, self.until, self.plot = src, key, since, until, plot
+        self.policy = policy
+        self.out = AuditReport(source=src.name, keyed=key is not None)
+        self.prev, self.next_seq, self.skip_link = GENESIS, 1, False
+        self.states: dict[str, dict[str, float]] = {}
+        self.rules: dict[str, tuple[dict[str, Any], CompositionRule]] = {}
+        self.counts: dict[str, int] = {}
+        self.series: dict[str, list[tuple[str, float, float]]] = {}
+        self.stride = 1
+        self.over: set[str] = set()
+        self.diverged: dict[str, int] = {}
+
+    def problem(self, kind: str, message: str, seq: int | None = None,
+                position: int | None = None) -> None:
+        self.out.problem_count += 1
+        if len(self.out.problems) < _MAX_PROBLEMS:
+            self.out.problems.append(Problem(kind=kind, seq=seq, position=position,
+                                             message=message))
+
+    def run(self, items: Iterator[Item]) -> None:
+        for item in items:
+            self.out.records += 1
+            record = self.verify(item)
+            if record is not None:
+                try:
+                    self.apply(record)
+                except (KeyError, TypeError, ValueError, AttributeError, PrivacyError) as exc:
+                    self.problem("malformed", f"record {record.get('seq')} has an unreadable "
+                                 f"member ({type(exc).__name__}: {exc})", record.get("seq"),
+                                 item.position)
+
+    def verify(self, item: Item) -> dict[str, Any] | None:
+        where = f"{'row' if self.src.ledger is not None else 'line'} {item.position}"
+        if item.text is None:
+            self.problem("malformed", f"{where}: {item.error}", position=item.position)
+            self.skip_link = True
+            return None
+        try:
+            record = json.loads(item.text)
+            seq, prev, auth = record["seq"], record["prev"], record.get("auth", "sha256")
+            if not isinstance(seq, int):
+                raise TypeError("seq is not an integer")
+        except (ValueError, KeyError, TypeError) as exc:
+            self.problem("malformed", f"{where}: not a ledger record ({exc})",
+                         position=item.position)
+            self.skip_link = True
+            return None
+        problems_before = self.out.problem_count
+        if auth == "hmac-sha256" and self.key is None:
+            if not any(p.kind == "auth" for p in self.out.problems):
+                self.problem("auth", f"record {seq} is HMAC-keyed and no key was given "
+                             "(set DPBUDGET_LEDGER_KEY): its chain cannot be verified", seq)
+        elif auth == "sha256" and self.key is not None:
+            self.problem("auth", f"record {seq} is not HMAC-keyed although a key is required: "
+                         "written without the key, or forged", seq, item.position)
+        elif auth not in ("sha256", "hmac-sha256"):
+            self.problem("malformed", f"record {seq}: unknown auth {auth!r}", seq, item.position)
+        else:
+            digest = record_hash(item.text, self.key if auth == "hmac-sha256" else None)
+            if digest != item.hash:
+                self.problem("chain", f"record {seq}: its content does not match its hash "
+                             "(edited)", seq, item.position)
+        if self.src.ledger is not None and seq != item.position:
+            self.problem("chain", f"row {item.position} holds record {seq} (moved)", seq,
+                         item.position)
+        elif seq > self.next_seq:
+            missing = (f"record {self.next_seq}" if seq == self.next_seq + 1 else
+                       f"records {self.next_seq}-{seq - 1}")
+            self.problem("chain", f"{missing} missing before record {seq} (deleted or moved)",
+                         seq, item.position)
+        elif seq < self.next_seq:
+            self.problem("chain", f"record {seq} appears after record {self.next_seq - 1} "
+                         "(reordered or inserted)", seq, item.position)
+        elif prev != self.prev and not self.skip_link:
+            self.problem("chain", f"record {seq} does not link to record {seq - 1} (record "
+                         f"{seq - 1} was edited and re-hashed, or {seq} was inserted)", seq,
+                         item.position)
+        self.skip_link = False
+        self.prev, self.next_seq = item.hash or "", max(self.next_seq, seq + 1)
+        self.out.head_seq, self.out.head_hash = seq, item.hash or ""
+        if self.out.problem_count == problems_before:
+            self.out.verified += 1
+        return record
+
+    def apply(self, record: dict[str, Any]) -> None:
+        seq, when = record["seq"], record.get("time")
+        if self.until is not None and when is not None and when > self.until:
+            return
+        self.out.first_time = self.out.first_time or when
+        self.out.last_time = when
+        accounts = record.get("accounts") or {}
+        if accounts:
+            cost = record["cost"]
+            charge = Charge(float(cost["epsilon"]), float(cost["delta"]), _opt(cost.get("rho")),
+                            _opt(cost.get("mu")), str(record.get("mechanism", {}).get("name")))
+            for key, stored in accounts.items():
+                self.debit(seq, key, stored, charge)
+            if self.since is None or (when is not None and when >= self.since):
+                self.tally(record, charge)
+
+    def debit(self, seq: int, key: str, stored: dict[str, Any], charge: Charge) -> None:
+        config = {k: v for k, v in stored.items() if k != "state"}
+        cached = self.rules.get(key)
+        if cached is None or cached[0] != config:
+            cached = self.rules[key] = (config, rule_from_config(config))
+        rule = cached[1]
+        state = self.states.get(key)
+        if state is None:
+            state = rule.initial_state()
+        try:
+            new = rule.debit(state, charge)
+        except (Refused, PrivacyError) as refusal:
+            self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
+                         f"({refusal})", seq)
+            self.over.add(key)
+            new = stored["state"]
+        if new != stored["state"]:
+            # Once an account diverges every later record of it will too: report the first.
+            later = self.diverged.get(key)
+            if later is None:
+                self.problem("state", f"record {seq}: {key} stores state {stored['state']} but "
+                             f"the replay gives {new}", seq)
+            self.diverged[key] = (later or 0) + 1
+        self.states[key] = new
+        n = self.counts[key] = self.counts.get(key, 0) + 1
+        if self.plot:
+            self.sample(key, n, rule, new)
+
+    def sample(self, key: str, n: int, rule: CompositionRule, state: dict[str, float]) -> None:
+        points = self.series.setdefault(key, [])
+        if n % self.stride == 0:
+            spent = rule.spent(state)
+            points.append((self.out.last_time or "", spent.epsilon, spent.delta))
+            if len(points) > _PLOT_POINTS:  # thin to bounded memory
+                del points[::2]
+                self.stride *= 2
+
+    def tally(self, record: dict[str, Any], charge: Charge) -> None:
+        datasets = record.get("datasets") or [record.get("dataset")]
+        groups = [(self.out.by_analyst, record.get("analyst")),
+                  (self.out.by_mechanism, record.get("mechanism", {}).get("name")),
+                  (self.out.by_label, record.get("label")),
+                  (self.out.by_pipeline, record.get("pipeline"))]
+        groups += [(self.out.by_dataset, d) for d in datasets]
+        for table, name in groups:
+            if name is None:
+                continue
+            t = table.get(str(name))
+            if t is None:
+                t = table[str(name)] = Tally()
+            t.releases += 1
+            t.epsilon += charge.epsilon
+            t.delta += charge.delta
+
+    def report(self, expected_head: str | None) -> AuditReport:
+        out = self.out
+        out.expected_head = expected_head
+        if expected_head is not None and expected_head != out.head_hash:
+            self.problem("head", f"the ledger ends at record {out.head_seq} with hash "
+                         f"{out.head_hash}, not at the expected head {expected_head} "
+                         "(truncated or rewritten tail)", out.head_seq)
+        for key, n in sorted(self.diverged.items()):
+            if n > 1:
+                self.problem("state", f"{key}: {n - 1} later records also disagree with the "
+                             "replay")
+        stored = {a.key: a for a in self.src.stored_accounts() or []}
+        for key in sorted(self.states):
+            rule, state = self.rules[key][1], self.states[key]
+            spent, remaining = rule.spent(state), rule.remaining(state)
+            if self.policy is not None:
+                declared = self.policy.limit_for(key)
+                if declared is not None and not spent <= declared:
+                    self.over.add(key)
+                    self.problem("limit", f"{key} has spent {spent}, over the policy's limit "
+                                 f"{declared}")
+            agrees = None
+            if key in stored:
+                agrees = stored[key].state == state
+                if not agrees and self.until is None:
+                    self.problem("state", f"{key}: the ledger's stored running state "
+                                 f"{stored[key].state} differs from the replay {state}")
+            out.accounts.append(AccountReport(
+                account=key, rule=rule.name,
+                limit=None if rule.limit is None else rule.limit.model_dump(),
+                spent=spent.model_dump(), remaining=remaining.model_dump(),
+                releases=self.counts.get(key, 0),
+                over_limit=key in self.over,
+                stored_state_agrees=agrees, series=self.series.get(key) if self.plot else None))
+        for key in sorted(set(stored) - set(self.states)):
+            if self.until is None:
+                self.problem("state", f"{key}: the ledger stores a running state but no record "
+                             "debits it (records deleted?)")
+        return out
+
+
+def _opt(x: Any) -> float | None:
+    return None if x is None else float(x)
+
+
+def _progress(src: Source, enabled: bool | None) -> Iterator[Item]:
+    total = src.size_hint()
+    if enabled is None:
+        enabled = total > 100_000 and sys.stderr.isatty()
+    items = src.items()
+    if not enabled:
+        yield from items
+        return
+    step = max(1, total // 200)
+    for n, item in enumerate(items, start=1):
+        if n % step == 0:
+            done = min(1.0, n / total)
+            bar = "#" * int(done * 40)
+            print(f"\raudit {bar:<40} {n:,} records", end="", file=sys.stderr, flush=True)
+        yield item
+    print(file=sys.stderr)
