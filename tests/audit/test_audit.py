@@ -1,0 +1,281 @@
+"""The auditor: every kind of tampering is found with its record number and its exit bit; an
+untouched ledger audits clean and its totals equal the accountant's; the replay reproduces each
+composition rule's spend."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import struct
+
+import pytest
+
+from accountant import RULES, Accountant, Budget
+from accountant.audit import EXIT_BITS, audit
+from accountant.cli import main as cli
+from accountant.composition import BasicComposition
+from accountant.core import _record
+from accountant.errors import LedgerCorruptedError, LedgerError
+from accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
+from accountant.logs import LOGGER_NAME, log_records_to
+from accountant.transfer import export_jsonl, import_jsonl
+from mechanisms import AnalyticGaussian, Laplace
+
+
+def _ledger(path, n=6, **kw) -> str:
+    url = f"sqlite:///{path}"
+    with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)}, ledger=url,
+                    rng=1, **kw) as acc:
+        for i in range(n):
+            acc.release(Laplace(0.1), float(i), dataset="adult" if i % 2 else "census",
+                        analyst="alice" if i % 3 else "bob", label=f"q{i}")
+    return url
+
+
+def _export(tmp_path, n=6):
+    url = _ledger(tmp_path / "l.db", n)
+    out = tmp_path / "l.jsonl"
+    with open_ledger(url) as ledger:
+        export_jsonl(ledger, out)
+    return out, out.read_text().splitlines()
+
+
+def _kinds(report):
+    return {(p.kind, p.seq) for p in report.problems}
+
+
+def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
+    url = _ledger(tmp_path / "l.db")
+    report = audit(url)
+    assert report.ok and report.exit_status == 0
+    assert report.records == report.verified == 6
+    with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)},
+                    ledger=url) as acc:
+        for a in report.accounts:
+            assert a.spent == acc.spent(a.account.split(":", 1)[1]).model_dump()
+            assert a.stored_state_agrees is True
+        assert report.head_hash == acc.ledger.head()[1]
+    assert report.by_analyst["alice"].releases == 4
+    assert report.by_mechanism["Laplace"].epsilon == pytest.approx(0.6)
+    assert set(report.by_label) == {f"q{i}" for i in range(6)}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_replay_reproduces_each_rules_spend(rule):
+    mech = AnalyticGaussian(0.05, 1e-8)
+    acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=mech.cost, rng=2)
+    for _ in range(7):
+        acc.release(mech, 1.0, dataset="d")
+    report = audit(acc.ledger)
+    assert report.ok, report.problems
+    (account,) = report.accounts
+    assert account.rule == rule
+    assert account.spent == acc.spent("d").model_dump()
+    assert account.remaining == acc.remaining("d").model_dump()
+
+
+def test_edited_field(tmp_path):
+    path, lines = _export(tmp_path)
+    lines[2] = lines[2].replace('"label":"q2"', '"label":"qX"')
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert ("chain", 3) in _kinds(report)
+    assert report.exit_status & EXIT_BITS["chain"]
+
+
+def test_edited_cost_is_also_caught_by_the_replay(tmp_path):
+    path, lines = _export(tmp_path)
+    lines[1] = lines[1].replace('"cost":{"delta":0.0,"epsilon":0.1', '"cost":{"delta":0.0,"epsilon":0.01')
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert {("chain", 2), ("state", 2)} <= _kinds(report)
+    assert report.exit_status == EXIT_BITS["chain"] | EXIT_BITS["state"]
+
+
+def test_deleted_record(tmp_path):
+    path, lines = _export(tmp_path)
+    del lines[3]
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert ("chain", 5) in _kinds(report)
+    assert "record 4 missing" in report.problems[0].message
+
+
+def test_reordered_pair(tmp_path):
+    path, lines = _export(tmp_path)
+    lines[2], lines[3] = lines[3], lines[2]
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert {("chain", 4), ("chain", 3)} <= _kinds(report)
+    assert any("record 3 appears after record 4" in p.message for p in report.problems)
+
+
+def test_inserted_record(tmp_path):
+    path, lines = _export(tmp_path)
+    lines.insert(2, lines[1])  # a copy of record 2 slipped in after it
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert ("chain", 2) in _kinds(report)
+    assert report.exit_status & EXIT_BITS["chain"]
+
+
+def test_truncated_tail_needs_the_kept_head(tmp_path):
+    path, lines = _export(tmp_path)
+    head = json.loads(lines[-1])["hash"]
+    path.write_text("\n".join(lines[:-2]) + "\n")
+    assert audit(path).ok  # without the head kept elsewhere a clean cut is invisible
+    report = audit(path, expected_head=head)
+    assert ("head", 4) in _kinds(report)
+    assert report.exit_status == EXIT_BITS["head"]
+
+
+def test_garbled_line_is_reported_not_raised(tmp_path):
+    path, lines = _export(tmp_path)
+    lines[2] = lines[2][:40] + "\x00garbage"
+    path.write_text("\n".join(lines) + "\n")
+    report = audit(path)
+    assert any(p.kind == "malformed" and p.position == 3 for p in report.problems)
+    assert report.exit_status & EXIT_BITS["malformed"]
+    assert report.records == 6 and report.head_seq == 6
+
+
+def test_binary_garbage_file(tmp_path):
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(struct.pack("<100d", *range(100)))
+    report = audit(path)
+    assert not report.ok and report.exit_status & EXIT_BITS["malformed"]
+
+
+def test_edit_inside_sqlite_ledger(tmp_path):
+    url = _ledger(tmp_path / "l.db")
+    with sqlite3.connect(tmp_path / "l.db") as conn:
+        conn.execute("DROP TRIGGER entries_append_only_u")
+        text = conn.execute("SELECT record FROM entries WHERE seq = 4").fetchone()[0]
+        conn.execute("UPDATE entries SET record = ? WHERE seq = 4",
+                     (text.replace('"label":"q3"', '"label":"q9"'),))
+    report = audit(url)
+    assert ("chain", 4) in _kinds(report)
+
+
+def test_stored_running_state_mismatch(tmp_path):
+    url = _ledger(tmp_path / "l.db")
+    with sqlite3.connect(tmp_path / "l.db") as conn:
+        conn.execute("UPDATE accounts SET state = ? WHERE key = 'dataset:adult'",
+                     (json.dumps({"delta": 0.0, "epsilon": 0.0}),))
+    report = audit(url)
+    assert [p.kind for p in report.problems] == ["state"]
+    assert report.exit_status == EXIT_BITS["state"]
+    assert not next(a for a in report.accounts if a.account == "dataset:adult").stored_state_agrees
+
+
+def test_release_beyond_its_limit_is_flagged():
+    # Forge a well-chained ledger whose records claim a limit of 0.25 but were never checked.
+    ledger = MemoryLedger()
+    claimed, unchecked = BasicComposition(Budget(0.25)), BasicComposition(None)
+    state = unchecked.initial_state()
+    mech = Laplace(0.1)
+    for _ in range(4):
+        state = unchecked.debit(state, mech.charge)
+        account = Account("dataset:d", "basic", claimed.describe(), state, 0)
+        with ledger.transaction() as tx:
+            tx.append(_record(mech, "d", None, None, [(claimed, account)]), [account])
+    report = audit(ledger)
+    assert ("limit", 3) in _kinds(report)
+    assert report.exit_status & EXIT_BITS["limit"]
+    assert report.accounts[0].over_limit
+
+
+def test_policy_limits_are_checked():
+    acc = Accountant(Budget(1.0), rng=0)
+    acc.release(Laplace(0.5), 1.0, dataset="d")
+
+    class Policy:
+        def limit_for(self, key):
+            return Budget(0.3) if key == "dataset:d" else None
+
+    report = audit(acc.ledger, Policy())
+    assert report.exit_status == EXIT_BITS["limit"] and report.accounts[0].over_limit
+
+
+def test_hmac_keyed_chain(tmp_path, monkeypatch):
+    ledger = SqliteLedger(tmp_path / "k.db", hmac_key="k3y")
+    with Accountant(Budget(1.0), ledger=ledger, rng=0) as acc:
+        for _ in range(3):
+            acc.release(Laplace(0.1), 1.0)
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    assert audit(url, key="k3y").ok
+    assert audit(url, key="wrong").exit_status & EXIT_BITS["chain"]
+    monkeypatch.delenv("DPBUDGET_LEDGER_KEY", raising=False)
+    assert audit(url).exit_status == EXIT_BITS["auth"]  # cannot verify without the key
+    # A forger without the key rebuilds the chain with plain SHA-256: the keyed audit rejects it.
+    forged = tmp_path / "forged.jsonl"
+    with open_ledger(_ledger(tmp_path / "plain.db", 3)) as plain:
+        export_jsonl(plain, forged)
+    assert audit(forged, key="k3y").exit_status & EXIT_BITS["auth"]
+
+
+def test_export_import_round_trip(tmp_path):
+    path, _ = _export(tmp_path)
+    target = SqliteLedger(tmp_path / "copy.db")
+    assert import_jsonl(path, target) == 6
+    report = audit(target)
+    assert report.ok and report.head_seq == 6
+    with pytest.raises(LedgerError, match="not empty"):
+        import_jsonl(path, target)
+    target.close()
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2] + lines[3:]) + "\n")
+    fresh = MemoryLedger()
+    with pytest.raises(LedgerCorruptedError):
+        import_jsonl(path, fresh)
+    assert fresh.head()[0] == 0
+
+
+def test_logs_audit_like_the_ledger(tmp_path):
+    log = tmp_path / "pipeline.jsonl"
+    handler = log_records_to(log)
+    try:
+        acc = Accountant(Budget(1.0), rng=0)
+        for _ in range(5):
+            acc.release(Laplace(0.1), 1.0, dataset="d")
+        with pytest.raises(Exception):
+            acc.release(Laplace(5.0), 1.0, dataset="d")  # refused: not logged
+    finally:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+        handler.close()
+    report = audit(log)
+    assert report.ok and report.records == 5
+    assert report.head_hash == acc.ledger.head()[1]
+
+
+def test_since_until_windows_the_tallies():
+    acc = Accountant(Budget(1.0), rng=0)
+    for _ in range(4):
+        acc.release(Laplace(0.1), 1.0)
+    times = [e.record["time"] for e in acc.ledger.entries()]
+    report = audit(acc.ledger, since=times[1], until=times[2])
+    assert report.by_mechanism["Laplace"].releases == 2
+    assert report.accounts[0].releases == 3  # the state as of `until`
+
+
+def test_cli_exit_statuses(tmp_path, capsys):
+    path, lines = _export(tmp_path)
+    assert cli(["audit", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 6
+    assert cli(["audit", str(path)]) == 0
+    lines[1] = lines[1].replace('"label":"q1"', '"label":"zz"')
+    path.write_text("\n".join(lines) + "\n")
+    assert cli(["audit", str(path)]) == EXIT_BITS["chain"]
+    assert cli(["audit", str(tmp_path / "missing.db")]) == 2
+
+
+def test_plot_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    url = _ledger(tmp_path / "l.db")
+    png = tmp_path / "spend.png"
+    assert cli(["audit", url, "--plot", str(png)]) == 0
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1000, 600)
