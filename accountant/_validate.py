@@ -17,7 +17,10 @@ def real(name: str, value: Any) -> float:
     """A real number (not a bool, not a string); may still be NaN or infinite."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidTypeError(name, value, "a real number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the largest double
+        raise InvalidArgumentError(name, value, "a finite number within float range") from None
 
 
 def finite(name: str, value: Any) -> float:
