@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from accountant import _numeric, _validate
-from accountant.errors import InvalidArgumentError, InvalidTypeError, as_value_error
+from accountant.errors import InvalidArgumentError
 
 __all__ = ["Budget"]
 
@@ -64,12 +64,12 @@ class Budget(BaseModel):
     @field_validator("epsilon", mode="before")
     @classmethod
     def _valid_epsilon(cls, value: Any) -> float:
-        return _in_model(_epsilon, value)
+        return _validate.in_model(_epsilon, value)
 
     @field_validator("delta", mode="before")
     @classmethod
     def _valid_delta(cls, value: Any, info: ValidationInfo) -> float:
-        return _in_model(_delta, value, info.data.get("epsilon", 0.0))
+        return _validate.in_model(_delta, value, info.data.get("epsilon", 0.0))
 
     @classmethod
     def unlimited(cls) -> "Budget":
@@ -129,11 +129,3 @@ def _delta(delta: Any, epsilon: float) -> float:
             "An infinite epsilon means no limit at all; a delta would be meaningless.")
     return dlt
 
-
-def _in_model(check: Any, *args: Any) -> float:
-    """``check(*args)`` inside a pydantic validator: a wrong type becomes a ``ValueError`` too
-    (pydantic reports only those with their location)."""
-    try:
-        return check(*args)
-    except InvalidTypeError as exc:
-        raise as_value_error(exc) from None
