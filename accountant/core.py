@@ -198,9 +198,14 @@ class Accountant:
                    analyst: str | None = None) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. A dry run: debits nothing.
 
-        Another caller may spend in between; only ``release`` is authoritative.
+        Another caller may spend in between; only ``release`` is authoritative. A release above
+        a policy's per-query cap is not affordable; a mechanism the policy does not allow at all
+        raises ``MechanismNotAllowedError``, as ``release`` would.
         """
-        self._validated(mechanism, dataset, analyst, None)
+        try:
+            self._validated(mechanism, dataset, analyst, None)
+        except BudgetExceededError:  # a per-query cap
+            return False
         for key, rule in self._targets(dataset, analyst):
             try:
                 rule.debit(self._state(key, rule), mechanism.charge)

@@ -111,6 +111,9 @@ def test_per_query_cap_refuses(make, untouched):
     err = refusal(acc, untouched, AnalyticGaussian(0.4, 1e-6), dataset="adult")  # δ above cap
     assert "max_per_query" in str(err)
     acc.release(AnalyticGaussian(0.5, 1e-7), 1.0, dataset="adult")  # exactly the cap
+    with untouched(acc):
+        assert not acc.can_afford(Laplace(0.6), dataset="adult")
+        assert acc.can_afford(Laplace(0.5), dataset="adult")
 
 
 def test_allowed_mechanisms(make, untouched):
