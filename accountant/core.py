@@ -353,7 +353,7 @@ class Accountant:
             plan = self._plans[(dataset, analyst)]
         except (KeyError, TypeError):  # TypeError: a list of datasets (a join), not hashable
             plan = self._plan(dataset, analyst)
-        return plan.targets if plan.windows is None else plan.at(self._clock())
+        return plan.at(self._clock()) if plan.windowed else plan.targets
 
     def _plan(self, dataset: Any, analyst: str | None) -> "_Plan":
         if type(dataset) is list:
@@ -465,12 +465,12 @@ _PLAN_CACHE = 4096
 class _Plan:
     """What a release on (dataset(s), analyst) is charged to and checked against (cached)."""
 
-    __slots__ = ("specs", "targets", "windows", "checks")
+    __slots__ = ("specs", "targets", "windowed", "checks")
 
     def __init__(self, specs: list[AccountSpec], checks: list[tuple[str, DatasetLimit]]) -> None:
         self.specs = specs
         self.targets = [(spec.key, spec.rule) for spec in specs]
-        self.windows = True if any(spec.period is not None for spec in specs) else None
+        self.windowed = any(spec.period is not None for spec in specs)
         self.checks = checks
 
     def at(self, now: float) -> list[tuple[str, CompositionRule]]:

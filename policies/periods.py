@@ -19,7 +19,6 @@ current window is found in O(1) (one integer division, its key cached until the 
 from __future__ import annotations
 
 import re
-import threading
 from datetime import datetime, timezone
 
 from accountant.errors import InvalidArgumentError, InvalidTypeError
@@ -52,7 +51,7 @@ class Period:
     '@2026-11-18T11+1h'
     """
 
-    __slots__ = ("text", "seconds", "_format", "_cached", "_lock")
+    __slots__ = ("text", "seconds", "_format", "_cached")
 
     def __init__(self, text: str) -> None:
         if not isinstance(text, str):
@@ -63,8 +62,7 @@ class Period:
         self.text = text
         self.seconds = int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
         self._format = _UNIT_FORMAT[match.group(2)]
-        self._cached: tuple[int, str] = (-1, "")
-        self._lock = threading.Lock()
+        self._cached: tuple[int, str] = (-1, "")  # replaced whole (atomic), never mutated
 
     def suffix(self, now: float) -> str:
         """The account-key suffix of the window that contains ``now`` (seconds since the epoch)."""
@@ -74,8 +72,7 @@ class Period:
             return cached[1]
         start = datetime.fromtimestamp(index * self.seconds, timezone.utc)
         text = f"@{start.strftime(self._format)}+{self.text}"
-        with self._lock:
-            self._cached = (index, text)
+        self._cached = (index, text)
         return text
 
     def __eq__(self, other: object) -> bool:

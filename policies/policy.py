@@ -38,7 +38,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from accountant.budget import Budget
 from accountant.errors import PolicyError
 from policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 
@@ -128,7 +127,21 @@ def policy_schema() -> dict[str, Any]:
     """The JSON Schema of a policy file (what ``dpbudget policy schema`` prints)."""
     schema = Policy.model_json_schema()
     schema["title"] = "dpbudget policy"
+    _summaries(schema)
     return schema
+
+
+def _summaries(node: Any) -> None:
+    """Keep each model's description to its docstring's first paragraph (no Args, no doctest)."""
+    if isinstance(node, dict):
+        text = node.get("description")
+        if isinstance(text, str):
+            node["description"] = text.split("\n\n")[0].replace("\n", " ")
+        for value in node.values():
+            _summaries(value)
+    elif isinstance(node, list):
+        for value in node:
+            _summaries(value)
 
 
 def policy_error(exc: ValidationError) -> PolicyError:
@@ -203,6 +216,3 @@ def _unique_keys(value: Any, path: tuple[str, ...]) -> Any:
         return [_unique_keys(v, (*path, str(i))) for i, v in enumerate(value)]
     return value
 
-
-# Budget is part of the policy's public vocabulary; re-exported for convenience.
-_ = Budget
