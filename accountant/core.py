@@ -66,6 +66,10 @@ class Accountant:
         InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng.
         LedgerConflictError: the ledger holds a dataset under a different composition rule.
 
+    ``Accountant.from_policy(path)`` builds one from a policy file instead (per-dataset,
+    per-analyst, global limits, caps, allowed mechanisms); ``pipeline``/``budgeted`` open child
+    budgets (``accountant.pipeline``).
+
     >>> from mechanisms import Laplace
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> noisy = acc.release(Laplace(epsilon=0.25), 42.0, dataset="adult")
@@ -180,15 +184,23 @@ class Accountant:
 
     def release(self, mechanism: Mechanism, value: Any, *, dataset: str = "default",
                 analyst: str | None = None, label: str | None = None) -> Any:
-        """Debit ``mechanism.cost`` from ``dataset``'s limit, then return the noisy answer.
+        """Debit ``mechanism.cost`` from every limit that applies, then return the noisy answer.
+
+        The limits: ``dataset``'s, and with a policy (``from_policy``) also the analyst's on it,
+        the analyst's across datasets and the global one — all debited in one ledger
+        transaction, or none. ``dataset`` may be a tuple (or list) of names: a release computed
+        from several datasets (a join) is charged to each of them, all or none.
 
         Scalar in, scalar (``float``) out; array (or list) in, ``numpy`` array out.
 
         Raises:
-            BudgetExceededError: the release does not fit; nothing was drawn or debited.
+            BudgetExceededError: the release does not fit in some limit (``account`` names it),
+                or is above a per-query cap; nothing was drawn or debited.
+            MechanismNotAllowedError: the policy does not allow this mechanism on the dataset.
             InvalidArgumentError, InvalidTypeError: a bad mechanism, value, dataset, analyst or
                 label; nothing was drawn or debited.
             UnknownDatasetError: no limit is declared for ``dataset``.
+            UnknownAnalystError: the policy denies this analyst (or ``None``) on the dataset.
         """
         prepared = self._validated(mechanism, dataset, analyst, label, value)
         self._local.receipt = self._debit(mechanism, dataset, analyst, label)

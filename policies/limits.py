@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from accountant import _validate
 from accountant.budget import Budget
@@ -91,9 +91,14 @@ class _Limit(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    limit: Budget | None = None
-    per_query: Budget | None = None
-    period: str | None = None
+    limit: Budget | None = Field(None, description="The budget {epsilon, delta}; omitted: no "
+                                 "limit (spend is still recorded).")
+    per_query: Budget | None = Field(None, description="A rule parameter: the 'optimal' rule's "
+                                     "fixed per-query cost.")
+    period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
+                               "each window is its own account. A weaker guarantee than a "
+                               "lifetime limit: the total loss grows with the number of periods.",
+                               pattern=r"^[1-9][0-9]{0,4}[hd]$")
 
     @field_validator("composition", mode="before", check_fields=False)
     @classmethod
@@ -129,7 +134,8 @@ class AnalystLimit(_Limit):
     True
     """
 
-    composition: str | None = None
+    composition: str | None = Field(None, description="The composition rule; omitted: the "
+                                    "dataset's (or the policy's).")
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)
@@ -160,11 +166,16 @@ class DatasetLimit(_Limit):
     'basic'
     """
 
-    composition: str = "basic"
-    max_per_query: Cap | None = None
-    allowed_mechanisms: tuple[MechanismName, ...] | None = None
-    analysts: dict[Name, AnalystLimit] = {}
-    other_analysts: Literal["allow", "deny"] = "allow"
+    composition: str = Field("basic", description="The composition rule (basic, advanced, "
+                             "optimal, gaussian).")
+    max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
+    allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
+        None, description="Mechanism class names admitted; omitted: all.")
+    analysts: dict[Name, AnalystLimit] = Field({}, description="Per-analyst limits on this "
+                                               "dataset.")
+    other_analysts: Literal["allow", "deny"] = Field(
+        "allow", description="'allow': analysts not listed (and anonymous releases) are held to "
+        "the dataset's limits only; 'deny': refused.")
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""

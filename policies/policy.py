@@ -66,10 +66,15 @@ class Policy(_Limit):
     Budget(epsilon=1.0, delta=0.0)
     """
 
-    composition: str = "basic"
-    datasets: dict[Name, DatasetLimit] = Field(min_length=1)
-    analysts: dict[Name, AnalystLimit] = {}
-    other_analysts: Literal["allow", "deny"] = "allow"
+    composition: str = Field("basic", description="The rule of the global limit, and the "
+                             "default rule of [analysts].")
+    datasets: dict[Name, DatasetLimit] = Field(
+        min_length=1, description="The datasets releases may touch; any other is refused.")
+    analysts: dict[Name, AnalystLimit] = Field(
+        {}, description="Limits on one analyst across all datasets.")
+    other_analysts: Literal["allow", "deny"] = Field(
+        "allow", description="'deny': analysts not listed in [analysts] (and anonymous releases) "
+        "are refused on every dataset.")
 
 
 def load_policy(path: str | Path) -> Policy:
