@@ -128,4 +128,3 @@ def _delta(delta: Any, epsilon: float) -> float:
             "delta", delta, "0 when epsilon is infinite",
             "An infinite epsilon means no limit at all; a delta would be meaningless.")
     return dlt
-

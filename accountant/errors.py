@@ -128,7 +128,8 @@ class BudgetExceededError(PrivacyError):
 
 class MechanismNotAllowedError(PrivacyError):
     """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
-    step under the ``"gaussian"`` rule, or one costlier than the declared per-query cost)."""
+    step under the ``"gaussian"`` rule, one costlier than the declared per-query cost, or one a
+    policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
 
 
 class LedgerError(PrivacyError):

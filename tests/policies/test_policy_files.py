@@ -246,3 +246,32 @@ def test_schema_accepts_the_bundled_policy():
     data = tomllib.loads((Path(examples.__file__).parent / "policy.toml").read_text())
     jsonschema.validate(data, policy_schema())
     assert isinstance(Policy.model_validate(data), Policy)
+
+
+def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule):
+    """Rules registered after import (the other composition rules) are accepted by name."""
+    p = load_policy(write(f'[datasets.adult]\ncomposition = "{other_rule}"'))
+    acc = Accountant.from_policy(p)
+    assert acc._targets("adult", None)[0][1].name == other_rule
+
+
+def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
+    from accountant.composition import RULES, BasicComposition
+    from accountant.errors import InvalidArgumentError as IAE
+
+    class NeedsPerQuery(BasicComposition):
+        name = "needy"
+
+        def __init__(self, limit, per_query=None):
+            if per_query is None:
+                raise IAE("per_query", None, "a Budget (this rule charges a fixed cost)")
+            super().__init__(limit, per_query)
+
+    monkeypatch.setitem(RULES, "needy", NeedsPerQuery)
+    f = write('[datasets.adult]\ncomposition = "needy"\n[datasets.adult.analysts.al]')
+    with pytest.raises(PolicyError) as info:
+        Accountant.from_policy(f)
+    assert info.value.path == "datasets.adult" and "per_query" in str(info.value)
+    ok = write('[datasets.adult]\ncomposition = "needy"\nper_query = { epsilon = 0.1 }\n'
+               '[datasets.adult.analysts.al]\ncomposition = "basic"')
+    assert Accountant.from_policy(ok).policy.datasets["adult"].per_query == Budget(0.1)

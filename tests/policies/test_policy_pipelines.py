@@ -202,3 +202,12 @@ def test_pipeline_on_a_plain_accountant_and_receipts(tmp_path):
     again = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0)
     assert again.spent("d") == Budget(0.5)
     again.close()
+
+
+def test_a_pipeline_may_use_its_own_rule(make, other_rule):
+    acc = make(POLICY)
+    with acc.pipeline("r", dataset="adult", budget=Budget(0.4), composition=other_rule) as p:
+        p.release(Laplace(0.1), 1.0)
+    (_, inside) = (e.record for e in acc.ledger.entries())
+    assert inside["accounts"][p.key]["rule"] == other_rule
+    replay_ledger(acc.ledger)
