@@ -43,7 +43,7 @@ from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger.record import canonical
 from mechanisms.base import Mechanism
 from policies.accounts import pipeline_key
-from policies.limits import _name
+from policies.limits import valid_name
 
 if TYPE_CHECKING:
     from accountant.core import Accountant
@@ -172,7 +172,7 @@ class _Allocation:
 
 def _checked(name: Any, budget: Any, composition: Any, per_query: Any) -> CompositionRule:
     """The child's rule, after checking the arguments (before anything is debited)."""
-    _name(_validate.text("name", name))  # the same syntax as policy names: it becomes a key
+    valid_name(_validate.text("name", name))  # the same syntax as policy names: it becomes a key
     if not isinstance(budget, Budget):
         raise InvalidTypeError("budget", budget, "a Budget")
     if budget.is_unlimited:

@@ -20,13 +20,13 @@ from accountant.composition import RULES, CompositionRule, make_rule
 from accountant.errors import InvalidArgumentError, from_validation_error
 from policies.periods import Period
 
-__all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name"]
+__all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name", "valid_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 _MECHANISM = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-def _name(value: str) -> str:
+def valid_name(value: str) -> str:
     # Names become parts of account keys ("dataset:adult/analyst:alice@..."), so the separators
     # ':', '/', '@', '+' and white space are refused: no name can forge another limit's key.
     if _NAME.fullmatch(value) is None:
@@ -41,7 +41,7 @@ def _mechanism(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(_name)]
+Name = Annotated[str, AfterValidator(valid_name)]
 """A dataset, analyst or pipeline name as it may appear in a policy and in account keys."""
 
 MechanismName = Annotated[str, AfterValidator(_mechanism)]
