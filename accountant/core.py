@@ -494,7 +494,8 @@ def _dataset_names(dataset: Any) -> tuple[str, ...]:
     """The dataset(s) a release names: one name, or a tuple/list of distinct names (a join)."""
     if isinstance(dataset, (tuple, list)):
         if not dataset:
-            raise InvalidArgumentError("dataset", dataset, "a name or a non-empty sequence of names")
+            raise InvalidArgumentError("dataset", dataset,
+                                       "a name or a non-empty sequence of names")
         names = tuple(_validate.text("dataset", d) for d in dataset)
         if len(set(names)) != len(names):
             raise InvalidArgumentError("dataset", dataset, "distinct dataset names")

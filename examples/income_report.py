@@ -51,7 +51,8 @@ def main() -> int:
     result = income_report(acc, load_people())
     print(f"pipeline {result['pipeline']}: education {[round(v) for v in result['education']]}, "
           f"total income {result['income']:,.0f}")
-    print(f"people: spent {acc.spent('people')}, alice: spent {acc.spent('people', analyst='alice')}")
+    print(f"people: spent {acc.spent('people')}, "
+          f"alice: spent {acc.spent('people', analyst='alice')}")
     return 0
 
 

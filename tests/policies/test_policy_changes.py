@@ -47,8 +47,8 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
 
 
 def test_lowering_an_analyst_limit(write, used):
-    lowered = write(ORIGINAL.replace("[datasets.adult.analysts.alice]\n    limit = { epsilon = 1.0 }",
-                                     "[datasets.adult.analysts.alice]\n    limit = { epsilon = 0.5 }"))
+    alice = "[datasets.adult.analysts.alice]\n    limit = { epsilon = "
+    lowered = write(ORIGINAL.replace(alice + "1.0 }", alice + "0.5 }"))
     with Accountant.from_policy(lowered, ledger=used, rng=0) as acc:
         with pytest.raises(BudgetExceededError) as info:
             acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="alice")
@@ -73,8 +73,9 @@ def test_a_different_rule_is_a_conflict_for_every_kind_of_account(write, used, o
                                                                    table):
     text = ORIGINAL
     if table is None:
-        text = 'composition = "other"\n' + text.replace("[analysts.bob]\n    limit = { epsilon = 1.0 }",
-                                                        '[analysts.bob]\n    limit = { epsilon = 1.0 }\n    composition = "basic"')
+        bob = "[analysts.bob]\n    limit = { epsilon = 1.0 }"
+        # only the global rule changes: bob keeps "basic" explicitly
+        text = 'composition = "other"\n' + text.replace(bob, bob + '\n    composition = "basic"')
     else:
         text = text.replace(table, f'{table}\n    composition = "other"')
     with pytest.raises(LedgerConflictError, match="rule cannot change"):

@@ -1,4 +1,4 @@
-"""``dpbudget policy check``, ``dpbudget policy schema``, ``dpbudget status --policy`` and the demo."""
+"""``dpbudget policy check``, ``policy schema``, ``status --policy``, and the demo."""
 
 from __future__ import annotations
 

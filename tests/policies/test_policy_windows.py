@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, InvalidTypeError, LedgerConflictError
+from accountant import (
+    Accountant, Budget, BudgetExceededError, InvalidTypeError, LedgerConflictError,
+)
 from accountant.ledger import MemoryLedger
 from mechanisms import Laplace
 from policies import Period
