@@ -19,13 +19,17 @@ from accountant.errors import (
     LedgerCorruptedError,
     LedgerError,
     MechanismNotAllowedError,
+    PolicyError,
     PrivacyError,
+    UnknownAnalystError,
     UnknownDatasetError,
 )
+from accountant.pipeline import Pipeline
 from accountant.receipt import Receipt
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
     "InvalidArgumentError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
-    "LedgerError", "MechanismNotAllowedError", "PrivacyError", "Receipt", "UnknownDatasetError",
+    "LedgerError", "MechanismNotAllowedError", "Pipeline", "PolicyError", "PrivacyError",
+    "Receipt", "UnknownAnalystError", "UnknownDatasetError",
 ]

@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any
 
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError, as_value_error
 
 
 def real(name: str, value: Any) -> float:
@@ -73,3 +73,13 @@ def text(name: str, value: Any, *, optional: bool = False) -> str | None:
     if not value.strip() or len(value) > 256:
         raise InvalidArgumentError(name, value, "a non-empty string of at most 256 characters")
     return value
+
+
+def in_model(check: Any, *args: Any) -> Any:
+    """``check(*args)`` called from a pydantic validator: a wrong type is re-raised as an
+    ``InvalidArgumentError`` (a ``ValueError``) with the same message, because pydantic reports
+    a ``ValueError`` with the key's location but lets a ``TypeError`` escape without it."""
+    try:
+        return check(*args)
+    except InvalidTypeError as exc:
+        raise as_value_error(exc) from None

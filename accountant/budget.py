@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError
@@ -48,20 +48,28 @@ class Budget(BaseModel):
     delta: float = 0.0
 
     def __init__(self, epsilon: Any = None, delta: Any = 0.0, **data: Any) -> None:
-        # Checked here first so that direct construction raises our typed errors; the validator
-        # below repeats the check for budgets nested in other models (policies), which pydantic
-        # builds without calling __init__.
+        # Checked here first so that direct construction (positional or by keyword) raises our
+        # typed errors (``InvalidTypeError`` is a ``TypeError``, which pydantic would not catch);
+        # the field validators below repeat the checks for budgets nested in other models
+        # (policies), which pydantic builds without calling __init__, so that its error
+        # locations name the exact key (``datasets.adult.limit.epsilon``).
         eps, dlt = _checked(data.pop("epsilon", epsilon), data.pop("delta", delta), data)
         super().__init__(epsilon=eps, delta=dlt)
 
-    @model_validator(mode="before")
+    # Tell pydantic this __init__ adds nothing to validation (it only accepts positional
+    # arguments and raises typed errors first), so a Budget nested in another model is validated
+    # field by field, and errors carry the field's location. pydantic's RootModel does the same.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @field_validator("epsilon", mode="before")
     @classmethod
-    def _validate(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            rest = dict(data)
-            eps, dlt = _checked(rest.pop("epsilon", None), rest.pop("delta", 0.0), rest)
-            return {"epsilon": eps, "delta": dlt}
-        return data
+    def _valid_epsilon(cls, value: Any) -> float:
+        return _validate.in_model(_epsilon, value)
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _valid_delta(cls, value: Any, info: ValidationInfo) -> float:
+        return _validate.in_model(_delta, value, info.data.get("epsilon", 0.0))
 
     @classmethod
     def unlimited(cls) -> "Budget":
@@ -102,12 +110,21 @@ def _checked(epsilon: Any, delta: Any, extra: dict[str, Any]) -> tuple[float, fl
         raise InvalidArgumentError("Budget", sorted(extra), "given only 'epsilon' and 'delta'")
     if epsilon is None:
         raise InvalidArgumentError("epsilon", epsilon, "given (a finite number >= 0)")
+    eps = _epsilon(epsilon)
+    return eps, _delta(delta, eps)
+
+
+def _epsilon(epsilon: Any) -> float:
     eps = _validate.real("epsilon", epsilon)
     if not eps >= 0.0:
         raise InvalidArgumentError("epsilon", epsilon, "a finite number >= 0 (or inf for no limit)")
+    return eps
+
+
+def _delta(delta: Any, epsilon: float) -> float:
     dlt = _validate.probability("delta", delta)
-    if math.isinf(eps) and dlt != 0.0:
+    if math.isinf(epsilon) and dlt != 0.0:
         raise InvalidArgumentError(
             "delta", delta, "0 when epsilon is infinite",
             "An infinite epsilon means no limit at all; a delta would be meaningless.")
-    return eps, dlt
+    return dlt

@@ -16,6 +16,8 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTypeError",
     "UnknownDatasetError",
+    "UnknownAnalystError",
+    "PolicyError",
     "BudgetExceededError",
     "MechanismNotAllowedError",
     "LedgerError",
@@ -39,6 +41,7 @@ class InvalidArgumentError(PrivacyError, ValueError):
     def __init__(self, argument: str, value: Any, expected: str, hint: str = "") -> None:
         self.argument = argument
         self.value = value
+        self.expected = expected
         message = f"{argument!r} must be {expected}; got {value!r}"
         super().__init__(message + (f". {hint}" if hint else ""))
 
@@ -54,6 +57,7 @@ class InvalidTypeError(PrivacyError, TypeError):
     def __init__(self, argument: str, value: Any, expected: str) -> None:
         self.argument = argument
         self.value = value
+        self.expected = expected
         super().__init__(
             f"{argument!r} must be {expected}; got {value!r} of type {type(value).__name__}"
         )
@@ -69,6 +73,34 @@ class UnknownDatasetError(InvalidArgumentError):
             f"one of the datasets with a declared limit {list(known)}",
             "Declare a limit for it, or give the Accountant a default `limit`.",
         )
+
+
+class UnknownAnalystError(InvalidArgumentError):
+    """The policy does not admit this analyst on this dataset: the dataset (or the policy's
+    top-level ``[analysts]`` table) sets ``other_analysts = "deny"`` and does not list them (an
+    anonymous release, ``analyst=None``, is refused there too)."""
+
+    def __init__(self, analyst: str | None, where: str, known: tuple[str, ...]) -> None:
+        super().__init__(
+            "analyst", analyst, f"one of the analysts {where} lists {list(known)}",
+            f'{where} sets other_analysts = "deny"; nothing was drawn and nothing was debited.')
+
+
+class PolicyError(PrivacyError, ValueError):
+    """A policy file is malformed. Nothing was opened, drawn or debited.
+
+    The message starts with the exact key path of the problem, for example
+    ``datasets.adult.limit.epsilon: must be a finite number >= 0 (or inf for no limit); got -1``.
+
+    Attributes:
+        path: the dotted key path (``""`` for a problem with the file as a whole).
+        file: the policy file's name, when the policy was read from a file.
+    """
+
+    def __init__(self, path: str, message: str, file: str | None = None) -> None:
+        self.path = path
+        self.file = file
+        super().__init__(f"{path}: {message}" if path else message)
 
 
 class BudgetExceededError(PrivacyError):
@@ -96,7 +128,8 @@ class BudgetExceededError(PrivacyError):
 
 class MechanismNotAllowedError(PrivacyError):
     """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
-    step under the ``"gaussian"`` rule, or one costlier than the declared per-query cost)."""
+    step under the ``"gaussian"`` rule, one costlier than the declared per-query cost, or one a
+    policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
 
 
 class LedgerError(PrivacyError):
@@ -111,6 +144,15 @@ class LedgerCorruptedError(LedgerError):
 class LedgerConflictError(LedgerError):
     """The ledger was started under settings (such as a composition rule) that differ from the
     ones this accountant was given; rules cannot change mid-stream."""
+
+
+def as_value_error(exc: InvalidTypeError) -> InvalidArgumentError:
+    """The same complaint as an ``InvalidArgumentError`` (a ``ValueError``), for code that runs
+    inside pydantic validators: pydantic reports ``ValueError`` with the key's location but lets a
+    ``TypeError`` escape without it."""
+    err = InvalidArgumentError(exc.argument, exc.value, exc.expected)
+    err.args = exc.args
+    return err
 
 
 def from_validation_error(exc: Any) -> InvalidArgumentError:

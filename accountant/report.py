@@ -2,48 +2,99 @@
 
 Reads only the accounts' running state, never the records, so it costs O(number of limits)
 however long the ledger is. (``dpbudget audit`` is the check that recomputes from the records.)
+
+With a policy (``dpbudget status LEDGER --policy FILE``), each account is reported against the
+limit the policy now gives it, not the one recorded with its last debit: a policy that lowered a
+limit below what was spent shows that account as over its limit (it refuses every release).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from accountant.composition import rule_from_config
-from accountant.ledger import Ledger
+from accountant import _numeric
+from accountant.composition import CompositionRule, rule_from_config
+from accountant.ledger import Account, Ledger
+from policies.accounts import policy_accounts
+from policies.periods import split_window
 
 __all__ = ["budget_rows", "budget_table"]
 
 
-def budget_rows(ledger: Ledger) -> list[dict[str, Any]]:
-    """One row per limit in the ledger: key, rule, limit, spent, remaining, last record."""
+def budget_rows(ledger: Ledger, policy: Any = None) -> list[dict[str, Any]]:
+    """One row per limit in the ledger: key, rule, limit, spent, remaining, last record.
+
+    Args:
+        policy: a ``policies.Policy`` to report against (its limits, not the recorded ones):
+            each row then also has ``over_limit`` (spent exceeds the policy's limit: every
+            release there is refused) and ``note``.
+    """
+    specs: dict[str, Any] = {}
+    if policy is not None:
+        specs = policy_accounts(policy)
     rows = []
     for account in ledger.accounts():
-        rule = rule_from_config(account.config)
+        rule, note = _rule_for(account, specs, policy is not None)
         spent = rule.spent(account.state)
         remaining = rule.remaining(account.state)
         exhausted = rule.limit is not None and remaining.epsilon <= 0.0
-        rows.append({
+        row = {
             "account": account.key, "rule": account.rule,
             "limit": None if rule.limit is None else rule.limit.model_dump(),
             "spent": spent.model_dump(), "remaining": remaining.model_dump(),
             "exhausted": exhausted, "last_seq": account.seq,
-        })
+        }
+        if policy is not None:
+            row["over_limit"] = _over(rule, account)
+            row["note"] = ("OVER LIMIT: refuses every release" if row["over_limit"] else note
+                           or ("exhausted" if exhausted else ""))
+        rows.append(row)
     return rows
 
 
-def budget_table(ledger: Ledger) -> str:
-    """A fixed-width text table of ``budget_rows``."""
-    head = ("account", "rule", "limit ε", "limit δ", "spent ε", "spent δ", "remaining ε",
-            "remaining δ")
+def _rule_for(account: Account, specs: dict[str, Any], with_policy: bool
+              ) -> tuple[CompositionRule, str]:
+    """The rule to report ``account`` under: the policy's when it declares the account (and
+    the rule names agree), else the one recorded with the account."""
+    recorded = rule_from_config(account.config)
+    if not with_policy or account.key.startswith("pipeline:"):
+        return recorded, ""  # a pipeline's limit is its allocation, never in a policy
+    base, period = split_window(account.key)
+    spec = specs.get(base)
+    if spec is None:
+        return recorded, "not in the policy"
+    if spec.rule.name != account.rule:
+        return recorded, f"RULE CONFLICT: the policy says {spec.rule.name!r}"
+    if (None if spec.period is None else spec.period.text) != period:
+        return spec.rule, "PERIOD CONFLICT with the policy"
+    return spec.rule, ""
+
+
+def _over(rule: CompositionRule, account: Account) -> bool:
+    limit = rule.limit
+    if limit is None:
+        return False
+    spent = rule.spent(account.state)
+    return not (_numeric.within(spent.epsilon, limit.epsilon)
+                and _numeric.within(spent.delta, limit.delta))
+
+
+def budget_table(ledger: Ledger, policy: Any = None) -> str:
+    """A fixed-width text table of ``budget_rows`` (with a ``status`` column given a policy)."""
+    head: tuple[str, ...] = ("account", "rule", "limit ε", "limit δ", "spent ε", "spent δ",
+                             "remaining ε", "remaining δ")
+    if policy is not None:
+        head += ("status",)
     lines = [head]
-    for r in budget_rows(ledger):
+    for r in budget_rows(ledger, policy):
         lim = r["limit"]
         lines.append((r["account"], r["rule"],
                       "none" if lim is None else f"{lim['epsilon']:.6g}",
                       "none" if lim is None else f"{lim['delta']:.3g}",
                       f"{r['spent']['epsilon']:.6g}", f"{r['spent']['delta']:.3g}",
                       "∞" if lim is None else f"{r['remaining']['epsilon']:.6g}",
-                      "∞" if lim is None else f"{r['remaining']['delta']:.3g}"))
+                      "∞" if lim is None else f"{r['remaining']['delta']:.3g}")
+                     + ((r["note"],) if policy is not None else ()))
     if len(lines) == 1:
         return "  (no releases recorded)"
     widths = [max(len(row[i]) for row in lines) for i in range(len(head))]

@@ -1,5 +1,6 @@
-"""The demo pipeline behind ``dpbudget demo``: a small analysis of the bundled people table, run
-end to end against an SQLite ledger, ending with a request the budget refuses.
+"""The demo pipeline behind ``dpbudget demo``: a small analysis of the bundled people table under
+the bundled policy (``policy.toml``), run end to end against an SQLite ledger by the analyst alice,
+partly inside a budgeted pipeline, ending with a request her limit refuses.
 
 Run it with ``dpbudget demo`` (or ``python -m dpbudget_examples.demo`` after install).
 """
@@ -15,10 +16,12 @@ from typing import Any, TextIO
 
 from accountant import Accountant, Budget, BudgetExceededError
 from accountant.report import budget_table
-from mechanisms import AnalyticGaussian, Laplace, clamped_sum, count, histogram, noisy_mean
+from mechanisms import Laplace, count, noisy_mean
+
+from .income_report import POLICY, REPORT_BUDGET, income_report
 
 DATA = Path(__file__).with_name("data") / "people.csv"
-EDUCATION = ("primary", "secondary", "bachelor", "master", "doctorate")
+ANALYST = "alice"
 
 
 def load_people(path: Path = DATA) -> list[dict[str, Any]]:
@@ -32,46 +35,49 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
     """Run the pipeline; returns the accountant (its ledger holds the demo's records)."""
     people = load_people()
     ages = [p["age"] for p in people]
-    incomes = [p["income"] for p in people]
-    acc = Accountant(limits={"people": Budget(1.0, 1e-6)}, ledger=ledger, rng=seed)
+    acc = Accountant.from_policy(POLICY, ledger=ledger, rng=seed)
+    mine = {"dataset": "people", "analyst": ANALYST}
 
-    def show(label: str, noisy: Any, true: Any, cost: Budget | None = None) -> None:
-        cost = cost or acc.last_receipt.cost
+    def show(label: str, noisy: Any, true: Any, cost: Budget) -> None:
         print(f"  {label:<34} {_fmt(noisy):>28}   (true {_fmt(true)}; "
               f"cost ε={cost.epsilon:g}, δ={cost.delta:g})", file=out)
 
-    print(f"dpbudget demo: {len(people)} synthetic people, ledger {ledger}", file=out)
-    print("Releases, each debited from the 'people' limit before its noise is drawn "
-          "(true values shown only because the data are synthetic):", file=out)
-
+    print(f"dpbudget demo: {len(people)} synthetic people, policy {POLICY.name}, ledger {ledger}",
+          file=out)
+    print(f"Analyst {ANALYST}'s releases, each debited from the 'people' limit and from "
+          f"{ANALYST}'s own before its noise is drawn\n(true values shown only because the data "
+          f"are synthetic):", file=out)
     n = count(people)
-    show("count of people", acc.release(Laplace(0.1, n.l1_sensitivity), n.value,
-                                        dataset="people", label="count"), n.value)
+    show("count of people", acc.release(Laplace(0.1, n.l1_sensitivity), n.value, label="count",
+                                        **mine), n.value, Budget(0.1))
+    show("mean age (clamped to 18..95)",
+         noisy_mean(acc, ages, 18, 95, epsilon=0.2, label="mean age", **mine),
+         sum(ages) / len(ages), Budget(0.2))
 
-    mean_age = noisy_mean(acc, ages, 18, 95, epsilon=0.2, dataset="people", label="mean age")
-    show("mean age (clamped to 18..95)", mean_age, sum(ages) / len(ages), Budget(0.2))
+    print(f"Pipeline 'income-report': its allocation ε={REPORT_BUDGET.epsilon:g}, "
+          f"δ={REPORT_BUDGET.delta:g} is debited once when it opens; its releases are charged "
+          f"to it alone:", file=out)
+    report = income_report(acc, people, analyst=ANALYST)
+    show("education histogram", report["education"], _true_histogram(people), Budget(0.2))
+    show("total income (clamped to 0..150k)", report["income"],
+         sum(min(max(p["income"], 0), 150_000) for p in people), Budget(0.2, 1e-7))
 
-    h = histogram([p["education"] for p in people], EDUCATION)
-    noisy_h = acc.release(Laplace(0.2, h.l1_sensitivity), h.value, dataset="people",
-                          label="education histogram")
-    show("education histogram", noisy_h, h.value)
-
-    s = clamped_sum(incomes, 0, 150_000)
-    show("total income (clamped to 0..150k)",
-         acc.release(AnalyticGaussian(0.3, 1e-7, s.l2_sensitivity), s.value, dataset="people",
-                     label="total income"), s.value)
-
-    print("\nBudget per dataset:", file=out)
+    print("\nBudget per limit:", file=out)
     print(budget_table(acc.ledger), file=out)
 
-    print("\nOne more release, ε = 0.5, on 'people':", file=out)
+    print(f"\nOne more release by {ANALYST}, ε = 0.2, on 'people':", file=out)
     try:
-        acc.release(Laplace(0.5, s.l1_sensitivity), s.value, dataset="people",
-                    label="one too many")
+        acc.release(Laplace(0.2, n.l1_sensitivity), n.value, label="one too many", **mine)
     except BudgetExceededError as refused:
         print(f"  refused: {refused}", file=out)
-    print(f"\nAudit it: dpbudget status {ledger}", file=out)
+    print(f"\nAudit it: dpbudget status {ledger} --policy {POLICY}", file=out)
     return acc
+
+
+def _true_histogram(people: list[dict[str, Any]]) -> list[int]:
+    from .income_report import EDUCATION
+
+    return [sum(p["education"] == e for p in people) for e in EDUCATION]
 
 
 def _fmt(x: Any) -> str:

@@ -1,7 +1,14 @@
-"""Declarative privacy limits: per dataset (and, as the policy file grows, per analyst and query)."""
+"""Declarative privacy limits: per dataset, per analyst, per query, global; loaded from a policy
+file (TOML or JSON) and enforced by ``Accountant.from_policy``."""
 
 # `accountant` must finish initialising first: its Accountant imports this package back.
 import accountant  # noqa: F401  (isort: skip)
-from policies.limits import DatasetLimit
+from policies.accounts import AccountSpec, policy_accounts
+from policies.limits import AnalystLimit, Cap, DatasetLimit
+from policies.periods import Period
+from policies.policy import Policy, load_policy, parse_policy, policy_schema
 
-__all__ = ["DatasetLimit"]
+__all__ = [
+    "AccountSpec", "AnalystLimit", "Cap", "DatasetLimit", "Period", "Policy", "load_policy",
+    "parse_policy", "policy_accounts", "policy_schema",
+]

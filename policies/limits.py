@@ -1,20 +1,150 @@
-"""``DatasetLimit``: the limit one dataset is held to, and how its releases compose."""
+"""The limits a policy declares: per dataset (``DatasetLimit``), per analyst (``AnalystLimit``),
+and the per-query cap (``Cap``).
+
+Invariant: a limit that exists is valid (pydantic v2, frozen, unknown keys refused): its rule name
+is one of ``accountant.composition.RULES`` as registered when it is validated, its budgets are
+valid ``Budget`` values, its period parses. Validation errors name the exact key, so that a policy
+file's mistakes point at the line to fix.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import RULES, CompositionRule, make_rule
-from accountant.errors import from_validation_error
+from accountant.errors import InvalidArgumentError, from_validation_error
+from policies.periods import Period
 
-__all__ = ["DatasetLimit"]
+__all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name", "valid_name"]
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+_MECHANISM = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-class DatasetLimit(BaseModel):
-    """A dataset's privacy limit, its composition rule, and an optional per-query cap.
+def valid_name(value: str) -> str:
+    # Names become parts of account keys ("dataset:adult/analyst:alice@..."), so the separators
+    # ':', '/', '@', '+' and white space are refused: no name can forge another limit's key.
+    if _NAME.fullmatch(value) is None:
+        raise InvalidArgumentError("name", value, "1 to 128 letters, digits, '_', '.' or '-' "
+                                   "(not starting with '.' or '-')")
+    return value
+
+
+def _mechanism(value: str) -> str:
+    if _MECHANISM.fullmatch(value) is None:
+        raise InvalidArgumentError("mechanism", value, "a mechanism class name such as 'Laplace'")
+    return value
+
+
+Name = Annotated[str, AfterValidator(valid_name)]
+"""A dataset, analyst or pipeline name as it may appear in a policy and in account keys."""
+
+MechanismName = Annotated[str, AfterValidator(_mechanism)]
+
+
+class Cap(BaseModel):
+    """``max_per_query``: the most a single release may cost; an omitted component is not capped.
+
+    Unlike a rule's ``per_query`` (the fixed per-query cost of the ``"optimal"`` rule, charged to
+    every step of that account), a cap only refuses releases that cost more; it charges nothing.
+
+    >>> cap = Cap(epsilon=0.5)
+    >>> cap.admits(Budget(0.5, 1e-7)), cap.admits(Budget(0.6))
+    (True, False)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float | None = None
+    delta: float | None = None
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _valid_epsilon(cls, value: Any) -> float | None:
+        return None if value is None else _validate.in_model(_validate.non_negative, "epsilon",
+                                                             value)
+
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _valid_delta(cls, value: Any) -> float | None:
+        return None if value is None else _validate.in_model(_validate.probability, "delta",
+                                                             value)
+
+    def admits(self, cost: Budget) -> bool:
+        """Whether a release of ``cost`` is within the cap (every capped component ≤)."""
+        return ((self.epsilon is None or cost.epsilon <= self.epsilon)
+                and (self.delta is None or cost.delta <= self.delta))
+
+    def __str__(self) -> str:
+        parts = [f"{k}<={v!r}" for k, v in (("epsilon", self.epsilon), ("delta", self.delta))
+                 if v is not None]
+        return "(" + ", ".join(parts or ["no cap"]) + ")"
+
+
+class _Limit(BaseModel):
+    """The fields every limit shares."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    limit: Budget | None = Field(None, description="The budget {epsilon, delta}; omitted: no "
+                                 "limit (spend is still recorded).")
+    per_query: Budget | None = Field(None, description="A rule parameter: the 'optimal' rule's "
+                                     "fixed per-query cost.")
+    period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
+                               "each window is its own account. A weaker guarantee than a "
+                               "lifetime limit: the total loss grows with the number of periods.",
+                               pattern=r"^[1-9][0-9]{0,4}[hd]$")
+
+    @field_validator("composition", mode="before", check_fields=False)
+    @classmethod
+    def _known_rule(cls, name: Any) -> Any:
+        # Checked against RULES as registered now, so rules added by other modules just work.
+        if name is not None and (not isinstance(name, str) or name not in RULES):
+            raise InvalidArgumentError("composition", name, f"one of {sorted(RULES)}")
+        return name
+
+    @field_validator("period", mode="before")
+    @classmethod
+    def _valid_period(cls, text: Any) -> Any:
+        if text is not None:
+            _validate.in_model(Period, text)
+        return text
+
+    def window(self) -> Period | None:
+        """The renewal window, or None for a lifetime limit."""
+        return None if self.period is None else Period(self.period)
+
+
+class AnalystLimit(_Limit):
+    """One analyst's limit: on one dataset (``[datasets.adult.analysts.alice]``), or across all
+    datasets (``[analysts.alice]``).
+
+    Args:
+        limit: the analyst's budget; ``None`` means no limit (spend is still recorded).
+        composition: the rule; ``None`` means the dataset's (or, at the top level, the policy's).
+        per_query: a rule parameter (the ``"optimal"`` rule's fixed per-query cost).
+        period: a renewal window; ``None`` means the dataset's (or the policy's) period.
+
+    >>> AnalystLimit(limit=Budget(1.0, 1e-7)).composition is None
+    True
+    """
+
+    composition: str | None = Field(None, description="The composition rule; omitted: the "
+                                    "dataset's (or the policy's).")
+
+    def __init__(self, /, **data: Any) -> None:
+        _construct(super().__init__, data)
+
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # (see Budget.__init__)
+
+
+class DatasetLimit(_Limit):
+    """A dataset's privacy limit, its composition rule, and the checks a policy adds.
 
     Each dataset is its own population, so each has its own limit; the rule is fixed when the limit
     is created and cannot change once releases are recorded against it.
@@ -22,31 +152,44 @@ class DatasetLimit(BaseModel):
     Args:
         limit: the total budget; ``None`` means no limit (spend is still recorded).
         composition: the name of a composition rule (``"basic"``, ...).
-        per_query: the most any single release may cost.
+        per_query: a rule parameter: the ``"optimal"`` rule's fixed per-query cost, or for the
+            other rules a cap its account enforces on every step (allocations of pipelines too).
+        max_per_query: a cap on each release (``Cap``); omitted components are not capped.
+        allowed_mechanisms: the mechanism class names admitted (``("Laplace", ...)``, exact
+            ``type(m).__name__``); ``None`` admits every mechanism, ``()`` none.
+        period: a renewal window (``"1d"``...; see ``policies.periods`` — a weaker guarantee).
+        analysts: per-analyst limits on this dataset.
+        other_analysts: ``"allow"`` (default): an analyst not listed in ``analysts`` (and
+            ``analyst=None``) is held to the dataset-level limits only; ``"deny"``: refused.
 
     >>> DatasetLimit(limit=Budget(1.0, 1e-6)).composition
     'basic'
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    limit: Budget | None = None
-    composition: str = "basic"
-    per_query: Budget | None = None
-
-    @field_validator("composition")
-    @classmethod
-    def _known_rule(cls, name: str) -> str:
-        if name not in RULES:
-            raise ValueError(f"'composition' must be one of {sorted(RULES)}; got {name!r}")
-        return name
+    composition: str = Field("basic", description="The composition rule (basic, advanced, "
+                             "optimal, gaussian).")
+    max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
+    allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
+        None, description="Mechanism class names admitted; omitted: all.")
+    analysts: dict[Name, AnalystLimit] = Field({}, description="Per-analyst limits on this "
+                                               "dataset.")
+    other_analysts: Literal["allow", "deny"] = Field(
+        "allow", description="'allow': analysts not listed (and anonymous releases) are held to "
+        "the dataset's limits only; 'deny': refused.")
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
         return make_rule(self.composition, self.limit, self.per_query)
 
     def __init__(self, /, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise from_validation_error(exc) from None
+        _construct(super().__init__, data)
+
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # (see Budget.__init__)
+
+
+def _construct(init: Any, data: dict[str, Any]) -> None:
+    """Direct construction raises our typed error (naming the key path) instead of pydantic's."""
+    try:
+        init(**data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None

@@ -69,6 +69,12 @@ class Transaction:
     def account(self, key: str) -> Account | None:
         return self._ledger._read_account(key)
 
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next ``append`` in this transaction will get (fixed: the
+        transaction holds the ledger's write lock)."""
+        return self._ledger._head()[0] + 1
+
     def append(self, fields: dict[str, str], accounts: list[Account]) -> Entry:
         """Append a record and write the accounts' new states, as one unit.
 

@@ -17,6 +17,20 @@ Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`
 ``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge), ``accounts``
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
 and ``prev``.
+
+Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
+given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
+need different charges for different accounts is written as several records. Additional members:
+
+- a release on several datasets (a join): ``dataset`` is the first named, ``datasets`` all of them;
+- a release inside a pipeline: ``pipeline`` (its id); ``accounts`` is the pipeline's account only;
+- ``kind = "pipeline"`` (a pipeline opened): ``pipeline`` (its id, ``<name>#<seq>``), ``parent``
+  (the enclosing pipeline's id, or null), ``rule`` (the pipeline's own rule configuration),
+  ``cost`` (its allocation) and ``accounts`` (the parent accounts it was debited from); no
+  ``mechanism``.
+
+Account keys (``policies.accounts``): ``global``, ``dataset:NAME``, ``dataset:NAME/analyst:WHO``,
+``analyst:WHO``, ``pipeline:ID``; a renewal window's account adds ``@<start>+<period>``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,109 @@
+"""Account keys, and the accounts a policy declares.
+
+Every limit is one ledger account, named by a key:
+
+=============================  ===============================================================
+``global``                     the policy's top-level ``limit`` (all datasets together)
+``dataset:adult``              ``[datasets.adult]``
+``dataset:adult/analyst:alice`` ``[datasets.adult.analysts.alice]``
+``analyst:alice``              ``[analysts.alice]`` (alice across all datasets)
+``pipeline:report#12``         a pipeline's allocation (opened by ledger record 12)
+=============================  ===============================================================
+
+A windowed limit (``period``) has one account per window, the key plus ``@<start>+<period>``
+(``policies.periods``). Names in a policy cannot contain ``:``, ``/``, ``@`` or ``+``, so no name
+can forge another limit's key.
+
+Invariant: ``policy_accounts`` is the one place that maps a policy to its accounts and their rules;
+the accountant, ``dpbudget status --policy`` and the load-time rule checks all use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accountant.composition import CompositionRule, make_rule
+from accountant.errors import PolicyError, PrivacyError
+from policies.limits import DatasetLimit, _Limit
+from policies.periods import Period
+from policies.policy import Policy
+
+__all__ = ["GLOBAL", "AccountSpec", "analyst_key", "dataset_analyst_key", "dataset_key",
+           "pipeline_key", "policy_accounts"]
+
+GLOBAL = "global"
+
+
+def dataset_key(dataset: str) -> str:
+    return f"dataset:{dataset}"
+
+
+def dataset_analyst_key(dataset: str, analyst: str) -> str:
+    return f"dataset:{dataset}/analyst:{analyst}"
+
+
+def analyst_key(analyst: str) -> str:
+    return f"analyst:{analyst}"
+
+
+def pipeline_key(pipeline_id: str) -> str:
+    return f"pipeline:{pipeline_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class AccountSpec:
+    """One limit as an account: its base ``key``, its ``rule``, its renewal window (``period``,
+    None for a lifetime limit), the policy key ``path`` it comes from, and its ``dataset`` (None
+    for the global and per-analyst accounts)."""
+
+    key: str
+    rule: CompositionRule
+    period: Period | None
+    path: str
+    dataset: str | None = None
+
+    def key_at(self, now: float) -> str:
+        """The account key in force at time ``now`` (the base key for a lifetime limit)."""
+        return self.key if self.period is None else self.key + self.period.suffix(now)
+
+
+def dataset_spec(name: str, limit: DatasetLimit, path: str) -> AccountSpec:
+    return AccountSpec(dataset_key(name), _rule(limit, limit.composition, path), limit.window(),
+                       path, name)
+
+
+def policy_accounts(policy: Policy) -> dict[str, AccountSpec]:
+    """Every account a ``Policy`` declares, by base key, with its rule built (and so checked).
+
+    Inheritance: a dataset's analyst uses the dataset's ``composition`` and ``period`` unless it
+    sets its own; a top-level analyst uses the policy's.
+
+    Raises:
+        PolicyError: a rule cannot be built from its limit (e.g. ``"optimal"`` without
+            ``per_query``), naming the key path.
+    """
+    specs: dict[str, AccountSpec] = {}
+    if policy.limit is not None:
+        specs[GLOBAL] = AccountSpec(GLOBAL, _rule(policy, policy.composition, "limit"),
+                                    policy.window(), "limit")
+    for name, limit in policy.datasets.items():
+        spec = dataset_spec(name, limit, f"datasets.{name}")
+        specs[spec.key] = spec
+        for who, own in limit.analysts.items():
+            path = f"datasets.{name}.analysts.{who}"
+            key = dataset_analyst_key(name, who)
+            specs[key] = AccountSpec(key, _rule(own, own.composition or limit.composition, path),
+                                     own.window() or limit.window(), path, name)
+    for who, own in policy.analysts.items():
+        path = f"analysts.{who}"
+        specs[analyst_key(who)] = AccountSpec(
+            analyst_key(who), _rule(own, own.composition or policy.composition, path),
+            own.window() or policy.window(), path)
+    return specs
+
+
+def _rule(limit: _Limit, composition: str, path: str) -> CompositionRule:
+    try:
+        return make_rule(composition, limit.limit, limit.per_query)
+    except PrivacyError as exc:
+        raise PolicyError(path, str(exc)) from None

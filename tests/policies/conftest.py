@@ -1,0 +1,91 @@
+"""Shared helpers for the policy tests: policy files, an injected clock, untouched-state checks."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accountant import Accountant
+from accountant.composition import RULES, BasicComposition
+
+# 2026-11-21T10:00:00Z, a fixed instant: no test depends on wall time.
+T0 = 1_795_255_200.0
+DAY = 86_400.0
+
+
+class Clock:
+    """A settable clock (seconds since the epoch) for renewal windows."""
+
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """``write(text, suffix=".toml")`` -> the path of a new policy file with ``text``."""
+    counter = iter(range(10_000))
+
+    def _write(text: str | dict, suffix: str = ".toml") -> Path:
+        path = tmp_path / f"policy{next(counter)}{suffix}"
+        body = json.dumps(text) if isinstance(text, dict) else textwrap.dedent(text)
+        path.write_text(body, encoding="utf-8")
+        return path
+    return _write
+
+
+@pytest.fixture
+def make(write, clock):
+    """``make(policy_text, **kw)`` -> an Accountant from that policy, seeded, with the clock."""
+
+    def _make(text: str, **kw) -> Accountant:
+        kw.setdefault("rng", np.random.default_rng(7))
+        kw.setdefault("clock", clock)
+        return Accountant.from_policy(write(text), **kw)
+    return _make
+
+
+class Untouched:
+    """Context manager: the ledger's records and accounts and the RNG's state are unchanged."""
+
+    def __init__(self, acc: Accountant) -> None:
+        self.acc = acc
+
+    def __enter__(self) -> "Untouched":
+        self.entries = list(self.acc.ledger.entries())
+        self.accounts = self.acc.ledger.accounts()
+        self.rng = self.acc._sampler._generator.bit_generator.state
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert list(self.acc.ledger.entries()) == self.entries
+        assert self.acc.ledger.accounts() == self.accounts
+        assert self.acc._sampler._generator.bit_generator.state == self.rng
+
+
+@pytest.fixture
+def untouched():
+    return Untouched
+
+
+class OtherRule(BasicComposition):
+    """Basic composition under another name: to change a ledger's rule in conflict tests."""
+
+    name = "other"
+
+
+@pytest.fixture
+def other_rule(monkeypatch):
+    monkeypatch.setitem(RULES, "other", OtherRule)
+    return "other"

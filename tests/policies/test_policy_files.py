@@ -1,0 +1,277 @@
+"""Policy files: TOML and JSON, every key, and malformed files → PolicyError naming the key path,
+with nothing opened, drawn or debited."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PolicyError
+from accountant.ledger import MemoryLedger
+from policies import AnalystLimit, Cap, DatasetLimit, Period, Policy, load_policy, policy_schema
+
+FULL = """
+    limit = { epsilon = 10.0, delta = 1e-5 }
+    composition = "basic"
+    period = "30d"
+    other_analysts = "allow"
+
+    [datasets.adult]
+    limit = { epsilon = 3.0, delta = 1e-6 }
+    composition = "basic"
+    per_query = { epsilon = 1.0, delta = 1e-6 }
+    max_per_query = { epsilon = 0.5 }
+    allowed_mechanisms = ["Laplace", "AnalyticGaussian", "Sparse", "Exponential"]
+    other_analysts = "deny"
+    period = "1d"
+
+    [datasets.adult.analysts.alice]
+    limit = { epsilon = 1.0, delta = 1e-7 }
+
+    [datasets.adult.analysts.carol]
+    limit = { epsilon = 0.5 }
+    period = "1h"
+
+    [datasets.census]
+
+    [analysts.bob]
+    limit = { epsilon = 2.0 }
+"""
+
+
+def test_every_key_loads_from_toml(write):
+    p = load_policy(write(FULL))
+    assert p.limit == Budget(10.0, 1e-5) and p.period == "30d"
+    adult = p.datasets["adult"]
+    assert adult.limit == Budget(3.0, 1e-6)
+    assert adult.max_per_query == Cap(epsilon=0.5) and adult.max_per_query.delta is None
+    assert adult.allowed_mechanisms == ("Laplace", "AnalyticGaussian", "Sparse", "Exponential")
+    assert adult.other_analysts == "deny" and adult.window() == Period("1d")
+    assert adult.analysts["alice"].limit == Budget(1.0, 1e-7)
+    assert adult.analysts["alice"].composition is None  # inherits the dataset's
+    assert p.datasets["census"].limit is None  # no limit: spend is still recorded
+    assert p.analysts["bob"].limit == Budget(2.0)
+
+
+def test_json_is_the_same_policy(write):
+    import tomllib
+    import textwrap
+
+    data = tomllib.loads(textwrap.dedent(FULL))
+    assert load_policy(write(data, ".json")) == load_policy(write(FULL))
+
+
+def test_policy_is_frozen(write):
+    p = load_policy(write(FULL))
+    with pytest.raises(Exception):
+        p.limit = None  # type: ignore[misc]
+    assert isinstance(p.datasets["adult"].allowed_mechanisms, tuple)
+
+
+def test_from_policy_accepts_a_policy_object(write):
+    acc = Accountant.from_policy(load_policy(write(FULL)))
+    assert acc.policy.datasets["adult"].limit == Budget(3.0, 1e-6)
+
+
+MALFORMED_TOML = [
+    # (file text, key path, words in the message)
+    ('[datasets.adult]\nlimit = { epsilon = -1 }', "datasets.adult.limit.epsilon",
+     "must be a finite number >= 0 (or inf for no limit); got -1"),
+    ('[datasets.adult]\nlimit = { epsilon = nan }', "datasets.adult.limit.epsilon", "got nan"),
+    ('[datasets.adult]\nlimit = { epsilon = 1.0, delta = -1e-6 }',
+     "datasets.adult.limit.delta", "must be a number in [0, 1); got -1e-06"),
+    ('[datasets.adult]\nlimit = { epsilon = 1.0, delta = 1.0 }', "datasets.adult.limit.delta",
+     "got 1.0"),
+    ('[datasets.adult]\nlimit = { epsilon = "1.0" }', "datasets.adult.limit.epsilon",
+     "must be a real number; got '1.0'"),
+    ('[datasets.adult]\nlimit = { epsilon = true }', "datasets.adult.limit.epsilon",
+     "must be a real number; got True"),
+    ('[datasets.adult]\nlimit = 3.0', "datasets.adult.limit", "got 3.0"),
+    ('[datasets.adult]\nlimit = { delta = 1e-6 }', "datasets.adult.limit.epsilon",
+     "required"),
+    ('[datasets.adult]\nlimit = { epsilon = 1.0, epsilom = 2 }',
+     "datasets.adult.limit.epsilom", "not a known key (allowed here: delta, epsilon)"),
+    ('[datasets.adult]\nlimt = { epsilon = 1.0 }', "datasets.adult.limt", "not a known key"),
+    ('budget = 3\n[datasets.adult]', "budget", "not a known key"),
+    ('[datasets.adult]\ncomposition = "magic"', "datasets.adult.composition",
+     "must be one of ['basic']; got 'magic'"),
+    ('[datasets.adult]\ncomposition = 3', "datasets.adult.composition", "got 3"),
+    ('composition = "magic"\n[datasets.adult]', "composition", "got 'magic'"),
+    ('[datasets.adult.analysts.alice]\ncomposition = "magic"',
+     "datasets.adult.analysts.alice.composition", "got 'magic'"),
+    ('[datasets.adult]\nperiod = "1m"', "datasets.adult.period", "got '1m'"),
+    ('[datasets.adult]\nperiod = "0d"', "datasets.adult.period", "renewal window"),
+    ('[datasets.adult]\nperiod = "1.5d"', "datasets.adult.period", "renewal window"),
+    ('[datasets.adult]\nperiod = 1', "datasets.adult.period", "got 1"),
+    ('period = "daily"\n[datasets.adult]', "period", "renewal window"),
+    ('[analysts.bob]\nperiod = "-1d"\n[datasets.adult]', "analysts.bob.period", "renewal"),
+    ('[datasets.adult]\nmax_per_query = { epsilon = -0.5 }', "datasets.adult.max_per_query.epsilon",
+     "got -0.5"),
+    ('[datasets.adult]\nmax_per_query = { eps = 0.5 }', "datasets.adult.max_per_query.eps",
+     "not a known key"),
+    ('[datasets.adult]\nallowed_mechanisms = "Laplace"', "datasets.adult.allowed_mechanisms",
+     "list"),
+    ('[datasets.adult]\nallowed_mechanisms = ["Lap lace"]',
+     "datasets.adult.allowed_mechanisms.0", "mechanism class name"),
+    ('[datasets.adult]\nother_analysts = "maybe"', "datasets.adult.other_analysts",
+     "must be 'allow' or 'deny'; got 'maybe'"),
+    ('[datasets."adult/analyst:alice"]', "datasets.adult/analyst:alice", "letters, digits"),
+    ('[datasets.adult.analysts."al ice"]', "datasets.adult.analysts.al ice", "letters"),
+    ('[datasets.adult.analysts.alice]\nlimit = { epsilon = -2 }',
+     "datasets.adult.analysts.alice.limit.epsilon", "got -2"),
+    ('[analysts.bob]\nlimit = { epsilon = 1, delta = 2 }\n[datasets.adult]',
+     "analysts.bob.limit.delta", "got 2"),
+    ('limit = { epsilon = inf, delta = 0.1 }\n[datasets.adult]', "limit.delta",
+     "0 when epsilon is infinite"),
+    ('[datasets.adult]\n[datasets.adult]', "datasets.adult", "twice (at line 2"),
+    ('[datasets.adult]\nlimit = { epsilon = 1 }\nlimit = { epsilon = 2 }', "",
+     "not valid TOML"),
+    ('[datasets.adult', "", "not valid TOML"),
+    ('', "datasets", "required"),
+    ('[datasets]', "datasets", "at least 1"),
+]
+
+
+@pytest.mark.parametrize("text,path,words", MALFORMED_TOML)
+def test_malformed_toml_names_the_key(write, text, path, words):
+    f = write(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(f)
+    err = info.value
+    assert err.path == path, str(err)
+    assert str(err).startswith(f"{path}: " if path else "")
+    assert words in str(err)
+    assert err.file == str(f)
+    assert isinstance(err, ValueError)
+
+
+@pytest.mark.parametrize("text,path,words", MALFORMED_TOML[:12])
+def test_malformed_policy_debits_nothing(write, text, path, words):
+    ledger = MemoryLedger()
+    with pytest.raises(PolicyError):
+        Accountant.from_policy(write(text), ledger=ledger)
+    assert list(ledger.entries()) == [] and ledger.accounts() == []
+
+
+def test_malformed_policy_does_not_create_a_ledger_file(write, tmp_path):
+    db = tmp_path / "budget.db"
+    with pytest.raises(PolicyError):
+        Accountant.from_policy(write('[datasets.adult]\nlimit = { epsilon = -1 }'), ledger=db)
+    assert not db.exists()
+
+
+MALFORMED_JSON = [
+    ('{"datasets": {"adult": {}, "adult": {"limit": {"epsilon": 1}}}}', "datasets.adult",
+     "given twice (duplicate key)"),
+    ('{"datasets": {"adult": {"limit": {"epsilon": 1, "epsilon": 2}}}}',
+     "datasets.adult.limit.epsilon", "twice"),
+    ('{"datasets": {}, "datasets": {"adult": {}}}', "datasets", "twice"),
+    ('{"datasets": {"adult": {"limit": {"epsilon": -1}}}}', "datasets.adult.limit.epsilon",
+     "got -1"),
+    ('{"datasets": {"adult": {"limit": {"epsilon": NaN}}}}', "datasets.adult.limit.epsilon",
+     "got nan"),
+    ('{"datasets": {"adult": {"limit": {"epsilon": "1"}}}}', "datasets.adult.limit.epsilon",
+     "real number"),
+    ('{"datasets": {"adult": {"composition": "magic"}}}', "datasets.adult.composition",
+     "magic"),
+    ('{"datasets": {"adult": {"period": "1 day"}}}', "datasets.adult.period", "renewal"),
+    ('{"datasets": {"adult": {"colour": 1}}}', "datasets.adult.colour", "not a known key"),
+    ('{"datasets": {"adult": {}}', "", "not valid JSON"),
+    ('[{"datasets": {}}]', "", "must be an object"),
+]
+
+
+@pytest.mark.parametrize("text,path,words", MALFORMED_JSON)
+def test_malformed_json_names_the_key(tmp_path, text, path, words):
+    f = tmp_path / "policy.json"
+    f.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(f)
+    assert info.value.path == path, str(info.value)
+    assert words in str(info.value)
+
+
+def test_unreadable_or_unknown_format(tmp_path):
+    with pytest.raises(PolicyError, match="must end in .toml or .json"):
+        load_policy(tmp_path / "policy.yaml")
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy(tmp_path / "missing.toml")
+
+
+def test_infinite_limit_means_no_limit(write):
+    p = load_policy(write('[datasets.adult]\nlimit = { epsilon = inf }'))
+    assert p.datasets["adult"].limit.is_unlimited
+
+
+def test_direct_construction_keeps_typed_errors():
+    assert Budget(1.0, 1e-6) == Budget(epsilon=1.0, delta=1e-6)
+    with pytest.raises(InvalidArgumentError, match="'epsilon' must be a finite number >= 0"):
+        Budget(-1)
+    with pytest.raises(InvalidTypeError, match="'epsilon' must be a real number"):
+        Budget("1")
+    with pytest.raises(InvalidArgumentError, match="'delta'"):
+        Budget(1.0, math.nan)
+    with pytest.raises(InvalidArgumentError):
+        DatasetLimit(composition="magic")
+    with pytest.raises(InvalidArgumentError, match="limit.epsilon"):
+        DatasetLimit(limit={"epsilon": -1})
+    with pytest.raises(InvalidArgumentError, match="period"):
+        AnalystLimit(period="soon")
+    with pytest.raises(InvalidTypeError):
+        Period(1)
+
+
+def test_json_schema_export():
+    schema = policy_schema()
+    json.dumps(schema)  # serialisable
+    assert schema["title"] == "dpbudget policy"
+    assert schema["required"] == ["datasets"]
+    assert schema["additionalProperties"] is False
+    defs = schema["$defs"]
+    assert set(defs["DatasetLimit"]["properties"]) == {
+        "limit", "per_query", "period", "composition", "max_per_query", "allowed_mechanisms",
+        "analysts", "other_analysts"}
+    assert defs["Budget"]["required"] == ["epsilon"]
+
+
+def test_schema_accepts_the_bundled_policy():
+    jsonschema = pytest.importorskip("jsonschema")
+    import tomllib
+    from pathlib import Path
+
+    import examples
+
+    data = tomllib.loads((Path(examples.__file__).parent / "policy.toml").read_text())
+    jsonschema.validate(data, policy_schema())
+    assert isinstance(Policy.model_validate(data), Policy)
+
+
+def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule):
+    """Rules registered after import (the other composition rules) are accepted by name."""
+    p = load_policy(write(f'[datasets.adult]\ncomposition = "{other_rule}"'))
+    acc = Accountant.from_policy(p)
+    assert acc._targets("adult", None)[0][1].name == other_rule
+
+
+def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
+    from accountant.composition import RULES, BasicComposition
+    from accountant.errors import InvalidArgumentError as IAE
+
+    class NeedsPerQuery(BasicComposition):
+        name = "needy"
+
+        def __init__(self, limit, per_query=None):
+            if per_query is None:
+                raise IAE("per_query", None, "a Budget (this rule charges a fixed cost)")
+            super().__init__(limit, per_query)
+
+    monkeypatch.setitem(RULES, "needy", NeedsPerQuery)
+    f = write('[datasets.adult]\ncomposition = "needy"\n[datasets.adult.analysts.al]')
+    with pytest.raises(PolicyError) as info:
+        Accountant.from_policy(f)
+    assert info.value.path == "datasets.adult" and "per_query" in str(info.value)
+    ok = write('[datasets.adult]\ncomposition = "needy"\nper_query = { epsilon = 0.1 }\n'
+               '[datasets.adult.analysts.al]\ncomposition = "basic"')
+    assert Accountant.from_policy(ok).policy.datasets["adult"].per_query == Budget(0.1)

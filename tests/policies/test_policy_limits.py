@@ -1,0 +1,261 @@
+"""Every limit a policy declares is checked and debited in one transaction, before any noise is
+drawn; every refusal names its account and leaves the ledger and the RNG untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from accountant import (
+    Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
+    MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
+)
+from accountant.composition import Charge, rule_from_config
+from mechanisms import AnalyticGaussian, Gaussian, Laplace
+
+POLICY = """
+    limit = { epsilon = 2.0, delta = 1e-5 }
+
+    [datasets.adult]
+    limit = { epsilon = 1.5, delta = 1e-6 }
+    max_per_query = { epsilon = 0.5, delta = 1e-7 }
+    allowed_mechanisms = ["Laplace", "AnalyticGaussian"]
+
+    [datasets.adult.analysts.alice]
+    limit = { epsilon = 0.6, delta = 1e-7 }
+
+    [datasets.census]
+    limit = { epsilon = 1.0, delta = 1e-6 }
+    other_analysts = "deny"
+
+    [datasets.census.analysts.bob]
+    limit = { epsilon = 0.8, delta = 1e-6 }
+
+    [analysts.bob]
+    limit = { epsilon = 0.9, delta = 1e-6 }
+"""
+
+
+def accounts(acc):
+    return {a.key: a.state for a in acc.ledger.accounts()}
+
+
+def test_targets_of_each_kind_of_release(make):
+    acc = make(POLICY)
+    assert [k for k, _ in acc._targets("adult", None)] == ["dataset:adult", "global"]
+    assert [k for k, _ in acc._targets("adult", "alice")] == [
+        "dataset:adult", "dataset:adult/analyst:alice", "global"]
+    assert [k for k, _ in acc._targets("adult", "bob")] == ["dataset:adult", "analyst:bob",
+                                                            "global"]
+    assert [k for k, _ in acc._targets(("adult", "census"), "bob")] == [
+        "dataset:adult", "dataset:census", "dataset:census/analyst:bob", "analyst:bob", "global"]
+
+
+def test_one_release_debits_every_applicable_limit_in_one_record(make):
+    acc = make(POLICY)
+    acc.release(Laplace(0.25), 1.0, dataset="adult", analyst="alice")
+    (entry,) = acc.ledger.entries()
+    record = entry.record
+    assert set(record["accounts"]) == {"dataset:adult", "dataset:adult/analyst:alice", "global"}
+    assert record["analyst"] == "alice" and record["dataset"] == "adult"
+    assert acc.spent("adult") == acc.spent("adult", analyst="alice") == Budget(0.25)
+
+
+def refusal(acc, untouched, mechanism, **where):
+    with untouched(acc), pytest.raises(BudgetExceededError) as info:
+        acc.release(mechanism, 1.0, **where)
+    assert info.value.requested == mechanism.cost
+    assert "nothing was drawn and nothing was debited" in str(info.value)
+    return info.value
+
+
+def test_dataset_analyst_limit_refuses(make, untouched):
+    acc = make(POLICY)
+    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
+    err = refusal(acc, untouched, Laplace(0.2), dataset="adult", analyst="alice")
+    assert err.account == "dataset:adult/analyst:alice" and err.dataset == "adult"
+    assert err.remaining.epsilon == pytest.approx(0.1)
+    assert "dataset:adult/analyst:alice" in str(err)
+    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="carol")  # carol: dataset only
+
+
+def test_dataset_limit_refuses(make, untouched):
+    acc = make(POLICY)
+    for _ in range(3):
+        acc.release(Laplace(0.5), 1.0, dataset="adult")
+    err = refusal(acc, untouched, Laplace(0.1), dataset="adult", analyst="carol")
+    assert err.account == "dataset:adult"
+
+
+def test_analyst_limit_across_datasets_refuses(make, untouched):
+    acc = make(POLICY)
+    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="bob")
+    acc.release(Laplace(0.3), 1.0, dataset="census", analyst="bob")
+    err = refusal(acc, untouched, Laplace(0.2), dataset="adult", analyst="bob")
+    assert err.account == "analyst:bob"
+    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="alice")  # not bob's limit
+
+
+def test_global_limit_refuses(make, untouched):
+    acc = make(POLICY)
+    for _ in range(3):
+        acc.release(Laplace(0.5), 1.0, dataset="adult")
+    acc.release(Laplace(0.4), 1.0, dataset="census", analyst="bob")
+    err = refusal(acc, untouched, Laplace(0.2), dataset="census", analyst="bob")
+    assert err.account == "global" and err.dataset == "census"
+
+
+def test_per_query_cap_refuses(make, untouched):
+    acc = make(POLICY)
+    err = refusal(acc, untouched, Laplace(0.6), dataset="adult")
+    assert err.account == "dataset:adult" and "max_per_query" in str(err)
+    err = refusal(acc, untouched, AnalyticGaussian(0.4, 1e-6), dataset="adult")  # δ above cap
+    assert "max_per_query" in str(err)
+    acc.release(AnalyticGaussian(0.5, 1e-7), 1.0, dataset="adult")  # exactly the cap
+    with untouched(acc):
+        assert not acc.can_afford(Laplace(0.6), dataset="adult")
+        assert acc.can_afford(Laplace(0.5), dataset="adult")
+
+
+def test_allowed_mechanisms(make, untouched):
+    acc = make(POLICY)
+    with untouched(acc), pytest.raises(MechanismNotAllowedError, match="allowed_mechanisms"):
+        acc.release(Gaussian(0.3, 1e-7), 1.0, dataset="adult")
+    with untouched(acc), pytest.raises(MechanismNotAllowedError):
+        acc.release(Gaussian(0.3, 1e-7), 1.0, dataset=("census", "adult"), analyst="bob")
+    assert not _can(acc, Gaussian(0.3, 1e-7), "adult")
+    acc.release(Gaussian(0.3, 1e-7), 1.0, dataset="census", analyst="bob")  # census: any
+
+
+def _can(acc, mechanism, dataset, analyst=None):
+    try:
+        return acc.can_afford(mechanism, dataset=dataset, analyst=analyst)
+    except MechanismNotAllowedError:
+        return False
+
+
+def test_unlisted_analysts_and_anonymous_releases(make, untouched):
+    acc = make(POLICY)
+    # adult allows others: only the dataset-level (and global) limits apply to them
+    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="carol")
+    acc.release(Laplace(0.1), 1.0, dataset="adult")
+    assert set(accounts(acc)) == {"dataset:adult", "global"}
+    # census denies others, and anonymous releases
+    for who in ("carol", None):
+        with untouched(acc), pytest.raises(UnknownAnalystError) as info:
+            acc.release(Laplace(0.1), 1.0, dataset="census", analyst=who)
+        assert info.value.argument == "analyst" and info.value.value == who
+        assert "datasets.census" in str(info.value)
+    assert isinstance(info.value, InvalidArgumentError)
+
+
+def test_policy_wide_deny(make, untouched):
+    acc = make("""
+        other_analysts = "deny"
+        [datasets.adult]
+        [analysts.alice]
+        limit = { epsilon = 1.0 }
+    """)
+    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+    with untouched(acc), pytest.raises(UnknownAnalystError, match=r"\[analysts\]"):
+        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="bob")
+
+
+def test_unknown_dataset_is_refused(make, untouched):
+    acc = make(POLICY)
+    with untouched(acc), pytest.raises(UnknownDatasetError):
+        acc.release(Laplace(0.1), 1.0, dataset="other")
+    with untouched(acc), pytest.raises(UnknownDatasetError):
+        acc.release(Laplace(0.1), 1.0, dataset=("adult", "other"))
+
+
+def test_join_debits_all_datasets_in_one_record(make):
+    acc = make(POLICY)
+    acc.release(Laplace(0.3), 1.0, dataset=["adult", "census"], analyst="bob")
+    (entry,) = acc.ledger.entries()
+    rec = entry.record
+    assert rec["dataset"] == "adult" and rec["datasets"] == ["adult", "census"]
+    assert set(rec["accounts"]) == {"dataset:adult", "dataset:census",
+                                    "dataset:census/analyst:bob", "analyst:bob", "global"}
+    assert acc.spent("adult") == acc.spent("census") == Budget(0.3)
+
+
+def test_join_is_all_or_nothing(make, untouched):
+    acc = make(POLICY)
+    acc.release(Laplace(0.7), 1.0, dataset="census", analyst="bob")  # census/bob: 0.1 left
+    with untouched(acc), pytest.raises(BudgetExceededError) as info:
+        acc.release(Laplace(0.2), 1.0, dataset=("adult", "census"), analyst="bob")
+    assert info.value.account == "dataset:census/analyst:bob"
+    assert info.value.dataset == "census"
+    assert acc.spent("adult") == Budget(0.0)
+
+
+def test_bad_join_arguments(make, untouched):
+    acc = make(POLICY)
+    with untouched(acc):
+        with pytest.raises(InvalidArgumentError, match="distinct"):
+            acc.release(Laplace(0.1), 1.0, dataset=("adult", "adult"))
+        with pytest.raises(InvalidArgumentError, match="non-empty"):
+            acc.release(Laplace(0.1), 1.0, dataset=())
+        with pytest.raises(InvalidTypeError):
+            acc.release(Laplace(0.1), 1.0, dataset=("adult", 3))
+        with pytest.raises(InvalidTypeError):
+            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=3)
+
+
+def test_joins_work_without_a_policy_too():
+    acc = Accountant(Budget(1.0), rng=0)
+    acc.release(Laplace(0.4), 1.0, dataset=("a", "b"))
+    assert acc.spent("a") == acc.spent("b") == Budget(0.4)
+
+
+def test_can_afford_checks_every_limit_and_debits_nothing(make, untouched):
+    acc = make(POLICY)
+    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
+    with untouched(acc):
+        assert not acc.can_afford(Laplace(0.2), dataset="adult", analyst="alice")
+        assert acc.can_afford(Laplace(0.2), dataset="adult", analyst="carol")
+
+
+def test_analyst_reading_needs_an_analyst_limit(make):
+    acc = make(POLICY)
+    with pytest.raises(InvalidArgumentError, match="analyst"):
+        acc.spent("adult", analyst="carol")
+
+
+def test_plans_are_cached_per_dataset_and_analyst(make):
+    acc = make(POLICY)
+    first = acc._targets("adult", "alice")
+    assert acc._targets("adult", "alice") is first
+    plain = Accountant(Budget(1.0))
+    assert plain._targets("x", None) is plain._targets("x", None)
+
+
+def test_record_invariant_every_account_debited_with_the_records_cost(make):
+    """Replays each record: for EVERY account it lists, rule.debit(previous state, cost) is the
+    state it records. (The auditor relies on exactly this.)"""
+    acc = make(POLICY)
+    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="alice")
+    acc.release(AnalyticGaussian(0.3, 1e-7), 1.0, dataset=("adult", "census"), analyst="bob")
+    with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.3, 1e-8)) as p:
+        p.release(Laplace(0.1), 1.0)
+        with p.pipeline("q", budget=Budget(0.1)) as q:
+            q.release(Laplace(0.05), 1.0)
+    replay_ledger(acc.ledger)
+
+
+def replay_ledger(ledger):
+    states: dict[str, dict] = {}
+    n = 0
+    for entry in ledger.entries():
+        rec = entry.record
+        cost = rec["cost"]
+        charge = Charge(cost["epsilon"], cost["delta"], cost["rho"], cost["mu"])
+        for key, account in rec["accounts"].items():
+            config = {k: v for k, v in account.items() if k != "state"}
+            rule = rule_from_config(config)
+            before = states.get(key, rule.initial_state())
+            assert rule.debit(before, charge) == account["state"], (rec["seq"], key)
+            states[key] = account["state"]
+            n += 1
+    assert states == {a.key: a.state for a in ledger.accounts()}
+    return n
