@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from accountant._numeric import within
 from accountant.composition import Charge, CompositionRule, Refused, rule_from_config
 from accountant.errors import PrivacyError
 from accountant.ledger import GENESIS, Ledger, record_hash
@@ -124,8 +125,9 @@ def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None =
 
     Args:
         source: a ledger, its URL, an SQLite file or a JSONL file.
-        policy: a policy (path or loaded object with a ``limit_for(account_key)`` method); limits it
-            declares are checked against the replayed spend as well as the recorded ones.
+        policy: a policy file or ``policies.Policy`` (or any object with a
+            ``limit_for(account_key)`` method); the limits it declares now are checked against
+            the replayed spend as well as the limits recorded with each release.
         key: the HMAC key, when the ledger is keyed (default: ``DPBUDGET_LEDGER_KEY``). With a key,
             unkeyed records are reported as forged.
         since, until: ISO 8601 times; the per-group tallies count only records in [since, until]
@@ -151,12 +153,25 @@ def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None =
             src.close()
 
 
+class _PolicyLimits:
+    """The limit a policy declares for an account key (windowed keys map to their base key)."""
+
+    def __init__(self, policy: Any) -> None:
+        # The policy layer sits above the accountant: imported only when a policy is given.
+        from policies import Policy, load_policy
+        from policies.accounts import policy_accounts
+
+        self.specs = policy_accounts(policy if isinstance(policy, Policy) else load_policy(policy))
+
+    def limit_for(self, key: str) -> Any:
+        spec = self.specs.get(key.split("@", 1)[0])
+        return None if spec is None else spec.rule.limit
+
+
 def _load_policy(policy: Any) -> Any:
     if policy is None or hasattr(policy, "limit_for"):
         return policy
-    from policies import load_policy  # the policy layer sits above the accountant
-
-    return load_policy(policy)
+    return _PolicyLimits(policy)
 
 
 class _Replay:
@@ -333,7 +348,9 @@ class _Replay:
             spent, remaining = rule.spent(state), rule.remaining(state)
             if self.policy is not None:
                 declared = self.policy.limit_for(key)
-                if declared is not None and not spent <= declared:
+                if declared is not None and not declared.is_unlimited and not (
+                        within(spent.epsilon, declared.epsilon)
+                        and within(spent.delta, declared.delta)):
                     self.over.add(key)
                     self.problem("limit", f"{key} has spent {spent}, over the policy's limit "
                                  f"{declared}")

@@ -279,3 +279,30 @@ def test_plot_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert (width, height) == (1000, 600)
+
+
+def test_policy_file_limits_are_checked(tmp_path):
+    policy = tmp_path / "p.toml"
+    policy.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\n'
+                      '[datasets.adult.analysts.alice]\nlimit = { epsilon = 0.3 }\n')
+    acc = Accountant.from_policy(policy, rng=0)
+    for _ in range(3):
+        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+    assert audit(acc.ledger, policy).ok
+    policy.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\n'
+                      '[datasets.adult.analysts.alice]\nlimit = { epsilon = 0.2 }\n')
+    report = audit(acc.ledger, policy)
+    assert report.exit_status == EXIT_BITS["limit"]
+    assert [a.account for a in report.accounts if a.over_limit] == ["dataset:adult/analyst:alice"]
+
+
+def test_pipeline_records_replay_and_tally():
+    acc = Accountant(Budget(1.0), rng=0)
+    with acc.pipeline("report", dataset="d", budget=Budget(0.5)) as p:
+        p.release(Laplace(0.2), 1.0)
+        p.release(Laplace(0.2), 1.0)
+    report = audit(acc.ledger)
+    assert report.ok, report.problems
+    assert sum(t.releases for t in report.by_pipeline.values()) >= 2
+    spent = {a.account: a.spent["epsilon"] for a in report.accounts}
+    assert spent["dataset:d"] == acc.spent("d").epsilon == 0.5
