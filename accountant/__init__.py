@@ -18,14 +18,18 @@ from accountant.errors import (
     LedgerConflictError,
     LedgerCorruptedError,
     LedgerError,
+    MechanismExhaustedError,
     MechanismNotAllowedError,
     PrivacyError,
     UnknownDatasetError,
 )
 from accountant.receipt import Receipt
+from accountant.session import NumericSession, Session
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
     "InvalidArgumentError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "MechanismNotAllowedError", "PrivacyError", "Receipt", "UnknownDatasetError",
+    # issue 4: sparse-vector sessions
+    "MechanismExhaustedError", "NumericSession", "Session",
 ]

@@ -24,7 +24,8 @@ from accountant.errors import (
 )
 from accountant.ledger import Account, Ledger, open_ledger
 from accountant.receipt import Receipt
-from mechanisms.base import Mechanism
+from accountant.session import NumericSession, Session
+from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
 
@@ -162,7 +163,7 @@ class Accountant:
         return mechanism.prepare(value[0]) if value else None
 
     def _debit(self, mechanism: Mechanism, dataset: str, analyst: str | None,
-               label: str | None) -> Receipt:
+               label: str | None, kind: str = "release") -> Receipt:
         charge = mechanism.charge
         targets = self._targets(dataset, analyst)
         with self._ledger.transaction() as tx:
@@ -177,7 +178,7 @@ class Accountant:
                     raise BudgetExceededError(mechanism.cost, rule.remaining(state), dataset, key,
                                               refusal.reason) from None
                 accounts.append(Account(key, rule.name, rule.describe(), new_state, 0))
-            entry = tx.append(_record(mechanism, charge, dataset, analyst, label, accounts),
+            entry = tx.append(_record(mechanism, charge, dataset, analyst, label, accounts, kind),
                               accounts)
         key, rule = targets[0]
         return Receipt(entry.seq, entry.hash, dataset, analyst, label, mechanism.name,
@@ -206,15 +207,56 @@ class Accountant:
                 f"{key} was started under the {current.rule!r} composition rule and this "
                 f"accountant uses {rule.name!r}; a rule cannot change once releases are recorded")
 
+    # -- sparse-vector sessions ------------------------------------------------------------------
+
+    def session(self, mechanism: StreamMechanism, *, dataset: str = "default",
+                analyst: str | None = None, label: str | None = None) -> Session:
+        """Debit a sparse-vector mechanism's whole fixed cost now, once, and open its session.
+
+        The session then answers queries with no further debit (THEORY.md §2, "Sparse vector's
+        fixed cost": the session is one step whose cost is declared and debited when it opens).
+        The debit is one ledger record of kind ``"session"``; closing the session (leaving the
+        ``with`` block, or ``close()``) writes a zero-cost ``"session-close"`` record with the
+        number of queries answered and of ⊤ answers. A session never closed keeps its cost.
+
+        Returns:
+            A ``Session`` (``test(value) -> bool``), or a ``NumericSession`` (also
+            ``query(value) -> float | None``) for ``NumericSparse``.
+
+        Raises:
+            BudgetExceededError: the cost does not fit; nothing was drawn or debited.
+            InvalidArgumentError, InvalidTypeError: not a sparse-vector mechanism, or a bad
+                dataset, analyst or label; nothing was drawn or debited.
+            UnknownDatasetError: no limit is declared for ``dataset``.
+        """
+        if not isinstance(mechanism, StreamMechanism):
+            raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
+                                   "(AboveThreshold, Sparse or NumericSparse)")
+        self._validated(mechanism, dataset, analyst, label)
+        receipt = self._debit(mechanism, dataset, analyst, label, kind="session")
+        self._local.receipt = receipt
+        stream = mechanism._open(self._sampler)
+        cls = NumericSession if mechanism.releases_values else Session
+        return cls(lambda s: self._close_session(s, mechanism), stream, receipt)
+
+    def _close_session(self, session: Session, mechanism: Mechanism) -> None:
+        """Append the zero-cost record of a session's answer counts; no account changes."""
+        r = session.receipt
+        fields = _record(mechanism, Charge(0.0, 0.0), r.dataset, r.analyst, r.label, [],
+                         "session-close")
+        fields.update(session=r.seq, answered=session.answered, positives=session.positives)
+        with self._ledger.transaction() as tx:
+            tx.append(fields, [])
+
 
 def _key(dataset: str) -> str:
     return f"dataset:{dataset}"
 
 
 def _record(mechanism: Mechanism, charge: Charge, dataset: str, analyst: str | None,
-            label: str | None, accounts: list[Account]) -> dict[str, Any]:
+            label: str | None, accounts: list[Account], kind: str = "release") -> dict[str, Any]:
     return {
-        "kind": "release", "dataset": dataset, "analyst": analyst, "label": label,
+        "kind": kind, "dataset": dataset, "analyst": analyst, "label": label,
         "mechanism": {"name": mechanism.name, "params": mechanism.params()},
         "cost": {"epsilon": charge.epsilon, "delta": charge.delta, "rho": charge.rho,
                  "mu": charge.mu},
