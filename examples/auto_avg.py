@@ -7,8 +7,8 @@ Technique"): a third of ε finds a clipping bound b with AboveThreshold — quer
 (sensitivity b) and the count (sensitivity 1) with Laplace noise. The AboveThreshold session is
 debited once, however many candidate bounds it tests.
 
-Run: ``python examples/auto_avg.py`` after ``pip install -e .`` (or with ``PYTHONPATH=.``; seeded: the same output every time; for a real release use
-the default ``rng=None``, the OS CSPRNG).
+Run: ``python examples/auto_avg.py`` after ``pip install -e .`` (or with ``PYTHONPATH=.``).
+Seeded: the same output every time; for a real release use the default ``rng=None`` (OS CSPRNG).
 """
 
 from __future__ import annotations
