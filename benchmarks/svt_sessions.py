@@ -55,7 +55,8 @@ def cks_epsilon(rho: float, delta: float) -> float:
     ε = min_{α>1} αρ + (ln(1/δ) + (α−1) ln(1 − 1/α) − ln α)/(α − 1)."""
     def f(log_a_minus_1: float) -> float:
         a = 1.0 + math.exp(log_a_minus_1)
-        return a * rho + (math.log(1 / delta) + (a - 1) * math.log1p(-1 / a) - math.log(a)) / (a - 1)
+        slack = math.log(1 / delta) + (a - 1) * math.log1p(-1 / a) - math.log(a)
+        return a * rho + slack / (a - 1)
     return float(minimize_scalar(f, bounds=(-20.0, 20.0), method="bounded",
                                  options={"xatol": 1e-12}).fun)
 

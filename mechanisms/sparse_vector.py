@@ -2,11 +2,12 @@
 
 Invariant: a sparse-vector mechanism's cost (ε, 0) is fixed at construction and covers a whole
 session, however many ⊥ answers it gives. That is only true of the algorithm as proven, so the
-public API cannot build the known broken variants (Lyu, Su, Li, PVLDB 2017, §3): the query noise
+public API cannot build the known broken variants (Lyu, Su, Li, PVLDB 2017): the query noise
 scale always carries the cutoff c (there is no scale argument), a stream stops for good after c ⊤
 answers (``max_positives`` is a required integer ≥ 1: there is no "no cutoff"), and only
-``NumericSparse`` — which pays a separate ε₃ share for it — ever releases a number, with fresh noise,
-never q_i + ν_i. Noise is drawn only by the stream, which the accountant opens after the debit.
+``NumericSparse`` — which pays a separate ε₃ share for it — ever releases a number, with fresh
+noise, never q_i + ν_i. Noise is drawn only by the stream, which the accountant opens after the
+debit.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ class Sparse(StreamMechanism):
     """Sparse vector: answers ⊤/⊥ to a stream of queries, halting after ``max_positives`` ⊤.
 
     Lyu, Su, Li, "Understanding the Sparse Vector Technique for Differential Privacy", PVLDB 2017,
-    Alg. 1 (proven ε₁ + ε₂ -DP in their Thm 2; Dwork–Roth 2014 Alg. 1–2 are special cases):
+    Alg. 1, proven (ε₁ + ε₂)-DP there (Dwork–Roth 2014 Alg. 1, AboveThreshold, is the case c = 1):
     the threshold noise ρ = Lap(Δ/ε₁) is drawn once, when the session opens; each query gets fresh
     ν_i = Lap(2cΔ/ε₂) (Lap(cΔ/ε₂) when every query is monotonic, i.e. all move in the same
     direction between neighbours); the answer is ⊤ iff q_i + ν_i ≥ T + ρ; the stream halts after
     c ⊤. The cost is (ε, 0) with ε = ε₁ + ε₂, however many ⊥ answers are given.
 
     The default split ε₁:ε₂ = 1:(2c)^{2/3} (1:c^{2/3} when monotonic) minimises the variance of
-    ν_i − ρ (Lyu–Su–Li §4.2). Scales round up, shares round down (their exact sum is ≤ ε).
+    ν_i − ρ (Lyu–Su–Li's budget-allocation analysis). Scales round up, shares round down (their
+    exact sum is ≤ ε).
 
     Args:
         epsilon: the session's total ε > 0.
@@ -138,9 +140,9 @@ class AboveThreshold(Sparse):
 
 
 class NumericSparse(Sparse):
-    """Sparse vector that also releases a noisy value for each ⊤: ``session.query(q) -> float | None``.
+    """Sparse vector that also releases a noisy value for each ⊤ (``session.query(q)``).
 
-    Lyu–Su–Li 2017, Alg. 1 with its numeric output (their §4, "NumericSVT"; Dwork–Roth 2014 Alg. 3):
+    Lyu–Su–Li 2017, Alg. 1 with numeric output (their NumericSVT; Dwork–Roth 2014 Alg. 3):
     on ⊤ it releases q_i + Lap(cΔ/ε₃) with fresh noise — never q_i + ν_i, whose ν_i also decided
     the comparison. The c released values cost ε₃ by basic composition, so the session costs
     ε₁ + ε₂ + ε₃ = ε. ``split`` is a triple of relative shares; the default gives half of ε to the
@@ -205,6 +207,14 @@ def _shares(epsilon: float, weights: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _real(value: Any) -> float:
+    """A query value as a float (the slow path: ints, numpy scalars, Fractions, ...)."""
+    try:
+        return _validate.real("value", value)
+    except OverflowError:  # an int beyond the double range
+        raise InvalidArgumentError("value", value, "a finite number") from None
+
+
 class _SparseStream:
     """A session's private state: the noisy threshold, the query-noise stream, the answer counts.
 
@@ -228,7 +238,7 @@ class _SparseStream:
         """⊤ (True) or ⊥ (False) for one query's true value."""
         if self._left == 0:
             raise self._exhausted()
-        x = value if type(value) is float else _validate.real("value", value)
+        x = value if type(value) is float else _real(value)
         if x - x != 0.0:  # NaN or infinite; the stream has not advanced
             raise InvalidArgumentError("value", value, "a finite number")
         self.answered += 1

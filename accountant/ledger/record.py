@@ -11,6 +11,11 @@ Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`
 ``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge), ``accounts``
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
 and ``prev``.
+
+A sparse-vector session (``Accountant.session``) writes the same fields with ``kind`` ``"session"``
+when it opens (its whole fixed cost, debited once) and, when it is closed, a record of ``kind``
+``"session-close"`` with zero ``cost``, empty ``accounts`` (no state changes), ``session`` (the seq of
+the opening record), ``answered`` and ``positives`` (counts of queries and of ⊤ answers, never values).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ for the broken variant without c in the query noise, built here in the test.
 
 Neighbours (sensitivity Δ = 1 per query): x answers every query with 0; x' shifts the first m
 answers up by Δ and the last c down by Δ — the direction that no single threshold shift can absorb,
-which is where the c in the query noise is needed (Lyu–Su–Li 2017 §3). S is the output pattern
+which is where the c in the query noise is needed (Lyu–Su–Li 2017). S is the output pattern
 ⊥^m ⊤^c. Our sessions run the real stream code (``mechanism._open``, as ``Accountant.session``
 does after the debit); the broken variant is a vectorized numpy simulation of Alg. 1 with query
 noise Lap(2Δ/ε₂). Quadrature of the exact pattern probability checks both against Alg. 1.

@@ -58,7 +58,8 @@ def test_numeric_answers_carry_fresh_laplace_noise():
 
 
 def _tail_of_laplace_difference(t: float, a: float, b: float) -> float:
-    """P(ν − ρ ≥ t), ν ~ Lap(a), ρ ~ Lap(b), a ≠ b, t ≥ 0: (a²e^{−t/a} − b²e^{−t/b})/(2(a² − b²))."""
+    """P(ν − ρ ≥ t) for ν ~ Lap(a), ρ ~ Lap(b), a ≠ b, t ≥ 0:
+    (a²e^{−t/a} − b²e^{−t/b}) / (2(a² − b²))."""
     return (a * a * math.exp(-t / a) - b * b * math.exp(-t / b)) / (2 * (a * a - b * b))
 
 
