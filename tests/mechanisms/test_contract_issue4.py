@@ -3,7 +3,6 @@ that the ledger can store, immutability, a documented runnable example, exported
 
 from __future__ import annotations
 
-
 import pytest
 
 import accountant
