@@ -18,6 +18,7 @@ from accountant.errors import (
     LedgerConflictError,
     LedgerCorruptedError,
     LedgerError,
+    MechanismExhaustedError,
     MechanismNotAllowedError,
     PolicyError,
     PrivacyError,
@@ -26,10 +27,12 @@ from accountant.errors import (
 )
 from accountant.pipeline import Pipeline
 from accountant.receipt import Receipt
+from accountant.session import NumericSession, Session
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
     "InvalidArgumentError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
-    "LedgerError", "MechanismNotAllowedError", "Pipeline", "PolicyError", "PrivacyError",
-    "Receipt", "UnknownAnalystError", "UnknownDatasetError",
+    "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "NumericSession",
+    "Pipeline", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
+    "UnknownDatasetError",
 ]

@@ -31,7 +31,8 @@ from accountant.ledger import Account, Ledger, open_ledger
 from accountant.ledger.record import assemble, canonical
 from accountant.pipeline import Pipeline, budgeted, open_pipeline
 from accountant.receipt import Receipt
-from mechanisms.base import Mechanism
+from accountant.session import NumericSession, Session
+from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.accounts import (
     AccountSpec,
@@ -470,8 +471,54 @@ class Accountant:
                 f"{key} was started under the {current.rule!r} composition rule and this "
                 f"accountant uses {rule.name!r}; a rule cannot change once releases are recorded")
 
+    # -- sparse-vector sessions ------------------------------------------------------------------
+
+    def session(self, mechanism: StreamMechanism, *, dataset: str = "default",
+                analyst: str | None = None, label: str | None = None) -> Session:
+        """Debit a sparse-vector mechanism's whole fixed cost now, once, and open its session.
+
+        The session then answers queries with no further debit (THEORY.md §2, "Sparse vector's
+        fixed cost": the session is one step whose cost is declared and debited when it opens).
+        The debit is one ledger record of kind ``"session"``; closing the session (leaving the
+        ``with`` block, or ``close()``) writes a zero-cost ``"session-close"`` record with the
+        number of queries answered and of ⊤ answers. A session never closed keeps its cost.
+
+        Returns:
+            A ``Session`` (``test(value) -> bool``), or a ``NumericSession`` (also
+            ``query(value) -> float | None``) for ``NumericSparse``.
+
+        Raises:
+            BudgetExceededError: the cost does not fit; nothing was drawn or debited.
+            InvalidArgumentError, InvalidTypeError: not a sparse-vector mechanism, or a bad
+                dataset, analyst or label; nothing was drawn or debited.
+            UnknownDatasetError: no limit is declared for ``dataset``.
+        """
+        if not isinstance(mechanism, StreamMechanism):
+            raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
+                                   "(AboveThreshold, Sparse or NumericSparse)")
+        self._validated(mechanism, dataset, analyst, label)
+        fields = self._debit(mechanism, dataset, analyst, label,
+                             members=lambda seq: {"kind": '"session"'})
+        self._local.receipt = fields
+        receipt = Receipt(*fields)
+        stream = mechanism._open(self._sampler)
+        cls = NumericSession if mechanism.releases_values else Session
+        return cls(lambda s: self._close_session(s, mechanism), stream, receipt)
+
+    def _close_session(self, session: Session, mechanism: Mechanism) -> None:
+        """Append the zero-cost record of a session's answer counts; no account changes."""
+        r = session.receipt
+        fields = _record(mechanism, r.dataset, r.analyst, r.label, [])
+        fields.update(kind='"session-close"', cost=_ZERO_COST, session=str(r.seq),
+                      answered=str(session.answered), positives=str(session.positives))
+        with self._ledger.transaction() as tx:
+            tx.append(fields, [])
+
 
 _PLAN_CACHE = 4096
+
+
+_ZERO_COST = canonical({"epsilon": 0.0, "delta": 0.0, "rho": None, "mu": None})
 
 
 class _Plan:

@@ -20,6 +20,7 @@ __all__ = [
     "PolicyError",
     "BudgetExceededError",
     "MechanismNotAllowedError",
+    "MechanismExhaustedError",
     "LedgerError",
     "LedgerCorruptedError",
     "LedgerConflictError",
@@ -130,6 +131,22 @@ class MechanismNotAllowedError(PrivacyError):
     """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
     step under the ``"gaussian"`` rule, one costlier than the declared per-query cost, or one a
     policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
+
+
+class MechanismExhaustedError(PrivacyError):
+    """A sparse-vector session has given its last answer: it reached its cutoff of
+    ``max_positives`` ⊤ answers, or it was closed. Its cost stays spent; open a new session (at a
+    new cost) to ask more.
+
+    Attributes:
+        answered: how many queries the session answered.
+        positives: how many of those answers were ⊤.
+    """
+
+    def __init__(self, message: str, answered: int = 0, positives: int = 0) -> None:
+        self.answered = answered
+        self.positives = positives
+        super().__init__(message)
 
 
 class LedgerError(PrivacyError):

@@ -2,7 +2,7 @@
 
 # `accountant` must finish initialising first: its Accountant imports this package back.
 import accountant  # noqa: F401  (isort: skip)
-from mechanisms.base import Mechanism, NumericMechanism
+from mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
 from mechanisms.gaussian import (
     AnalyticGaussian,
     Gaussian,
@@ -12,9 +12,18 @@ from mechanisms.gaussian import (
 from mechanisms.laplace import Laplace
 from mechanisms.queries import Neighbouring, Query, clamped_sum, count, histogram, noisy_mean
 from mechanisms.sampling import Sampler
+from mechanisms.selection import (
+    Exponential,
+    PermuteAndFlip,
+    RandomizedResponse,
+    ReportNoisyMax,
+)
+from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
 
 __all__ = [
-    "AnalyticGaussian", "Gaussian", "Laplace", "Mechanism", "Neighbouring", "NumericMechanism",
-    "Query", "Sampler", "analytic_gaussian_delta", "analytic_gaussian_sigma", "clamped_sum",
-    "count", "histogram", "noisy_mean",
+    "AboveThreshold", "AnalyticGaussian", "Exponential", "Gaussian", "Laplace", "Mechanism",
+    "Neighbouring", "NumericMechanism", "NumericSparse", "PermuteAndFlip", "Query",
+    "RandomizedResponse", "ReportNoisyMax", "Sampler", "Sparse", "StreamMechanism",
+    "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
+    "clamped_sum", "count", "histogram", "noisy_mean",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger.record import canonical
 from mechanisms.sampling import Sampler
 
-__all__ = ["Mechanism", "NumericMechanism"]
+__all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
 
 
 class Mechanism(ABC):
@@ -128,3 +128,27 @@ class NumericMechanism(Mechanism):
                                            f"{arr[index]!r})")
             return arr
         raise InvalidTypeError("value", value, "a real number or an array of real numbers")
+
+
+class StreamMechanism(Mechanism):
+    """A mechanism whose one fixed cost covers a stream of answers (the sparse-vector family).
+
+    It is never released with ``Accountant.release``: ``Accountant.session`` debits ``cost`` once,
+    then calls ``_open`` (after the debit has committed), which draws the session's one-off noise
+    and returns the private stream state that answers the queries. The stream validates each query
+    value itself, before its state advances. ``releases_values`` says whether the stream also
+    releases noisy values (``query``) besides ⊤/⊥ (``test``).
+    """
+
+    releases_values: ClassVar[bool] = False
+
+    def prepare(self, value: Any) -> Any:
+        raise InvalidTypeError("mechanism", self, "a one-shot mechanism for Accountant.release; "
+                               "open a sparse-vector mechanism with Accountant.session")
+
+    def _release(self, value: Any, sampler: Sampler) -> Any:  # pragma: no cover - prepare refuses
+        raise InvalidTypeError("mechanism", self, "a one-shot mechanism")
+
+    @abstractmethod
+    def _open(self, sampler: Sampler) -> Any:
+        """The stream state of a new session. Called by the accountant only, after the debit."""

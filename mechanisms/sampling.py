@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -93,6 +94,28 @@ class Sampler:
     def uniform(self, size: int | tuple[int, ...] | None = None) -> Any:
         """Uniform on (0, 1)."""
         return _open_unit(self._bits(size))
+
+    def index(self, n: int) -> int:
+        """A uniform integer in ``[0, n)``, exactly: rejection sampling on 64 random bits, so no
+        residue class is favoured (``bits % n`` alone would be biased when n does not divide 2^64).
+        """
+        accept = 2 ** 64 - 2 ** 64 % n
+        while True:
+            bits = self._bits(None)
+            if bits < accept:
+                return bits % n
+
+    def laplace_stream(self, scale: float) -> Iterator[float]:
+        """An endless stream of independent Laplace(0, scale) Python floats, drawn in blocks.
+
+        The same draws as :meth:`laplace`, fetched a block at a time (16, doubling to 4096) so that
+        a caller asking for one number per step (a sparse-vector session) pays a generator step,
+        not a numpy call. Draws are made ahead of use; they depend on nothing but ``scale``.
+        """
+        block = 16
+        while True:
+            yield from self.laplace(scale, size=block).tolist()
+            block = min(2 * block, 4096)
 
 
 def _closed_unit(bits: Any) -> Any:

@@ -306,3 +306,17 @@ def test_pipeline_records_replay_and_tally():
     assert sum(t.releases for t in report.by_pipeline.values()) >= 2
     spent = {a.account: a.spent["epsilon"] for a in report.accounts}
     assert spent["dataset:d"] == acc.spent("d").epsilon == 0.5
+
+
+def test_sparse_vector_session_records_replay():
+    from mechanisms import Sparse
+
+    acc = Accountant(Budget(2.0), rng=4)
+    with acc.session(Sparse(1.0, threshold=50.0, max_positives=2), dataset="d") as svt:
+        for q in (1.0, 2.0, 3.0):
+            svt.test(q)
+    report = audit(acc.ledger)
+    assert report.ok, report.problems
+    assert report.records == 2  # the fixed-cost debit and the zero-cost close
+    assert report.accounts[0].releases == 1
+    assert report.accounts[0].spent == acc.spent("d").model_dump() == {"epsilon": 1.0, "delta": 0.0}

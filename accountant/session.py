@@ -1,0 +1,92 @@
+"""``Session``: a sparse-vector session, whose one fixed cost was debited when it opened.
+
+Invariant: a session exists only after ``Accountant.session`` has debited its mechanism's full
+declared cost in one ledger record (kind ``"session"``) and only then opened the mechanism's stream
+(which draws the threshold noise). Answering a query never touches the ledger. Closing writes one
+more record (kind ``"session-close"``, zero cost, no account change) with how many queries were
+answered and how many were ⊤ — counts only, never a true value. An abandoned session that is never
+closed keeps its cost; only the close record is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accountant.receipt import Receipt
+
+__all__ = ["NumericSession", "Session"]
+
+
+class Session:
+    """An open ``AboveThreshold`` / ``Sparse`` session; use it as a context manager.
+
+    Created by ``Accountant.session`` (never directly). Not thread-safe: one session, one caller.
+
+    >>> from accountant import Accountant, Budget
+    >>> from mechanisms import AboveThreshold
+    >>> acc = Accountant(Budget(1.0), rng=1)
+    >>> with acc.session(AboveThreshold(epsilon=0.5, threshold=100.0), dataset="adult") as svt:
+    ...     first = next(b for b in range(0, 1000, 10) if svt.test(float(b)))
+    >>> svt.closed, svt.answered, svt.positives, acc.spent("adult")
+    (True, 9, 1, Budget(epsilon=0.5, delta=0.0))
+    """
+
+    def __init__(self, close: Any, stream: Any, receipt: Receipt) -> None:
+        self._close = close
+        self._stream = stream
+        self._receipt = receipt
+
+    def test(self, value: Any) -> bool:
+        """⊤ (True) when the query's noisy value reaches the noisy threshold, else ⊥ (False).
+
+        No further debit. A NaN or infinite value raises ``InvalidArgumentError`` and the session
+        does not advance.
+
+        Raises:
+            MechanismExhaustedError: the session already gave its c ⊤ answers, or is closed.
+            InvalidArgumentError, InvalidTypeError: the value is not a finite real number.
+        """
+        return self._stream.test(value)
+
+    @property
+    def receipt(self) -> Receipt:
+        """The receipt of the debit that opened the session."""
+        return self._receipt
+
+    @property
+    def answered(self) -> int:
+        """How many queries the session has answered."""
+        return self._stream.answered
+
+    @property
+    def positives(self) -> int:
+        """How many of those answers were ⊤."""
+        return self._stream.positives
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+    def close(self) -> None:
+        """Stop answering and record the answer counts in the ledger (idempotent)."""
+        if not self._stream.closed:
+            self._stream.close()
+            self._close(self)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class NumericSession(Session):
+    """An open ``NumericSparse`` session: ``query`` also releases a noisy value for each ⊤."""
+
+    def query(self, value: Any) -> float | None:
+        """None for ⊥; for ⊤, the value plus fresh Laplace noise (never the comparison's noise).
+
+        Raises:
+            MechanismExhaustedError, InvalidArgumentError, InvalidTypeError: as :meth:`test`.
+        """
+        return self._stream.query(value)

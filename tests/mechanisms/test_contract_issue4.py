@@ -1,0 +1,66 @@
+"""The contract battery every issue-4 mechanism passes: declared (ε, 0) cost, public parameters
+that the ledger can store, immutability, a documented runnable example, exported by name."""
+
+from __future__ import annotations
+
+import pytest
+
+import accountant
+import mechanisms
+from accountant import Accountant, Budget, InvalidArgumentError
+from accountant.ledger.record import canonical
+from mechanisms import (
+    AboveThreshold,
+    Exponential,
+    NumericSparse,
+    PermuteAndFlip,
+    RandomizedResponse,
+    ReportNoisyMax,
+    Sparse,
+)
+
+INSTANCES = [
+    AboveThreshold(0.5, 10.0), Sparse(0.5, 10.0, 3), Sparse(0.5, 10.0, 3, monotonic=True),
+    NumericSparse(0.5, 10.0, 3), Exponential(0.5, ["a", "b"]), ReportNoisyMax(0.5, ["a", "b"]),
+    PermuteAndFlip(0.5, ["a", "b"]), RandomizedResponse(0.5, ["a", "b", "c"]),
+]
+
+
+@pytest.mark.parametrize("m", INSTANCES, ids=lambda m: type(m).__name__)
+def test_contract(m):
+    assert m.cost == Budget(0.5, 0.0)
+    assert m.charge.epsilon == 0.5 and m.charge.delta == 0.0
+    canonical(m.params())  # JSON without NaN: the ledger can store it
+    assert type(m).__name__ in repr(m)
+    with pytest.raises(AttributeError):
+        m.epsilon = 0.01
+    doc = type(m).__doc__
+    assert ">>>" in doc and ("Thm" in doc or "20" in doc)  # cites a source, runnable example
+    assert type(m).__name__ in mechanisms.__all__
+    acc = Accountant(Budget(0.5), rng=0)
+    assert acc.can_afford(m) and not acc.can_afford(type(m)(*_bigger(m)))
+
+
+def _bigger(m):
+    params = m.params()
+    if isinstance(m, AboveThreshold):
+        return (0.6, params["threshold"])
+    if isinstance(m, Sparse):
+        return (0.6, params["threshold"], params["max_positives"])
+    if isinstance(m, RandomizedResponse):
+        return (0.6, m.categories)
+    return (0.6, m.candidates)
+
+
+def test_huge_integer_query_is_a_typed_error():
+    acc = Accountant(Budget(1.0), rng=0)
+    with acc.session(AboveThreshold(0.5, 0.0)) as s:
+        with pytest.raises(InvalidArgumentError):
+            s.test(10 ** 400)
+        assert s.answered == 0
+
+
+def test_errors_module_exports():
+    from accountant import errors
+    assert "MechanismExhaustedError" in errors.__all__
+    assert issubclass(accountant.MechanismExhaustedError, accountant.PrivacyError)
