@@ -41,7 +41,9 @@ def div_up(a: float, b: float) -> float:
 def mul_up(a: float, b: float) -> float:
     """``a * b`` for non-negative operands, rounded up by one ulp."""
     p = a * b
-    return math.nextafter(p, math.inf) if p != 0.0 else p
+    if p == 0.0:  # exact only when an operand is zero; otherwise the product underflowed
+        return 0.0 if a == 0.0 or b == 0.0 else math.nextafter(0.0, math.inf)
+    return math.nextafter(p, math.inf)
 
 
 def within(total: float, limit: float) -> bool:

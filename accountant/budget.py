@@ -93,6 +93,8 @@ class Budget(BaseModel):
     def __add__(self, other: object) -> "Budget":
         if not isinstance(other, Budget):
             return NotImplemented
+        if self.is_unlimited or other.is_unlimited:
+            return Budget.unlimited()
         return Budget(_numeric.add_up(self.epsilon, other.epsilon),
                       min(_numeric.add_up(self.delta, other.delta), math.nextafter(1.0, 0.0)))
 

@@ -92,7 +92,7 @@ class Accountant:
             default = DatasetLimit(limit=limit, composition=composition, per_query=per_query)
         # The same machinery as a policy file's, without a file: only dataset limits (names
         # are not restricted to the policy file's syntax here; only a file's are).
-        policy = Policy.model_construct(datasets=_dataset_limits(limits, composition))
+        policy = Policy.model_construct(datasets=_dataset_limits(limits, composition, per_query))
         self._setup(policy, default, ledger, rng, None)
 
     @classmethod
@@ -584,7 +584,8 @@ def _optional_budget(name: str, value: Any) -> None:
         raise InvalidTypeError(name, value, "a Budget or None")
 
 
-def _dataset_limits(limits: Any, composition: str) -> dict[str, DatasetLimit]:
+def _dataset_limits(limits: Any, composition: str,
+                    per_query: Budget | None) -> dict[str, DatasetLimit]:
     if limits is None:
         return {}
     if not isinstance(limits, Mapping):
@@ -595,7 +596,7 @@ def _dataset_limits(limits: Any, composition: str) -> dict[str, DatasetLimit]:
         if isinstance(value, DatasetLimit):
             out[name] = value
         elif value is None or isinstance(value, Budget):
-            out[name] = DatasetLimit(limit=value, composition=composition)
+            out[name] = DatasetLimit(limit=value, composition=composition, per_query=per_query)
         else:
             raise InvalidTypeError(f"limits[{name!r}]", value, "a Budget, a DatasetLimit or None")
     return out

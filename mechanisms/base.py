@@ -109,12 +109,19 @@ class NumericMechanism(Mechanism):
             InvalidArgumentError: NaN or infinite entries, or an empty array.
         """
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            x = float(value)
+            try:
+                x = float(value)
+            except OverflowError:  # an int beyond the largest double
+                raise InvalidArgumentError("value", value, "a finite number") from None
             if not np.isfinite(x):
                 raise InvalidArgumentError("value", value, "a finite number")
             return x
         if isinstance(value, (np.ndarray, list, tuple)):
-            arr = np.asarray(value)
+            try:
+                arr = np.asarray(value)
+            except ValueError:  # a ragged nested list
+                raise InvalidTypeError("value", value, "a rectangular array of real numbers") \
+                    from None
             if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
                                          and not np.issubdtype(arr.dtype, np.complexfloating)):
                 raise InvalidTypeError("value", value, "a real number or an array of real numbers")

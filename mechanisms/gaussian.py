@@ -29,7 +29,8 @@ class _GaussianFamily(NumericMechanism):
     @property
     def rho(self) -> float:
         """ρ = Δ²/(2σ²): the Gaussian mechanism is ρ-zCDP (Bun–Steinke 2016, Prop. 1.6)."""
-        return _numeric.div_up(self.sensitivity ** 2, 2.0 * self.sigma ** 2)
+        mu = self.mu  # rounded up, so mu² (rounded up) is never below (Δ/σ)²; halving is exact
+        return _numeric.mul_up(mu, mu) / 2.0
 
     @property
     def mu(self) -> float:

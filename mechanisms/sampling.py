@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
-from accountant.errors import InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Sampler"]
 
@@ -49,6 +49,8 @@ class Sampler:
         elif isinstance(rng, np.random.Generator):
             self._generator = rng
         elif isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
+            if rng < 0:
+                raise InvalidArgumentError("rng", rng, "a seed >= 0")
             self._generator = np.random.default_rng(int(rng))
         else:
             raise InvalidTypeError("rng", rng, "None (OS CSPRNG), a numpy.random.Generator or an "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,12 +58,28 @@ class SqliteLedger(Ledger):
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._set_wal(timeout)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
             self._check_version()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+
+    def _set_wal(self, timeout: float) -> None:
+        # Switching to WAL needs a moment without other writers and, unlike ordinary statements,
+        # does not honour the busy timeout: a second process creating the same new ledger would
+        # fail at once. Retry until the timeout, as every other statement waits.
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     def _check_version(self) -> None:
         row = self._conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 from scipy import integrate, stats
-from stat_checks import chi2_with_power, ks_with_power
+from tests.mechanisms.stat_checks import chi2_with_power, ks_with_power
 
 import accountant  # noqa: F401  (import order: the accountant package first)
 from mechanisms import (

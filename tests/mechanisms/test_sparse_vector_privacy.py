@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy import integrate, stats
-from stat_checks import ALPHA, epsilon_lower_bound
+from tests.mechanisms.stat_checks import ALPHA, epsilon_lower_bound
 
 import accountant  # noqa: F401  (import order: the accountant package first)
 from mechanisms import Sampler, Sparse

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from stat_checks import binom_with_power, ks_with_power, laplace_cdf
+from tests.mechanisms.stat_checks import binom_with_power, ks_with_power, laplace_cdf
 
 import accountant  # noqa: F401  (import order: the accountant package first)
 from mechanisms import AboveThreshold, NumericSparse, Sampler, Sparse

@@ -1,0 +1,1 @@
+"""dpbudget's test suite (a package, so that test modules can share ``tests.contracts``)."""

@@ -1,0 +1,1 @@
+"""Tests of the ``mechanisms`` package, one module per mechanism family."""

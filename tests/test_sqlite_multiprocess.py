@@ -1,0 +1,143 @@
+"""Several processes on one SQLite ledger: each sees the others' debits, and together they never
+overspend (``BEGIN IMMEDIATE`` makes check-and-debit one exclusive step across processes).
+
+Workers are separate interpreters (``subprocess`` + ``sys.executable -c``) with ``PYTHONPATH`` set
+to the repository root, so nothing is shared but the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from accountant import Accountant, Budget, BudgetExceededError
+from accountant.ledger import SqliteLedger
+from mechanisms import Laplace
+from tests.support import SEED, assert_chain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WORKER = textwrap.dedent("""
+    import json, os, sys, time
+    from accountant import Accountant, Budget, BudgetExceededError
+    from mechanisms import Laplace
+
+    path, releases, go, open_first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    acc = None
+    if open_first == "1":
+        acc = Accountant(Budget(1.0), ledger="sqlite:///" + path)
+    print("ready", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.002)
+    if acc is None:  # open concurrently with the other workers, on a file that may not exist yet
+        acc = Accountant(Budget(1.0), ledger="sqlite:///" + path)
+    admitted = refused = 0
+    for _ in range(releases):
+        try:
+            acc.release(Laplace(0.01), 1.0, dataset="adult")
+            admitted += 1
+        except BudgetExceededError:
+            refused += 1
+    print(json.dumps({"admitted": admitted, "refused": refused}), flush=True)
+""")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("DPBUDGET_LEDGER_KEY", None)
+    return env
+
+
+def _run_workers(path: Path, tmp_path: Path, workers: int, releases: int,
+                 open_first: bool) -> list[dict[str, int]]:
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(path), str(releases), str(go),
+                               "1" if open_first else "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=_env(), cwd=tmp_path) for _ in range(workers)]
+    try:
+        for p in procs:  # wait until every worker has imported (and maybe opened): then start all
+            line = p.stdout.readline()
+            assert line.strip() == "ready", p.stderr.read()
+        go.touch()
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
+    path = tmp_path / "budget.db"
+    parent = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=SEED)
+    for _ in range(3):
+        parent.release(Laplace(0.1), 1.0, dataset="adult")
+    child = textwrap.dedent("""
+        import json, sys
+        from accountant import Accountant, Budget, BudgetExceededError
+        from mechanisms import Laplace
+        acc = Accountant(Budget(1.0), ledger="sqlite:///" + sys.argv[1])
+        out = {"spent": acc.spent("adult").epsilon, "seq": acc.ledger.head()[0]}
+        try:
+            acc.release(Laplace(0.75), 1.0, dataset="adult")
+            out["big"] = "admitted"
+        except BudgetExceededError as exc:
+            out["big"] = "refused"
+            out["remaining"] = exc.remaining.epsilon
+        acc.release(Laplace(0.7), 1.0, dataset="adult")
+        out["after"] = acc.spent("adult").epsilon
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True,
+                          text=True, env=_env(), cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["seq"] == 3
+    assert seen["spent"] == pytest.approx(0.3, rel=1e-12) and seen["spent"] >= 0.3
+    assert seen["big"] == "refused" and seen["remaining"] == pytest.approx(0.7, rel=1e-12)
+    assert seen["after"] == pytest.approx(1.0, rel=1e-12)
+    # ... and the first process, on its still-open connection, sees the child's debit.
+    assert parent.spent("adult").epsilon == seen["after"]
+    assert not parent.can_afford(Laplace(0.01), dataset="adult")
+    with pytest.raises(BudgetExceededError):
+        parent.release(Laplace(0.01), 1.0, dataset="adult")
+    assert assert_chain(parent.ledger) == 4
+    parent.close()
+
+
+@pytest.mark.slow  # ~5 s: four interpreters start (numpy, scipy, pydantic) on two cores
+def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
+    """4 processes × 40 releases of ε = 0.01 against a limit of 1.0 (exactly 100 fit), all
+    starting at the same moment. The ledger file is created first (creating it concurrently is
+    tested deterministically in test_ledger.py)."""
+    path = tmp_path / "budget.db"
+    SqliteLedger(path).close()
+    start = time.monotonic()
+    results = _run_workers(path, tmp_path, workers=4, releases=40, open_first=True)
+    assert time.monotonic() - start < 60
+    assert sum(r["admitted"] for r in results) == 100
+    assert sum(r["refused"] for r in results) == 60
+    ledger = SqliteLedger(path)
+    try:
+        assert assert_chain(ledger) == 100
+        (account,) = ledger.accounts()
+        assert account.seq == 100
+        assert account.state["epsilon"] <= 1.0 * (1 + 1e-9)
+        total = sum(e.record["cost"]["epsilon"] for e in ledger.entries())
+        assert total <= 1.0 * (1 + 1e-9)
+    finally:
+        ledger.close()
