@@ -7,14 +7,21 @@ Each rule is one class with O(1) state; ``RULES`` maps the names users select
 from __future__ import annotations
 
 from accountant.budget import Budget
+from accountant.composition.advanced import AdvancedComposition
 from accountant.composition.base import Charge, CompositionRule, Refused, State
 from accountant.composition.basic import BasicComposition
+from accountant.composition.gaussian import GaussianComposition
+from accountant.composition.optimal import OptimalComposition
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 
-__all__ = ["RULES", "BasicComposition", "Charge", "CompositionRule", "Refused", "State", "make_rule"]
+__all__ = [
+    "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",
+    "GaussianComposition", "OptimalComposition", "Refused", "State", "make_rule",
+]
 
 RULES: dict[str, type[CompositionRule]] = {
-    BasicComposition.name: BasicComposition,
+    rule.name: rule
+    for rule in (BasicComposition, AdvancedComposition, OptimalComposition, GaussianComposition)
 }
 
 

@@ -8,15 +8,19 @@ checked it. The state is a small JSON-serialisable dict, so any ledger can persi
 
 from __future__ import annotations
 
+import math
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from accountant import _numeric
 from accountant.budget import Budget
+from accountant.errors import MechanismNotAllowedError
 
 State = dict[str, float]
 
-__all__ = ["Charge", "CompositionRule", "Refused", "State"]
+__all__ = ["Charge", "CompositionRule", "Refused", "State", "clip_delta", "sum_up", "tightest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +32,9 @@ class Charge:
         rho: its zero-concentrated DP cost where it has a tighter one (Gaussian family), else None.
         mu: its Gaussian-DP parameter where it has one (Gaussian family), else None.
         mechanism: the mechanism's name, for error messages.
+        parts: for a batch (``Accountant.release_many``), the charges of its items, fixed before
+            any of them is released; empty for a single release. ``epsilon``/``delta`` of a batch
+            are then the basic-composition totals, and each rule composes ``parts`` itself.
     """
 
     epsilon: float
@@ -35,6 +42,7 @@ class Charge:
     rho: float | None = None
     mu: float | None = None
     mechanism: str = ""
+    parts: tuple["Charge", ...] = ()
 
     @property
     def budget(self) -> Budget:
@@ -69,17 +77,78 @@ class CompositionRule(ABC):
     def initial_state(self) -> State:
         """The state of a limit nothing has been spent from."""
 
-    @abstractmethod
     def debit(self, state: State, charge: Charge) -> State:
-        """The state after the step, or ``Refused`` if it does not fit. Must not mutate ``state``."""
+        """The state after the step, or ``Refused`` if it does not fit. Must not mutate ``state``.
+
+        A batch (``charge.parts``) is one step: its items are folded into the state and the
+        limit is checked once, on the result.
+
+        Raises:
+            Refused: the step does not fit what is left of the limit.
+            MechanismNotAllowedError: the rule does not admit this kind of step at all.
+        """
+        new = state
+        for part in charge.parts or (charge,):
+            self._admit(part)
+            new = self._step(new, part, 1)
+        if self.limit is not None and not self._fits(new):
+            raise Refused(self._refusal())
+        return new
+
+    def max_steps(self, state: State, charge: Charge) -> int:
+        """How many more steps of exactly ``charge`` fit, from ``state`` (``sys.maxsize`` when
+        nothing limits them). O(log n) evaluations of the closed-form state after n steps.
+
+        Raises:
+            MechanismNotAllowedError: the rule does not admit this kind of step at all.
+        """
+        self._admit(charge)
+        if self.limit is None:
+            return sys.maxsize
+        if not self._fits(self._step(state, charge, 1)):
+            return 0
+        lo, hi = 1, 2
+        while self._fits(self._step(state, charge, hi)):
+            lo, hi = hi, 2 * hi
+            if hi >= sys.maxsize:
+                return sys.maxsize
+        while hi - lo > 1:  # fits(lo) and not fits(hi)
+            mid = (lo + hi) // 2
+            if self._fits(self._step(state, charge, mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    @abstractmethod
+    def _step(self, state: State, charge: Charge, n: int) -> State:
+        """The state after ``n`` more steps of ``charge`` (sums rounded up), without checking."""
+
+    @abstractmethod
+    def _fits(self, state: State) -> bool:
+        """Whether ``state`` is within the limit (only called when there is one)."""
+
+    def _refusal(self) -> str:
+        return f"{self.name} composition: the step would exceed the limit"
+
+    def _admit(self, charge: Charge) -> None:
+        """Refuse a step this rule cannot account at all, or one above the per-query cap."""
+        self._check_per_query(charge)
 
     @abstractmethod
     def spent(self, state: State) -> Budget:
         """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up."""
 
-    @abstractmethod
     def remaining(self, state: State) -> Budget:
-        """What is left of the limit, rounded down (``Budget.unlimited()`` when there is none)."""
+        """What is left of the limit: the limit minus ``spent``, component-wise, rounded down
+        (``Budget.unlimited()`` when there is none). For rules that do not add up linearly
+        (advanced, optimal, gaussian) this is informative, not a promise that a step of that
+        cost fits: ``Accountant.can_afford`` and ``max_releases`` answer that."""
+        if self.limit is None:
+            return Budget.unlimited()
+        used = self.spent(state)
+        return Budget(max(0.0, _numeric.sub_down(self.limit.epsilon, used.epsilon)),
+                      max(0.0, _numeric.sub_down(self.limit.delta, used.delta)))
 
     def describe(self) -> dict[str, Any]:
         """The rule's public configuration, written to the ledger with every entry."""
@@ -98,3 +167,27 @@ class CompositionRule(ABC):
         cap = self.per_query
         if cap is not None and (charge.epsilon > cap.epsilon or charge.delta > cap.delta):
             raise Refused(f"the step's cost exceeds the per-query cap {cap}")
+
+    def _not_allowed(self, charge: Charge, why: str) -> MechanismNotAllowedError:
+        return MechanismNotAllowedError(
+            f"the {self.name!r} composition rule does not admit {charge.mechanism or 'this step'} "
+            f"(cost epsilon={charge.epsilon!r}, delta={charge.delta!r}): {why}; nothing was drawn "
+            f"and nothing was debited")
+
+
+def sum_up(total: float, x: float, n: int) -> float:
+    """``total + n·x`` rounded up (n·x exact for n = 1, else rounded up too)."""
+    return _numeric.add_up(total, x if n == 1 else _numeric.mul_up(float(n), x))
+
+
+def tightest(candidates: list[tuple[float, float]], limit: Budget | None) -> Budget:
+    """The candidate (ε, δ) statement with the smallest ε among those whose δ is within the
+    limit's δ (all of them when none is, or when there is no limit); ties go to the smaller δ."""
+    ok = [c for c in candidates if limit is None or c[1] <= limit.delta] or candidates
+    eps, dlt = min(ok)
+    return Budget(eps, clip_delta(dlt))
+
+
+def clip_delta(delta: float) -> float:
+    """A δ total as a valid ``Budget`` δ (< 1)."""
+    return min(delta, math.nextafter(1.0, 0.0))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from accountant import _numeric
 from accountant.budget import Budget
-from accountant.composition.base import Charge, CompositionRule, Refused, State
+from accountant.composition import bounds
+from accountant.composition.base import Charge, CompositionRule, Refused, State, clip_delta, sum_up
 
 __all__ = ["BasicComposition"]
 
@@ -20,6 +19,12 @@ class BasicComposition(CompositionRule):
     1e-9 of exactly what remains is admitted (see ``accountant._numeric``).
 
     State: ``{"epsilon": Σε_i, "delta": Σδ_i}``, two running sums, O(1) per step.
+    ``spent`` is the two sums; ``remaining`` is the limit minus them (rounded down).
+
+    A batch (``Accountant.release_many``) is one step whose items were fixed in advance, so a
+    non-adaptive theorem applies to it: it is charged its basic total (Σε, Σδ) when that fits;
+    otherwise the tightest non-adaptive bound at the δ still left — Kairouz–Oh–Viswanath 2015
+    Thm 3.3 (exact) when all items cost the same, else their Thm 3.5 — if that ε fits.
 
     >>> rule = BasicComposition(Budget(1.0))
     >>> state = rule.initial_state()
@@ -34,21 +39,48 @@ class BasicComposition(CompositionRule):
     def initial_state(self) -> State:
         return {"epsilon": 0.0, "delta": 0.0}
 
-    def debit(self, state: State, charge: Charge) -> State:
-        self._check_per_query(charge)
-        eps = _numeric.add_up(state["epsilon"], charge.epsilon)
-        dlt = _numeric.add_up(state["delta"], charge.delta)
+    def _step(self, state: State, charge: Charge, n: int) -> State:
+        return {"epsilon": sum_up(state["epsilon"], charge.epsilon, n),
+                "delta": sum_up(state["delta"], charge.delta, n)}
+
+    def _fits(self, state: State) -> bool:
         limit = self.limit
-        if limit is not None and not (_numeric.within(eps, limit.epsilon)
-                                      and _numeric.within(dlt, limit.delta)):
-            raise Refused("basic composition: Σε or Σδ would exceed the limit")
-        return {"epsilon": eps, "delta": dlt}
+        return (_numeric.within(state["epsilon"], limit.epsilon)
+                and _numeric.within(state["delta"], limit.delta))
+
+    def _refusal(self) -> str:
+        return "basic composition: Σε or Σδ would exceed the limit"
+
+    def debit(self, state: State, charge: Charge) -> State:
+        try:
+            return super().debit(state, charge)
+        except Refused:
+            if not charge.parts or self.limit is None:
+                raise
+            return self._batch_bound(state, charge)
+
+    def _batch_bound(self, state: State, batch: Charge) -> State:
+        """A refused batch retried at its tightest non-adaptive (ε, δ): all the δ still left is
+        offered as the composition slack (KOV 2015, Thm 3.3 homogeneous / Thm 3.5)."""
+        parts = batch.parts
+        for part in parts:
+            self._admit(part)  # a per-query refusal is final
+        left = _numeric.sub_down(self.limit.delta, state["delta"])
+        if not left > 0.0:
+            raise Refused(self._refusal())
+        first = parts[0]
+        if all(p.epsilon == first.epsilon and p.delta == first.delta for p in parts):
+            eps = bounds.kov_epsilon(len(parts), first.epsilon, left, first.delta)
+        else:
+            slack = _numeric.sub_down(left, sum(p.delta for p in parts) * (1.0 + 1e-12))
+            if not slack > 0.0:
+                raise Refused(self._refusal())
+            eps = bounds.kov_heterogeneous_epsilon([p.epsilon for p in parts], slack)
+        new = {"epsilon": _numeric.add_up(state["epsilon"], eps),
+               "delta": _numeric.add_up(state["delta"], left)}
+        if not self._fits(new):
+            raise Refused(self._refusal() + " (also at the batch's non-adaptive KOV bound)")
+        return new
 
     def spent(self, state: State) -> Budget:
-        return Budget(state["epsilon"], min(state["delta"], math.nextafter(1.0, 0.0)))
-
-    def remaining(self, state: State) -> Budget:
-        if self.limit is None:
-            return Budget.unlimited()
-        return Budget(max(0.0, _numeric.sub_down(self.limit.epsilon, state["epsilon"])),
-                      max(0.0, _numeric.sub_down(self.limit.delta, state["delta"])))
+        return Budget(state["epsilon"], clip_delta(state["delta"]))
