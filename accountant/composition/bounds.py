@@ -109,8 +109,8 @@ def cks_rho_budget(epsilon: float, delta: float) -> float:
     """The largest ρ whose CKS conversion (:func:`cks_epsilon`) at δ is <= ε.
 
     For each α, αρ + c(α) <= ε iff ρ <= (ε − c(α))/α, so ρ_B = max_{α>1} (ε − c(α))/α
-    (Canonne–Kamath–Steinke 2020, Prop. 12/Cor. 13, inverted). The value is rounded down until the
-    bound at the α found is re-checked to be <= ε.
+    (Canonne–Kamath–Steinke 2020, Prop. 12/Cor. 13, inverted). The value is rounded down until
+    :func:`cks_epsilon` (which rounds up) re-checks it to be <= ε.
 
     >>> round(cks_rho_budget(1.0, 1e-6), 15)  # THEORY.md §2: 0.024355970359538525
     0.024355970359538
@@ -128,8 +128,9 @@ def cks_rho_budget(epsilon: float, delta: float) -> float:
     if not rho > 0.0:
         return 0.0
     rho = _down(rho)
-    while alpha * rho + _cks_slack(alpha, lid) > epsilon:  # safe-side re-check
-        rho = _down(rho, 4)
+    # Safe-side re-check with the public conversion itself (which rounds up).
+    while cks_epsilon(rho, delta) > epsilon:
+        rho = _down(rho * (1.0 - 1e-15))
     return rho
 
 
@@ -173,8 +174,9 @@ def kov_delta(k: int, eps0: float, epsilon: float, delta0: float = 0.0) -> float
     if k == 0:
         return 0.0
     log_rr = _log_delta_rr(k, eps0, epsilon)
-    log_keep = k * math.log1p(-delta0) + (math.log1p(-math.exp(log_rr)) if log_rr > -math.inf
-                                            else 0.0)
+    if log_rr >= 0.0:  # δ_RR rounds to 1: nothing is guaranteed
+        return 1.0
+    log_keep = k * math.log1p(-delta0) + math.log1p(-math.exp(log_rr))
     return min(1.0, _up(-math.expm1(log_keep)))
 
 
