@@ -240,8 +240,9 @@ class Accountant:
         the same path as ``release``; noise is drawn only after that commit, item by item, in order.
         Because the list is fixed before any of it is released, the batch may be composed with a
         non-adaptive theorem. Each rule composes it as tightly as it can (see the rule's docs):
-        ``"basic"`` charges its basic total when that fits, else its Kairouz–Oh–Viswanath 2015
-        bound (Thm 3.3 if all items cost the same, else Thm 3.5) at the δ still left;
+        ``"basic"`` charges its basic total when that fits, else the smallest of its
+        Kairouz–Oh–Viswanath 2015 bound (Thm 3.3 if all items cost the same, else Thm 3.5) and
+        the CKS conversion of its summed zCDP cost, at the δ still left;
         ``"advanced"`` sums the items' zCDP costs (exact zCDP composition, which dominates charging
         a KOV (ε, δ) point as an approximate step); ``"gaussian"`` sums the items' μ² (exact GDP
         composition; every item must be Gaussian-family); ``"optimal"`` charges k fixed-cost

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from accountant import _numeric
 from accountant.budget import Budget
 from accountant.composition import bounds
@@ -23,8 +25,11 @@ class BasicComposition(CompositionRule):
 
     A batch (``Accountant.release_many``) is one step whose items were fixed in advance, so a
     non-adaptive theorem applies to it: it is charged its basic total (Σε, Σδ) when that fits;
-    otherwise the tightest non-adaptive bound at the δ still left — Kairouz–Oh–Viswanath 2015
-    Thm 3.3 (exact) when all items cost the same, else their Thm 3.5 — if that ε fits.
+    otherwise the tightest bound at the δ still left (all of it is offered as slack), if that ε
+    fits: the smaller of Kairouz–Oh–Viswanath 2015 Thm 3.3 (exact) when all items cost the same,
+    else their Thm 3.5, and — when every item has a zCDP cost (pure or Gaussian family) — the
+    Canonne–Kamath–Steinke conversion of the items' summed ρ (Bun–Steinke 2016, Lemma 2.3),
+    which is tighter for many heterogeneous pure items and for Gaussian items.
 
     >>> rule = BasicComposition(Budget(1.0))
     >>> state = rule.initial_state()
@@ -69,13 +74,18 @@ class BasicComposition(CompositionRule):
         if not left > 0.0:
             raise Refused(self._refusal())
         first = parts[0]
+        candidates = [math.inf]
         if all(p.epsilon == first.epsilon and p.delta == first.delta for p in parts):
-            eps = bounds.kov_epsilon(len(parts), first.epsilon, left, first.delta)
+            candidates.append(bounds.kov_epsilon(len(parts), first.epsilon, left, first.delta))
         else:
-            slack = _numeric.sub_down(left, sum(p.delta for p in parts) * (1.0 + 1e-12))
-            if not slack > 0.0:
-                raise Refused(self._refusal())
-            eps = bounds.kov_heterogeneous_epsilon([p.epsilon for p in parts], slack)
+            slack = _numeric.sub_down(left, math.fsum(p.delta for p in parts) * (1.0 + 1e-12))
+            if slack > 0.0:
+                candidates.append(bounds.kov_heterogeneous_epsilon([p.epsilon for p in parts],
+                                                                   slack))
+        rho = _zcdp_total(parts)
+        if rho is not None:
+            candidates.append(bounds.cks_epsilon(rho, left))
+        eps = min(candidates)
         new = {"epsilon": _numeric.add_up(state["epsilon"], eps),
                "delta": _numeric.add_up(state["delta"], left)}
         if not self._fits(new):
@@ -84,3 +94,17 @@ class BasicComposition(CompositionRule):
 
     def spent(self, state: State) -> Budget:
         return Budget(state["epsilon"], clip_delta(state["delta"]))
+
+
+def _zcdp_total(parts: tuple[Charge, ...]) -> float | None:
+    """Σρ_i of a batch whose items all have a zCDP cost — declared (Gaussian family, Bun–Steinke
+    Prop. 1.6) or ε²/2 for a pure step (Prop. 1.4) — rounded up; None if any item has neither."""
+    total = 0.0
+    for p in parts:
+        if p.rho is not None:
+            total = _numeric.add_up(total, p.rho)
+        elif p.delta == 0.0:
+            total = _numeric.add_up(total, 0.5 * _numeric.mul_up(p.epsilon, p.epsilon))
+        else:
+            return None
+    return total

@@ -11,7 +11,7 @@ from accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError,
 )
-from accountant.composition import bounds
+from accountant.composition import BasicComposition, Charge, bounds
 from mechanisms import AnalyticGaussian, Laplace
 
 LIMIT = Budget(1.0, 1e-6)
@@ -62,13 +62,26 @@ def test_basic_uses_basic_total_when_it_fits():
     assert acc.spent().epsilon == pytest.approx(0.5)
 
 
-def test_basic_heterogeneous_batch_uses_kov_thm_3_5():
+def test_basic_heterogeneous_batch_uses_the_tighter_of_kov_3_5_and_zcdp():
     eps = list(np.linspace(0.0100, 0.0106, 300))
     acc = Accountant(LIMIT, rng=0)
     acc.release_many([(Laplace(e), 1.0) for e in eps])
     spent = acc.spent()
     assert spent.epsilon <= 1.0 and spent.delta == 1e-6
-    assert spent.epsilon == pytest.approx(bounds.kov_heterogeneous_epsilon(eps, 1e-6), rel=1e-9)
+    zcdp = bounds.cks_epsilon(math.fsum(e * e / 2 for e in eps), 1e-6)
+    kov35 = bounds.kov_heterogeneous_epsilon(eps, 1e-6)
+    assert spent.epsilon == pytest.approx(min(zcdp, kov35), rel=1e-9)
+
+
+def test_basic_batch_with_an_approximate_item_uses_kov_3_5():
+    rule = BasicComposition(LIMIT)
+    parts = tuple(Charge(e, 0.0) for e in np.linspace(0.0100, 0.0106, 299)) + (
+        Charge(0.01, 1e-7, mechanism="approx"),)
+    state = rule.debit(rule.initial_state(), Charge(1.0, 1e-7, parts=parts))
+    slack = 1e-6 - 1e-7 * (1 + 1e-12)
+    assert state["epsilon"] == pytest.approx(
+        bounds.kov_heterogeneous_epsilon([p.epsilon for p in parts], slack), rel=1e-9)
+    assert state["delta"] == 1e-6
 
 
 def test_advanced_batch_equals_sequential_zcdp():
