@@ -12,7 +12,7 @@ from typing import Any
 from accountant import _numeric, _validate
 from accountant.budget import Budget
 from accountant.composition import bounds
-from accountant.composition.base import Charge, CompositionRule, State, sum_up, tightest
+from accountant.composition.base import Charge, CompositionRule, State, sum_up
 from accountant.errors import InvalidArgumentError
 
 __all__ = ["AdvancedComposition"]
@@ -57,11 +57,12 @@ class AdvancedComposition(CompositionRule):
     **State** (O(1)): ``epsilon`` Σε_i and ``delta`` Σδ_i over all steps (basic sums), ``rho`` Σρ_i,
     ``approx`` Σδ_i of non-Gaussian approximate steps.
 
-    **spent** is the tighter of two statements the state supports: the basic sums (Σε_i, Σδ_i),
-    and the CKS conversion of Σρ_i at δ_conv, (ε_CKS(Σρ_i), δ_conv + Σδ_approx); the smaller ε among
-    those within the limit's δ. With no limit it is the tighter of the basic sums and the CKS
-    conversion at the Gaussian steps' own Σδ. **remaining** is the limit minus ``spent``, rounded
-    down — informative only: a zCDP budget does not subtract linearly, so use ``max_releases``.
+    **spent** combines the two statements the state supports — while every step is pure, the
+    basic (Σε_i, 0); once Σρ_i > 0, the CKS conversion (ε_CKS(Σρ_i), δ_conv + Σδ_approx) — as
+    (the smaller ε, the larger δ), so both components only grow (e.g. after 3 × Laplace(0.1)
+    under (1, 1e-6): (0.3, 1e-6): the advanced rule is an approximate-DP filter). With no limit it
+    is the basic sums. **remaining** is the limit minus ``spent``, rounded down — informative
+    only: a zCDP budget does not subtract linearly, so use ``max_releases``.
 
     Args:
         limit: (ε_B, δ_B); ``None`` for no limit (spend still tracked).
@@ -89,7 +90,6 @@ class AdvancedComposition(CompositionRule):
             self.delta_conv = d if share == 1.0 else math.nextafter(d * share, 0.0)
             self.delta_allow = max(0.0, _numeric.sub_down(d, self.delta_conv))
             self.rho_budget = bounds.cks_rho_budget(self.limit.epsilon, self.delta_conv)
-        self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(), "conversion_share": self.conversion_share,
@@ -120,19 +120,14 @@ class AdvancedComposition(CompositionRule):
         return (f"advanced composition: Σρ would exceed ρ_B = {self.rho_budget!r} (or the δ "
                 f"allowance) and the basic branch (pure steps, Σε ≤ ε_B) does not admit it")
 
-    def spent(self, state: State) -> Budget:
-        key = (state["epsilon"], state["delta"], state["rho"], state["approx"])
-        if self._spent_cache is not None and self._spent_cache[0] == key:
-            return self._spent_cache[1]
-        eps, dlt, rho, approx = key
-        candidates = [(eps, dlt)]
-        conv = self.delta_conv if self.limit is not None else _numeric.sub_down(dlt, approx)
-        if rho > 0.0 and conv > 0.0:
-            candidates.append((bounds.cks_epsilon(rho, conv),
-                               _numeric.add_up(conv, approx)))
-        result = tightest(candidates, self.limit)
-        self._spent_cache = (key, result)
-        return result
+    def _candidates(self, state: State) -> list[tuple[float, float]]:
+        out = []
+        if state["delta"] == 0.0:  # all steps pure: the basic statement (Σε_i, 0)
+            out.append((state["epsilon"], 0.0))
+        if state["rho"] > 0.0 and self.delta_conv > 0.0:
+            out.append((bounds.cks_epsilon(state["rho"], self.delta_conv),
+                        _numeric.add_up(self.delta_conv, state["approx"])))
+        return out or [(state["epsilon"], state["delta"])]
 
 
 def _validate_share(share: Any) -> float:

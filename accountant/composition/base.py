@@ -72,6 +72,7 @@ class CompositionRule(ABC):
         self.limit = None if limit is None or limit.is_unlimited else limit
         self.per_query = per_query
         self._description: dict[str, Any] | None = None
+        self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
     @abstractmethod
     def initial_state(self) -> State:
@@ -135,9 +136,26 @@ class CompositionRule(ABC):
         """Refuse a step this rule cannot account at all, or one above the per-query cap."""
         self._check_per_query(charge)
 
-    @abstractmethod
     def spent(self, state: State) -> Budget:
-        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up."""
+        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up: with a
+        limit, the tightest statement the rule's state supports (``_candidates``); with no limit,
+        the basic-composition totals (Σε_i, Σδ_i) — there is no δ to convert a zCDP or GDP total
+        at, and the state keeps those totals for whoever needs them. Cached per state."""
+        key = tuple(state.values())
+        cached = self._spent_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        basic = (state.get("epsilon", 0.0), state.get("delta", 0.0))
+        if self.limit is None or not any(key):
+            result = Budget(basic[0], clip_delta(basic[1]))
+        else:
+            result = tightest(self._candidates(state), self.limit)
+        self._spent_cache = (key, result)
+        return result
+
+    def _candidates(self, state: State) -> list[tuple[float, float]]:
+        """Valid (ε, δ) statements about the state, each non-decreasing as the state grows."""
+        return [(state["epsilon"], state["delta"])]
 
     def remaining(self, state: State) -> Budget:
         """What is left of the limit: the limit minus ``spent``, component-wise, rounded down
@@ -180,12 +198,14 @@ def sum_up(total: float, x: float, n: int) -> float:
     return _numeric.add_up(total, x if n == 1 else _numeric.mul_up(float(n), x))
 
 
-def tightest(candidates: list[tuple[float, float]], limit: Budget | None) -> Budget:
-    """The candidate (ε, δ) statement with the smallest ε among those whose δ is within the
-    limit's δ (all of them when none is, or when there is no limit); ties go to the smaller δ."""
-    ok = [c for c in candidates if limit is None or c[1] <= limit.delta] or candidates
-    eps, dlt = min(ok)
-    return Budget(eps, clip_delta(dlt))
+def tightest(candidates: list[tuple[float, float]], limit: Budget) -> Budget:
+    """One (ε, δ) statement from several valid ones: the smallest ε among those whose δ is within
+    the limit's δ, paired with the largest such δ (each (ε_i, δ_i) implies (ε_i, max δ)). Rules
+    offer candidates whose ε and δ only grow with the state, and a candidate only ever leaves the
+    set when another with a δ at least as large remains, so the result is monotone in both
+    components (checked by the property tests)."""
+    ok = [c for c in candidates if c[1] <= limit.delta] or candidates
+    return Budget(min(c[0] for c in ok), clip_delta(max(c[1] for c in ok)))
 
 
 def clip_delta(delta: float) -> float:

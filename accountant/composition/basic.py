@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 
 from accountant import _numeric
-from accountant.budget import Budget
+from accountant.budget import Budget  # noqa: F401 (doctest)
 from accountant.composition import bounds
-from accountant.composition.base import Charge, CompositionRule, Refused, State, clip_delta, sum_up
+from accountant.composition.base import Charge, CompositionRule, Refused, State, sum_up
 
 __all__ = ["BasicComposition"]
 
@@ -91,9 +91,6 @@ class BasicComposition(CompositionRule):
         if not self._fits(new):
             raise Refused(self._refusal() + " (also at the batch's non-adaptive KOV bound)")
         return new
-
-    def spent(self, state: State) -> Budget:
-        return Budget(state["epsilon"], clip_delta(state["delta"]))
 
 
 def _zcdp_total(parts: tuple[Charge, ...]) -> float | None:

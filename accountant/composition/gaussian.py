@@ -10,9 +10,9 @@ import math
 from typing import Any
 
 from accountant import _numeric
-from accountant.budget import Budget
+from accountant.budget import Budget  # noqa: F401 (doctest)
 from accountant.composition import bounds
-from accountant.composition.base import Charge, CompositionRule, State, sum_up, tightest
+from accountant.composition.base import Charge, CompositionRule, State, sum_up
 from accountant.errors import InvalidArgumentError
 
 __all__ = ["GaussianComposition"]
@@ -33,9 +33,10 @@ class GaussianComposition(CompositionRule):
     conversion, which the "advanced" rule does better.
 
     **State** (O(1)): ``mu2`` Σμ_i², and the basic sums ``epsilon``, ``delta`` of the declared costs.
-    **spent** is the tighter of (ε_GDP(sqrt(Σμ_i²)) at δ_B, δ_B) and the basic sums (with no limit:
-    GDP at the steps' own Σδ_i); **remaining** is the limit minus that, rounded down (informative;
-    ``max_releases`` answers what fits).
+    **spent** is (min(ε_GDP(sqrt(Σμ_i²)) at δ_B, Σε_i while Σδ_i ≤ δ_B), δ_B): the smaller ε of
+    the exact GDP statement and the basic one, at the limit's δ (with no limit: the basic sums);
+    **remaining** is the limit minus that, rounded down (informative; ``max_releases`` answers
+    what fits).
 
     Raises:
         InvalidArgumentError: a limit with δ_B = 0 (no μ > 0 is (ε, 0)-DP).
@@ -57,7 +58,6 @@ class GaussianComposition(CompositionRule):
                                            "'gaussian' composition rule")
             self.mu_budget = bounds.gdp_mu(self.limit.epsilon, self.limit.delta)
             self.mu2_budget = math.nextafter(self.mu_budget * self.mu_budget, 0.0)
-        self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(),
@@ -83,16 +83,7 @@ class GaussianComposition(CompositionRule):
     def _refusal(self) -> str:
         return f"gaussian composition: Σμ² would exceed μ_B² (μ_B = {self.mu_budget!r})"
 
-    def spent(self, state: State) -> Budget:
-        key = (state["mu2"], state["epsilon"], state["delta"])
-        if self._spent_cache is not None and self._spent_cache[0] == key:
-            return self._spent_cache[1]
-        mu2, eps, dlt = key
-        candidates = [(eps, dlt)]
-        at = dlt if self.limit is None else self.limit.delta
-        if mu2 > 0.0 and 0.0 < at < 1.0:
-            candidates.append((bounds.gdp_epsilon(math.nextafter(math.sqrt(mu2), math.inf), at),
-                               at))
-        result = tightest(candidates, self.limit)
-        self._spent_cache = (key, result)
-        return result
+    def _candidates(self, state: State) -> list[tuple[float, float]]:
+        mu = math.nextafter(math.sqrt(state["mu2"]), math.inf)
+        return [(state["epsilon"], state["delta"]),
+                (bounds.gdp_epsilon(mu, self.limit.delta), self.limit.delta)]

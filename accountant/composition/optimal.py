@@ -13,7 +13,7 @@ from typing import Any
 from accountant import _numeric
 from accountant.budget import Budget
 from accountant.composition import bounds
-from accountant.composition.base import Charge, CompositionRule, State, tightest
+from accountant.composition.base import Charge, CompositionRule, State, clip_delta
 from accountant.errors import InvalidArgumentError
 
 __all__ = ["OptimalComposition"]
@@ -33,9 +33,9 @@ class OptimalComposition(CompositionRule):
     it is post-processing of k_max releases. k_max, the largest k with the composition
     (ε_B, δ_B)-DP, is computed once, in log space (:func:`~accountant.composition.bounds.kov_max_steps`).
 
-    **State** (O(1)): ``count``, the releases admitted so far. **spent** is the tighter of the basic
-    sum (kε₀, kδ₀) and the KOV Thm 3.3 ε for k at δ_B; **remaining** is the limit minus that,
-    rounded down (informative); ``max_releases`` is exactly k_max − count.
+    **State** (O(1)): ``count``, the releases admitted so far. **spent** is
+    (min(kε₀ while kδ₀ ≤ δ_B, the KOV Thm 3.3 ε for k at δ_B), δ_B); **remaining** is the limit
+    minus that, rounded down (informative); ``max_releases`` is exactly k_max − count.
 
     Args:
         limit: (ε_B, δ_B); ``None`` for no limit (count still tracked, ``spent`` is the basic sum).
@@ -60,7 +60,6 @@ class OptimalComposition(CompositionRule):
         self.k_max = (sys.maxsize if self.limit is None else
                       bounds.kov_max_steps(self.limit.epsilon, self.limit.delta,
                                            per_query.epsilon, per_query.delta))
-        self._spent_cache: tuple[int, Budget] | None = None
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(), "k_max": None if self.limit is None else self.k_max}
@@ -89,15 +88,16 @@ class OptimalComposition(CompositionRule):
         return max(0, self.k_max - int(state["count"]))
 
     def spent(self, state: State) -> Budget:
+        if self.limit is None:  # the basic sums (kε₀, kδ₀)
+            k = float(state["count"])
+            e0, d0 = self.per_query.epsilon, self.per_query.delta
+            return Budget(_numeric.mul_up(k, e0), clip_delta(_numeric.mul_up(k, d0)))
+        return super().spent(state)
+
+    def _candidates(self, state: State) -> list[tuple[float, float]]:
         k = int(state["count"])
-        if self._spent_cache is not None and self._spent_cache[0] == k:
-            return self._spent_cache[1]
-        if k == 0:
-            return Budget(0.0)
         e0, d0 = self.per_query.epsilon, self.per_query.delta
-        candidates = [(_numeric.mul_up(float(k), e0), _numeric.mul_up(float(k), d0))]
-        if self.limit is not None and self.limit.delta > 0.0:
-            candidates.append((bounds.kov_epsilon(k, e0, self.limit.delta, d0), self.limit.delta))
-        result = tightest(candidates, self.limit)
-        self._spent_cache = (k, result)
-        return result
+        out = [(_numeric.mul_up(float(k), e0), _numeric.mul_up(float(k), d0))]
+        if self.limit.delta > 0.0:
+            out.append((bounds.kov_epsilon(k, e0, self.limit.delta, d0), self.limit.delta))
+        return out

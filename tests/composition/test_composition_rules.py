@@ -102,6 +102,15 @@ def test_advanced_delta_allowance():
         AdvancedComposition(LIMIT).debit(AdvancedComposition(LIMIT).initial_state(), approx)
 
 
+def test_advanced_without_delta_is_basic_for_pure_steps():
+    acc = Accountant(Budget(1.0), composition="advanced", rng=0)
+    assert acc.max_releases(Laplace(0.01)) == 100
+    with pytest.raises(BudgetExceededError):
+        acc.release(AnalyticGaussian(0.1, 1e-9), 1.0)
+    acc.release(Laplace(0.5), 1.0)
+    assert acc.spent() == Budget(0.5) and acc.remaining() == Budget(0.5)
+
+
 def test_gaussian_rule_refuses_laplace_and_changes_nothing():
     rng = np.random.default_rng(1)
     acc = Accountant(LIMIT, composition="gaussian", rng=rng)
@@ -209,7 +218,7 @@ def test_spend_is_monotone_and_within_limit(epsilons, name):
         except Refused:
             continue
         spent = rule.spent(state)
-        assert spent.epsilon >= last.epsilon - 1e-12 or spent.delta >= last.delta
+        assert spent.epsilon >= last.epsilon and spent.delta >= last.delta  # monotone
         assert spent <= Budget(LIMIT.epsilon * (1 + 1e-9), LIMIT.delta * (1 + 1e-9))
         rem = rule.remaining(state)
         assert rem.epsilon >= 0 and rem.delta >= 0
@@ -217,19 +226,23 @@ def test_spend_is_monotone_and_within_limit(epsilons, name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(0.01, 0.3), min_size=1, max_size=80))
-def test_gaussian_spend_is_monotone_and_within_limit(epsilons):
-    rule = _rule("gaussian")
-    state, last = rule.initial_state(), 0.0
-    for e in epsilons:
+@given(st.lists(st.tuples(st.floats(0.01, 0.9), st.sampled_from([0.0, 1e-9, 1e-7])),
+                min_size=1, max_size=80),
+       st.sampled_from(["advanced", "gaussian"]))
+def test_mixed_spend_is_monotone_and_within_limit(steps, name):
+    """Pure (δ = 0 → Laplace) and Gaussian steps mixed, under the rules that take both kinds."""
+    rule = _rule(name)
+    state, last = rule.initial_state(), Budget(0.0)
+    for e, d in steps:
+        m = Laplace(e) if d == 0.0 else Gaussian(e, d)
         try:
-            state = rule.debit(state, AnalyticGaussian(e, 1e-8).charge)
-        except Refused:
+            state = rule.debit(state, m.charge)
+        except (Refused, MechanismNotAllowedError):
             continue
         spent = rule.spent(state)
-        assert spent.epsilon >= last - 1e-12
+        assert spent.epsilon >= last.epsilon and spent.delta >= last.delta
         assert spent <= Budget(LIMIT.epsilon * (1 + 1e-9), LIMIT.delta)
-        last = spent.epsilon
+        last = spent
 
 
 def _admitted_prefix(rule, epsilons):
