@@ -103,7 +103,10 @@ class CompositionRule(ABC):
         Raises:
             MechanismNotAllowedError: the rule does not admit this kind of step at all.
         """
-        self._admit(charge)
+        try:
+            self._admit(charge)
+        except Refused:  # above the per-query cap: not one fits
+            return 0
         if self.limit is None:
             return sys.maxsize
         if not self._fits(self._step(state, charge, 1)):

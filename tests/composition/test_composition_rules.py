@@ -16,6 +16,7 @@ from accountant.composition import (
     AdvancedComposition, BasicComposition, Charge, GaussianComposition, OptimalComposition, Refused,
     make_rule,
 )
+from accountant.composition import bounds
 from mechanisms import AnalyticGaussian, Gaussian, Laplace
 
 LIMIT = Budget(1.0, 1e-6)
@@ -272,3 +273,22 @@ def test_advanced_beats_wrrw_filter(e):
         n += 1
     rule = AdvancedComposition(LIMIT)
     assert rule.max_steps(rule.initial_state(), Charge(e, 0.0)) >= n
+
+
+def test_public_names_are_exported():
+    import accountant.composition as composition
+
+    for name in ("AdvancedComposition", "BasicComposition", "GaussianComposition",
+                 "OptimalComposition", "Charge", "CompositionRule", "Refused", "make_rule", "RULES"):
+        assert name in composition.__all__ and hasattr(composition, name)
+    for name in bounds.__all__:
+        assert callable(getattr(bounds, name)) and getattr(bounds, name).__doc__
+
+
+def test_spent_semantics_documented_examples():
+    acc = Accountant(LIMIT, composition="advanced", rng=0)
+    for _ in range(3):
+        acc.release(Laplace(0.1), 1.0)
+    assert acc.spent() == Budget(0.30000000000000004, 1e-6)
+    acc = Accountant(LIMIT, per_query=Budget(0.1), rng=0)
+    assert acc.max_releases(Laplace(0.2)) == 0
