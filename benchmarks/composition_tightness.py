@@ -25,7 +25,7 @@ import warnings
 import numpy as np
 
 from accountant import Accountant, Budget
-from accountant.composition import Charge, bounds, make_rule
+from accountant.composition import bounds, make_rule
 from mechanisms import AnalyticGaussian, Laplace
 
 EPS_B, DELTA_B = 1.0, 1e-6

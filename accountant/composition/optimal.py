@@ -6,7 +6,6 @@ k_max releases are admitted, k_max fixed once at construction.
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -31,7 +30,8 @@ class OptimalComposition(CompositionRule):
     ``MechanismNotAllowedError`` (not ``BudgetExceededError``: no amount of remaining budget would
     admit it; the budget was declared for a different per-query cost). Stopping early is covered:
     it is post-processing of k_max releases. k_max, the largest k with the composition
-    (ε_B, δ_B)-DP, is computed once, in log space (:func:`~accountant.composition.bounds.kov_max_steps`).
+    (ε_B, δ_B)-DP, is computed once, in log space
+    (:func:`~accountant.composition.bounds.kov_max_steps`).
 
     **State** (O(1)): ``count``, the releases admitted so far. **spent** is
     (min(kε₀ while kδ₀ ≤ δ_B, the KOV Thm 3.3 ε for k at δ_B), δ_B); **remaining** is the limit
