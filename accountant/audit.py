@@ -269,9 +269,8 @@ class _Replay:
         self.out.last_time = when
         accounts = record.get("accounts") or {}
         if accounts:
-            cost = record["cost"]
-            charge = Charge(float(cost["epsilon"]), float(cost["delta"]), _opt(cost.get("rho")),
-                            _opt(cost.get("mu")), str(record.get("mechanism", {}).get("name")))
+            charge = Charge.from_record(record["cost"],
+                                        str((record.get("mechanism") or {}).get("name")))
             for key, stored in accounts.items():
                 self.debit(seq, key, stored, charge)
             if self.since is None or (when is not None and when >= self.since):
@@ -372,10 +371,6 @@ class _Replay:
                 self.problem("state", f"{key}: the ledger stores a running state but no record "
                              "debits it (records deleted?)")
         return out
-
-
-def _opt(x: Any) -> float | None:
-    return None if x is None else float(x)
 
 
 def _progress(src: Source, enabled: bool | None) -> Iterator[Item]:

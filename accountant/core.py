@@ -9,15 +9,17 @@ the ledger and the random source exactly as they were. Every spending method goe
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from accountant import _validate
+from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.composition import CompositionRule, Refused, make_rule
+from accountant.composition import Charge, CompositionRule, Refused, make_rule
+from accountant.composition.base import clip_delta
 from accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
@@ -28,7 +30,7 @@ from accountant.errors import (
     UnknownDatasetError,
 )
 from accountant.ledger import Account, Ledger, open_ledger
-from accountant.ledger.record import assemble, canonical
+from accountant.ledger.record import assemble, canonical, step_fragments
 from accountant.pipeline import Pipeline, budgeted, open_pipeline
 from accountant.receipt import Receipt
 from accountant.session import NumericSession, Session
@@ -471,6 +473,79 @@ class Accountant:
                 f"{key} was started under the {current.rule!r} composition rule and this "
                 f"accountant uses {rule.name!r}; a rule cannot change once releases are recorded")
 
+    # -- planning and batches (issue 3) ------------------------------------------------------
+
+    def max_releases(self, mechanism: Mechanism, *, dataset: str = "default",
+                     analyst: str | None = None) -> int:
+        """How many more releases of exactly ``mechanism`` fit now (``sys.maxsize`` when no
+        limit applies). O(log n): each rule solves for n on its O(1) state, in closed form.
+
+        A plan, not a reservation: another caller may spend in between; ``release`` is
+        authoritative. Debits nothing.
+
+        Raises:
+            MechanismNotAllowedError: the dataset's rule does not admit this mechanism at all
+                (e.g. Laplace under ``"gaussian"``, or a costlier one under ``"optimal"``).
+            InvalidArgumentError, InvalidTypeError, UnknownDatasetError: as for ``release``.
+
+        >>> from mechanisms import Laplace
+        >>> Accountant(Budget(1.0, 1e-6), composition="advanced").max_releases(Laplace(0.01))
+        487
+        """
+        self._validated(mechanism, dataset, analyst, None)
+        return min(rule.max_steps(self._state(key, rule), mechanism.charge)
+                   for key, rule in self._targets(dataset, analyst))
+
+    def release_many(self, items: Iterable[tuple[Mechanism, Any]], *, dataset: str = "default",
+                     analyst: str | None = None, label: str | None = None) -> list[Any]:
+        """Release a batch fixed in advance as one step: one debit, all or nothing.
+
+        Every item is validated before anything is debited; the batch is debited once, through
+        the same path as ``release``; noise is drawn only after that commit, item by item, in order.
+        Because the list is fixed before any of it is released, the batch may be composed with a
+        non-adaptive theorem. Each rule composes it as tightly as it can (see the rule's docs):
+        ``"basic"`` charges its basic total when that fits, else the smallest of its
+        Kairouz–Oh–Viswanath 2015 bound (Thm 3.3 if all items cost the same, else Thm 3.5) and
+        the CKS conversion of its summed zCDP cost, at the δ still left;
+        ``"advanced"`` sums the items' zCDP costs (exact zCDP composition, which dominates charging
+        a KOV (ε, δ) point as an approximate step); ``"gaussian"`` sums the items' μ² (exact GDP
+        composition; every item must be Gaussian-family); ``"optimal"`` charges k fixed-cost
+        releases for k items.
+
+        Args:
+            items: a non-empty sequence of ``(mechanism, value)`` pairs.
+
+        Returns:
+            The noisy answers, in the order of ``items``.
+
+        Raises:
+            BudgetExceededError: the batch does not fit; nothing was drawn or debited.
+            MechanismNotAllowedError: an item the dataset's rule does not admit.
+            InvalidArgumentError, InvalidTypeError: a malformed batch or item.
+
+        >>> from mechanisms import Laplace
+        >>> acc = Accountant(Budget(1.0, 1e-6), rng=0)
+        >>> answers = acc.release_many([(Laplace(0.01), 1.0)] * 300)
+        >>> len(answers), acc.spent().delta
+        (300, 1e-06)
+        """
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise InvalidTypeError("items", items, "a sequence of (mechanism, value) pairs")
+        pairs = tuple(items)
+        if not pairs:
+            raise InvalidArgumentError("items", items, "a non-empty sequence of (mechanism, "
+                                       "value) pairs")
+        prepared = []
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
+            prepared.append(self._validated(pair[0], dataset, analyst, label, pair[1]))
+        mechanisms = tuple(pair[0] for pair in pairs)
+        receipt = self._debit(_Batch(mechanisms), dataset, analyst, label)  # type: ignore[arg-type]
+        self._local.receipt = receipt
+        return [m._release(v, self._sampler) for m, v in zip(mechanisms, prepared)]
+
+
     # -- sparse-vector sessions ------------------------------------------------------------------
 
     def session(self, mechanism: StreamMechanism, *, dataset: str = "default",
@@ -516,6 +591,35 @@ class Accountant:
 
 
 _PLAN_CACHE = 4096
+
+
+class _Batch:
+    """A batch of mechanisms fixed in advance, presented to ``_debit`` as one step: the same
+    ``name``/``params()``/``cost``/``charge`` surface as a ``Mechanism``; ``charge.parts`` carries
+    the items' charges for the composition rule, and ``cost`` is their basic total."""
+
+    name = "batch"
+
+    def __init__(self, mechanisms: tuple[Mechanism, ...]) -> None:
+        self.mechanisms = mechanisms
+        parts = tuple(m.charge for m in mechanisms)
+        eps = dlt = 0.0
+        for p in parts:
+            eps, dlt = _numeric.add_up(eps, p.epsilon), _numeric.add_up(dlt, p.delta)
+        rhos = [p.rho for p in parts]
+        mus = [p.mu for p in parts]
+        self.cost = Budget(eps, clip_delta(dlt))
+        self.charge = Charge(
+            eps, dlt, None if None in rhos else math.nextafter(math.fsum(rhos), math.inf),
+            None if None in mus else _numeric.div_up(math.sqrt(math.fsum(m * m for m in mus)), 1.0),
+            f"a batch of {len(parts)}", parts)
+
+    def params(self) -> dict[str, Any]:
+        return {"items": [{"name": m.name, "params": m.params()} for m in self.mechanisms]}
+
+    @property
+    def ledger_fragments(self) -> dict[str, str]:
+        return step_fragments(self.name, self.params(), self.charge.as_record())
 
 
 _ZERO_COST = canonical({"epsilon": 0.0, "delta": 0.0, "rho": None, "mu": None})

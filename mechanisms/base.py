@@ -17,7 +17,7 @@ import numpy as np
 from accountant.budget import Budget
 from accountant.composition import Charge
 from accountant.errors import InvalidArgumentError, InvalidTypeError
-from accountant.ledger.record import canonical
+from accountant.ledger.record import step_fragments
 from mechanisms.sampling import Sampler
 
 __all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
@@ -66,12 +66,7 @@ class Mechanism(ABC):
         """The ``mechanism`` and ``cost`` members of a ledger record, as canonical JSON (cached:
         a mechanism is immutable)."""
         if self._fragments is None:
-            c = self.charge
-            self._fragments = {
-                "mechanism": canonical({"name": self.name, "params": self.params()}),
-                "cost": canonical({"epsilon": c.epsilon, "delta": c.delta, "rho": c.rho,
-                                   "mu": c.mu}),
-            }
+            self._fragments = step_fragments(self.name, self.params(), self.charge.as_record())
         return self._fragments
 
     @abstractmethod

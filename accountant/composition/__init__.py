@@ -9,14 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 from accountant.budget import Budget
+from accountant.composition.advanced import AdvancedComposition
 from accountant.composition.base import Charge, CompositionRule, Refused, State
 from accountant.composition.basic import BasicComposition
+from accountant.composition.gaussian import GaussianComposition
+from accountant.composition.optimal import OptimalComposition
 from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerCorruptedError, PrivacyError
 
-__all__ = ["RULES", "BasicComposition", "Charge", "CompositionRule", "Refused", "State", "make_rule", "rule_from_config"]
+__all__ = [
+    "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",
+    "GaussianComposition", "OptimalComposition", "Refused", "State", "make_rule",
+    "rule_from_config",
+]
 
 RULES: dict[str, type[CompositionRule]] = {
-    BasicComposition.name: BasicComposition,
+    rule.name: rule
+    for rule in (BasicComposition, AdvancedComposition, OptimalComposition, GaussianComposition)
 }
 
 

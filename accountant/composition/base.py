@@ -8,16 +8,20 @@ checked it. The state is a small JSON-serialisable dict, so any ledger can persi
 
 from __future__ import annotations
 
+import math
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from accountant import _numeric
 from accountant.budget import Budget
 from accountant.ledger.record import assemble, canonical
+from accountant.errors import MechanismNotAllowedError
 
 State = dict[str, float]
 
-__all__ = ["Charge", "CompositionRule", "Refused", "State"]
+__all__ = ["Charge", "CompositionRule", "Refused", "State", "clip_delta", "sum_up", "tightest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,9 @@ class Charge:
         rho: its zero-concentrated DP cost where it has a tighter one (Gaussian family), else None.
         mu: its Gaussian-DP parameter where it has one (Gaussian family), else None.
         mechanism: the mechanism's name, for error messages.
+        parts: for a batch (``Accountant.release_many``), the charges of its items, fixed before
+            any of them is released; empty for a single release. ``epsilon``/``delta`` of a batch
+            are then the basic-composition totals, and each rule composes ``parts`` itself.
     """
 
     epsilon: float
@@ -36,10 +43,29 @@ class Charge:
     rho: float | None = None
     mu: float | None = None
     mechanism: str = ""
+    parts: tuple["Charge", ...] = ()
 
     @property
     def budget(self) -> Budget:
         return Budget(self.epsilon, self.delta)
+
+    def as_record(self) -> dict[str, Any]:
+        """The charge as a ledger record's ``cost`` member (an auditor replays from it)."""
+        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "rho": self.rho,
+                               "mu": self.mu}
+        if self.parts:
+            out["parts"] = [p.as_record() for p in self.parts]
+        return out
+
+    @classmethod
+    def from_record(cls, cost: dict[str, Any], mechanism: str = "") -> "Charge":
+        """The charge a record's ``cost`` member describes (inverse of ``as_record``)."""
+        def opt(x: Any) -> float | None:
+            return None if x is None else float(x)
+
+        return cls(float(cost["epsilon"]), float(cost["delta"]), opt(cost.get("rho")),
+                   opt(cost.get("mu")), mechanism,
+                   tuple(cls.from_record(p) for p in cost.get("parts") or ()))
 
 
 class Refused(Exception):
@@ -67,6 +93,7 @@ class CompositionRule(ABC):
         self._description: dict[str, Any] | None = None
         self._fragments: dict[str, str] | None = None
         self._template: tuple[str, str] | None = None
+        self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "CompositionRule":
@@ -77,17 +104,98 @@ class CompositionRule(ABC):
     def initial_state(self) -> State:
         """The state of a limit nothing has been spent from."""
 
-    @abstractmethod
     def debit(self, state: State, charge: Charge) -> State:
-        """The state after the step, or ``Refused`` if it does not fit. Must not mutate ``state``."""
+        """The state after the step, or ``Refused`` if it does not fit. Must not mutate ``state``.
+
+        A batch (``charge.parts``) is one step: its items are folded into the state and the
+        limit is checked once, on the result.
+
+        Raises:
+            Refused: the step does not fit what is left of the limit.
+            MechanismNotAllowedError: the rule does not admit this kind of step at all.
+        """
+        new = state
+        for part in charge.parts or (charge,):
+            self._admit(part)
+            new = self._step(new, part, 1)
+        if self.limit is not None and not self._fits(new):
+            raise Refused(self._refusal())
+        return new
+
+    def max_steps(self, state: State, charge: Charge) -> int:
+        """How many more steps of exactly ``charge`` fit, from ``state`` (``sys.maxsize`` when
+        nothing limits them). O(log n) evaluations of the closed-form state after n steps.
+
+        Raises:
+            MechanismNotAllowedError: the rule does not admit this kind of step at all.
+        """
+        try:
+            self._admit(charge)
+        except Refused:  # above the per-query cap: not one fits
+            return 0
+        if self.limit is None:
+            return sys.maxsize
+        if not self._fits(self._step(state, charge, 1)):
+            return 0
+        lo, hi = 1, 2
+        while self._fits(self._step(state, charge, hi)):
+            lo, hi = hi, 2 * hi
+            if hi >= sys.maxsize:
+                return sys.maxsize
+        while hi - lo > 1:  # fits(lo) and not fits(hi)
+            mid = (lo + hi) // 2
+            if self._fits(self._step(state, charge, mid)):
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
     @abstractmethod
+    def _step(self, state: State, charge: Charge, n: int) -> State:
+        """The state after ``n`` more steps of ``charge`` (sums rounded up), without checking."""
+
+    @abstractmethod
+    def _fits(self, state: State) -> bool:
+        """Whether ``state`` is within the limit (only called when there is one)."""
+
+    def _refusal(self) -> str:
+        return f"{self.name} composition: the step would exceed the limit"
+
+    def _admit(self, charge: Charge) -> None:
+        """Refuse a step this rule cannot account at all, or one above the per-query cap."""
+        self._check_per_query(charge)
+
     def spent(self, state: State) -> Budget:
-        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up."""
+        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up: with a
+        limit, the tightest statement the rule's state supports (``_candidates``); with no limit,
+        the basic-composition totals (Σε_i, Σδ_i) — there is no δ to convert a zCDP or GDP total
+        at, and the state keeps those totals for whoever needs them. Cached per state."""
+        key = tuple(state.values())
+        cached = self._spent_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        basic = (state.get("epsilon", 0.0), state.get("delta", 0.0))
+        if self.limit is None or not any(key):
+            result = Budget(basic[0], clip_delta(basic[1]))
+        else:
+            result = tightest(self._candidates(state), self.limit)
+        self._spent_cache = (key, result)
+        return result
 
-    @abstractmethod
+    def _candidates(self, state: State) -> list[tuple[float, float]]:
+        """Valid (ε, δ) statements about the state, each non-decreasing as the state grows."""
+        return [(state["epsilon"], state["delta"])]
+
     def remaining(self, state: State) -> Budget:
-        """What is left of the limit, rounded down (``Budget.unlimited()`` when there is none)."""
+        """What is left of the limit: the limit minus ``spent``, component-wise, rounded down
+        (``Budget.unlimited()`` when there is none). For rules that do not add up linearly
+        (advanced, optimal, gaussian) this is informative, not a promise that a step of that
+        cost fits: ``Accountant.can_afford`` and ``max_releases`` answer that."""
+        if self.limit is None:
+            return Budget.unlimited()
+        used = self.spent(state)
+        return Budget(max(0.0, _numeric.sub_down(self.limit.epsilon, used.epsilon)),
+                      max(0.0, _numeric.sub_down(self.limit.delta, used.delta)))
 
     def describe(self) -> dict[str, Any]:
         """The rule's public configuration, written to the ledger with every entry."""
@@ -116,6 +224,12 @@ class CompositionRule(ABC):
             "per_query": None if self.per_query is None else self.per_query.model_dump(),
         }
 
+    def _not_allowed(self, charge: Charge, why: str) -> MechanismNotAllowedError:
+        return MechanismNotAllowedError(
+            f"the {self.name!r} composition rule does not admit {charge.mechanism or 'this step'} "
+            f"(cost epsilon={charge.epsilon!r}, delta={charge.delta!r}): {why}; nothing was drawn "
+            f"and nothing was debited")
+
     def _check_per_query(self, charge: Charge) -> None:
         cap = self.per_query
         if cap is not None and (charge.epsilon > cap.epsilon or charge.delta > cap.delta):
@@ -124,3 +238,24 @@ class CompositionRule(ABC):
 
 def _budget(data: dict[str, float] | None) -> Budget | None:
     return None if data is None else Budget(**data)
+
+
+
+def sum_up(total: float, x: float, n: int) -> float:
+    """``total + n·x`` rounded up (n·x exact for n = 1, else rounded up too)."""
+    return _numeric.add_up(total, x if n == 1 else _numeric.mul_up(float(n), x))
+
+
+def tightest(candidates: list[tuple[float, float]], limit: Budget) -> Budget:
+    """One (ε, δ) statement from several valid ones: the smallest ε among those whose δ is within
+    the limit's δ, paired with the largest such δ (each (ε_i, δ_i) implies (ε_i, max δ)). Rules
+    offer candidates whose ε and δ only grow with the state, and a candidate only ever leaves the
+    set when another with a δ at least as large remains, so the result is monotone in both
+    components (checked by the property tests)."""
+    ok = [c for c in candidates if c[1] <= limit.delta] or candidates
+    return Budget(min(c[0] for c in ok), clip_delta(max(c[1] for c in ok)))
+
+
+def clip_delta(delta: float) -> float:
+    """A δ total as a valid ``Budget`` δ (< 1)."""
+    return min(delta, math.nextafter(1.0, 0.0))

@@ -80,6 +80,11 @@ def assemble(fragments: dict[str, str]) -> str:
     return "{" + ",".join([f"{_string(k)}:{fragments[k]}" for k in sorted(fragments)]) + "}"
 
 
+def step_fragments(name: str, params: dict[str, Any], cost: dict[str, Any]) -> dict[str, str]:
+    """The ``mechanism`` and ``cost`` members of a record, as canonical JSON."""
+    return {"mechanism": canonical({"name": name, "params": params}), "cost": canonical(cost)}
+
+
 def record_hash(text: str, key: bytes | None = None) -> str:
     """The chain hash (hex) of a record's canonical text, which includes the previous hash:
     SHA-256, or HMAC-SHA256 under ``key`` (RFC 2104)."""

@@ -320,3 +320,15 @@ def test_sparse_vector_session_records_replay():
     assert report.records == 2  # the fixed-cost debit and the zero-cost close
     assert report.accounts[0].releases == 1
     assert report.accounts[0].spent == acc.spent("d").model_dump() == {"epsilon": 1.0, "delta": 0.0}
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_batches_replay_under_each_rule(rule):
+    items = [(AnalyticGaussian(0.05, 1e-9), 1.0), (AnalyticGaussian(0.02, 1e-9), 2.0)] * 3
+    per_query = items[0][0].cost
+    acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=per_query, rng=5)
+    acc.release_many(items, dataset="d")
+    acc.release(items[1][0], 3.0, dataset="d")
+    report = audit(acc.ledger)
+    assert report.ok, report.problems
+    assert report.accounts[0].spent == acc.spent("d").model_dump()

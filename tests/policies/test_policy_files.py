@@ -96,7 +96,7 @@ MALFORMED_TOML = [
     ('[datasets.adult]\nlimt = { epsilon = 1.0 }', "datasets.adult.limt", "not a known key"),
     ('budget = 3\n[datasets.adult]', "budget", "not a known key"),
     ('[datasets.adult]\ncomposition = "magic"', "datasets.adult.composition",
-     "must be one of ['basic']; got 'magic'"),
+     "must be one of ['advanced', 'basic', 'gaussian', 'optimal']; got 'magic'"),
     ('[datasets.adult]\ncomposition = 3', "datasets.adult.composition", "got 3"),
     ('composition = "magic"\n[datasets.adult]', "composition", "got 'magic'"),
     ('[datasets.adult.analysts.alice]\ncomposition = "magic"',
