@@ -70,7 +70,8 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
         acc.release(Laplace(0.2, n.l1_sensitivity), n.value, label="one too many", **mine)
     except BudgetExceededError as refused:
         print(f"  refused: {refused}", file=out)
-    print(f"\nAudit it: dpbudget status {ledger} --policy {POLICY}", file=out)
+    print(f"\nInspect it: dpbudget status {ledger} --policy {POLICY}\n"
+          f"Audit it:   dpbudget audit {ledger} --policy {POLICY}", file=out)
     return acc
 
 
