@@ -14,6 +14,7 @@ running sums do not drift upward needlessly.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 RELATIVE_TOLERANCE = 1e-9
 
@@ -44,6 +45,25 @@ def mul_up(a: float, b: float) -> float:
     if p == 0.0:  # exact only when an operand is zero; otherwise the product underflowed
         return 0.0 if a == 0.0 or b == 0.0 else math.nextafter(0.0, math.inf)
     return math.nextafter(p, math.inf)
+
+
+def bisect(pred: Callable[[float], bool], lo: float, hi: float, *,
+           geometric: bool = False) -> tuple[float, float]:
+    """Shrink [lo, hi], where ``pred(lo)`` is False and ``pred(hi)`` True for a monotone ``pred``,
+    until the ends are adjacent doubles; returns (lo, hi), so a caller picks its safe side.
+
+    ``geometric`` bisects at sqrt(lo·hi) (for positive scale parameters spanning many orders of
+    magnitude), otherwise at the midpoint.
+    """
+    for _ in range(2100):  # enough to reach adjacent doubles from any finite bracket
+        mid = math.sqrt(lo * hi) if geometric else 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo, hi
 
 
 def within(total: float, limit: float) -> bool:

@@ -155,16 +155,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     lo = hi
     while safe(lo):
         lo /= 2.0
-    # Invariant: safe(hi) and not safe(lo).
-    for _ in range(200):
-        mid = math.sqrt(lo * hi)
-        if mid <= lo or mid >= hi:
-            break
-        if safe(mid):
-            hi = mid
-        else:
-            lo = mid
-    sigma = hi * (1.0 + _SIGMA_MARGIN)
+    sigma = _numeric.bisect(safe, lo, hi, geometric=True)[1] * (1.0 + _SIGMA_MARGIN)
     if not safe(sigma):  # cannot happen for a monotone δ(σ); refuse rather than under-noise
         raise ArithmeticError(f"analytic Gaussian calibration failed at eps={eps}, delta={delta}")
     return sigma

@@ -22,7 +22,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, log_ndtr, logsumexp
 from scipy.stats import binom
 
-from accountant import _validate
+from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 # Bisections run until the bracket stops shrinking (at most this many halvings).
-_BISECTIONS = 400
 # Terms of the binomial sum further than this many sqrt(k) below the mean carry total mass
 # <= exp(-2 * 20**2) = exp(-800) by Hoeffding's inequality: below the smallest double.
 _WINDOW = 20.0
@@ -200,15 +199,7 @@ def kov_epsilon(k: int, eps0: float, delta: float, delta0: float = 0.0) -> float
     lo, hi = 0.0, k * eps0
     if kov_delta(k, eps0, hi, delta0) > delta:
         return math.inf
-    for _ in range(_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if kov_delta(k, eps0, mid, delta0) <= delta:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return _numeric.bisect(lambda e: kov_delta(k, eps0, e, delta0) <= delta, lo, hi)[1]
 
 
 def kov_max_steps(epsilon: float, delta: float, eps0: float, delta0: float = 0.0) -> int:
@@ -309,19 +300,6 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     return min(1.0, _up(math.exp(_log_gdp_delta(mu, epsilon))))
 
 
-def _bisect(pred, lo: float, hi: float) -> tuple[float, float]:
-    """Shrinks [lo, hi] with pred(lo) False and pred(hi) True to adjacent doubles."""
-    for _ in range(_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if pred(mid):
-            hi = mid
-        else:
-            lo = mid
-    return lo, hi
-
-
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest ε at which μ-GDP is (ε, δ)-DP (Dong–Roth–Su 2019, Cor. 2.13), by bisection;
     the upper end is returned (safe side).
@@ -337,7 +315,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     hi = 1.0
     while _log_gdp_delta(mu, hi) > target:
         hi *= 2.0
-    return _bisect(lambda e: _log_gdp_delta(mu, e) <= target, 0.0, hi)[1]
+    return _numeric.bisect(lambda e: _log_gdp_delta(mu, e) <= target, 0.0, hi)[1]
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
@@ -355,4 +333,4 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     hi = 1.0
     while _log_gdp_delta(hi, epsilon) <= target:
         hi *= 2.0
-    return _bisect(lambda m: _log_gdp_delta(m, epsilon) > target, 0.0, hi)[0]
+    return _numeric.bisect(lambda m: _log_gdp_delta(m, epsilon) > target, 0.0, hi)[0]

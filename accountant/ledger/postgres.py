@@ -11,14 +11,11 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 
 from __future__ import annotations
 
-import json
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 from accountant.errors import LedgerError
-from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
-from accountant.ledger.record import FORMAT_VERSION
+from accountant.ledger.sql import SqlLedger
 
 __all__ = ["PostgresLedger"]
 
@@ -40,7 +37,7 @@ CREATE TRIGGER dpbudget_entries_append_only BEFORE UPDATE OR DELETE ON dpbudget_
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -52,6 +49,9 @@ class PostgresLedger(Ledger):
         LedgerError: psycopg is not installed, the server cannot be reached, or the database
             holds a ledger of another format version.
     """
+
+    _P = "%s"
+    _T = "dpbudget_"
 
     def __init__(self, dsn: str, *, hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
@@ -69,16 +69,9 @@ class PostgresLedger(Ledger):
             with self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 self._conn.execute(_SCHEMA)
-                row = self._conn.execute(
-                    "SELECT value FROM dpbudget_meta WHERE key = 'format'").fetchone()
-                if row is None:
-                    self._conn.execute("INSERT INTO dpbudget_meta VALUES ('format', %s)",
-                                       (str(FORMAT_VERSION),))
+                self._check_format()
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
-        if row is not None and row[0] != str(FORMAT_VERSION):
-            raise LedgerError(f"the PostgreSQL ledger has record format {row[0]}; this version "
-                              f"of dpbudget reads format {FORMAT_VERSION}")
 
     def _execute(self, sql: str, args: tuple = ()) -> Any:
         try:
@@ -90,61 +83,16 @@ class PostgresLedger(Ledger):
         self._execute("BEGIN")
         self._execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
 
-    def _commit(self) -> None:
-        self._execute("COMMIT")
-
     def _rollback(self) -> None:
         try:
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:
             pass  # the connection is broken; nothing was committed
 
-    def _head(self) -> tuple[int, str]:
-        row = self._execute(
-            "SELECT seq, hash FROM dpbudget_entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return EMPTY_HEAD if row is None else (row[0], row[1])
-
-    def _read_account(self, key: str) -> Account | None:
-        row = self._execute("SELECT key, rule, config, state, seq FROM dpbudget_accounts "
-                            "WHERE key = %s", (key,)).fetchone()
-        return None if row is None else _account(row)
-
-    def _write_entry(self, entry: Entry) -> None:
-        self._execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
-                      (entry.seq, entry.hash, entry.text))
-
-    def _write_accounts(self, accounts: list[Account]) -> None:
-        for a in accounts:
-            self._execute(
-                "INSERT INTO dpbudget_accounts VALUES (%s, %s, %s, %s, %s) ON CONFLICT (key) "
-                "DO UPDATE SET rule = EXCLUDED.rule, config = EXCLUDED.config, "
-                "state = EXCLUDED.state, seq = EXCLUDED.seq",
-                (a.key, a.rule, json.dumps(a.config, sort_keys=True),
-                 json.dumps(a.state, sort_keys=True), a.seq))
-
-    def accounts(self) -> list[Account]:
-        with self._lock:
-            rows = self._execute("SELECT key, rule, config, state, seq FROM dpbudget_accounts "
-                                 "ORDER BY key").fetchall()
-        return [_account(r) for r in rows]
-
-    def entries(self, start: int = 1) -> Iterator[Entry]:
-        # A connection of its own, paged by primary key: streams without holding the lock.
-        with self._psycopg.connect(self.dsn, autocommit=True) as conn:
-            seq = start - 1
-            while True:
-                rows = conn.execute("SELECT seq, record, hash FROM dpbudget_entries WHERE seq > %s "
-                                    "ORDER BY seq LIMIT 4096", (seq,)).fetchall()
-                if not rows:
-                    return
-                for seq, text, digest in rows:
-                    yield Entry(seq, text, digest)
+    def _reader(self) -> Any:
+        return self._psycopg.connect(self.dsn, autocommit=True)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
-
-def _account(row: tuple) -> Account:
-    key, rule, config, state, seq = row
-    return Account(key, rule, json.loads(config), json.loads(state), seq)

@@ -10,16 +10,14 @@ Records are append-only (triggers refuse UPDATE and DELETE on them).
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 from accountant.errors import LedgerError
-from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
-from accountant.ledger.record import FORMAT_VERSION
+from accountant.ledger.sql import SqlLedger
 
 __all__ = ["SqliteLedger"]
 
@@ -37,7 +35,7 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
 """
 
 
-class SqliteLedger(Ledger):
+class SqliteLedger(SqlLedger):
     """A ledger in an SQLite file. ``SqliteLedger("budget.db")`` or ``"sqlite:///budget.db"``.
 
     Args:
@@ -61,7 +59,7 @@ class SqliteLedger(Ledger):
             self._set_wal(timeout)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
-            self._check_version()
+            self._check_format()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
 
@@ -81,20 +79,8 @@ class SqliteLedger(Ledger):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
-    def _check_version(self) -> None:
-        row = self._conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-        if row is None:
-            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)",
-                               (str(FORMAT_VERSION),))
-        elif row[0] != str(FORMAT_VERSION):
-            raise LedgerError(f"ledger {str(self.path)!r} has record format {row[0]}; this version "
-                              f"of dpbudget reads format {FORMAT_VERSION}")
-
     def _begin(self) -> None:
         self._execute("BEGIN IMMEDIATE")
-
-    def _commit(self) -> None:
-        self._execute("COMMIT")
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
@@ -106,52 +92,10 @@ class SqliteLedger(Ledger):
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def _head(self) -> tuple[int, str]:
-        row = self._execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return EMPTY_HEAD if row is None else (row[0], row[1])
-
-    def _read_account(self, key: str) -> Account | None:
-        row = self._execute("SELECT key, rule, config, state, seq FROM accounts WHERE key = ?",
-                            (key,)).fetchone()
-        return None if row is None else _account(row)
-
-    def _write_entry(self, entry: Entry) -> None:
-        self._execute("INSERT INTO entries (seq, hash, record) VALUES (?, ?, ?)",
-                      (entry.seq, entry.hash, entry.text))
-
-    def _write_accounts(self, accounts: list[Account]) -> None:
-        for a in accounts:
-            self._execute("INSERT OR REPLACE INTO accounts VALUES (?, ?, ?, ?, ?)",
-                          (a.key, a.rule, json.dumps(a.config, sort_keys=True),
-                           json.dumps(a.state, sort_keys=True), a.seq))
-
-    def accounts(self) -> list[Account]:
-        with self._lock:
-            rows = self._execute(
-                "SELECT key, rule, config, state, seq FROM accounts ORDER BY key").fetchall()
-        return [_account(r) for r in rows]
-
-    def entries(self, start: int = 1) -> Iterator[Entry]:
-        # Pages by primary key on a connection of its own, so that a long read neither holds the
-        # lock nor loads the whole ledger into memory.
-        conn = sqlite3.connect(self.path, isolation_level=None)
-        try:
-            seq = start - 1
-            while True:
-                rows = conn.execute("SELECT seq, record, hash FROM entries WHERE seq > ? "
-                                    "ORDER BY seq LIMIT 4096", (seq,)).fetchall()
-                if not rows:
-                    return
-                for seq, text, digest in rows:
-                    yield Entry(seq, text, digest)
-        finally:
-            conn.close()
+    def _reader(self) -> "closing[sqlite3.Connection]":
+        return closing(sqlite3.connect(self.path, isolation_level=None))
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
-
-def _account(row: tuple) -> Account:
-    key, rule, config, state, seq = row
-    return Account(key, rule, json.loads(config), json.loads(state), seq)
