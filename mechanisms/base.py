@@ -8,6 +8,7 @@ after the debit has committed. Composition math lives in ``accountant``, never h
 
 from __future__ import annotations
 
+import math
 import numbers
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -103,6 +104,8 @@ class NumericMechanism(Mechanism):
             InvalidTypeError: a string, a bool, None, or an array that is not numeric.
             InvalidArgumentError: NaN or infinite entries, or an empty array.
         """
+        if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
+            return value
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
             try:
                 x = float(value)

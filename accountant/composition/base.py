@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from accountant import _numeric
 from accountant.budget import Budget
-from accountant.ledger.record import assemble, canonical
+from accountant.ledger.record import assemble, canonical, float_object
 from accountant.errors import MechanismNotAllowedError
 
 State = dict[str, float]
@@ -215,7 +215,7 @@ class CompositionRule(ABC):
         if self._template is None:
             prefix, suffix = assemble({**self.describe_fragments(), "state": "\0"}).split("\0")
             self._template = (prefix, suffix)
-        return self._template[0] + canonical(state) + self._template[1]
+        return self._template[0] + float_object(state) + self._template[1]
 
     def _describe(self) -> dict[str, Any]:
         return {

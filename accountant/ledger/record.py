@@ -77,7 +77,23 @@ def assemble(fragments: dict[str, str]) -> str:
     members that never change (a mechanism's parameters, a rule's configuration): those are encoded
     once and reused, which is what keeps a debit cheap.
     """
-    return "{" + ",".join([f"{_string(k)}:{fragments[k]}" for k in sorted(fragments)]) + "}"
+    layout = _LAYOUTS.get(tuple(fragments))
+    if layout is None:
+        if len(_LAYOUTS) > 1024:  # member sets are few (one per record kind); stay bounded anyway
+            _LAYOUTS.clear()
+        layout = _LAYOUTS[tuple(fragments)] = tuple((f"{_string(k)}:", k) for k in sorted(fragments))
+    return "{" + ",".join([name + fragments[k] for name, k in layout]) + "}"
+
+
+# The sorted, encoded member names for each member set seen (records of a kind share one).
+_LAYOUTS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}
+
+
+def float_object(values: dict[str, float]) -> str:
+    """Canonical JSON of an object of finite floats with plain ASCII names (a rule's state),
+    without the general encoder: json writes a float as ``repr(float)``, so the text is the same.
+    """
+    return "{" + ",".join([f'"{k}":{float(values[k])!r}' for k in sorted(values)]) + "}"
 
 
 def step_fragments(name: str, params: dict[str, Any], cost: dict[str, Any]) -> dict[str, str]:

@@ -8,6 +8,7 @@ and table prefix, and a separate connection for streaming reads.
 
 from __future__ import annotations
 
+import functools
 import json
 from abc import abstractmethod
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 from accountant.errors import LedgerError
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
-from accountant.ledger.record import FORMAT_VERSION
+from accountant.ledger.record import FORMAT_VERSION, canonical, float_object
 
 __all__ = ["SqlLedger"]
 
@@ -29,6 +30,11 @@ class SqlLedger(Ledger):
 
     _P = "?"
     _T = ""
+    _configs: dict[int, tuple[dict[str, Any], str]]
+
+    def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
+        super().__init__(hmac_key=hmac_key)
+        self._configs = {}
 
     @abstractmethod
     def _execute(self, sql: str, args: tuple = ()) -> Any:
@@ -68,13 +74,23 @@ class SqlLedger(Ledger):
                       (entry.seq, entry.hash, entry.text))
 
     def _write_accounts(self, accounts: list[Account]) -> None:
+        # An account is written on every debit: update in place (the common case) and insert
+        # only when it is new; a rule's configuration is encoded once per configuration object.
+        update = self._sql("UPDATE {T}accounts SET rule = ?, config = ?, state = ?, seq = ? "
+                           "WHERE key = ?")
         for a in accounts:
-            self._execute(self._sql(
-                "INSERT INTO {T}accounts VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
-                "rule = excluded.rule, config = excluded.config, state = excluded.state, "
-                "seq = excluded.seq"),
-                (a.key, a.rule, json.dumps(a.config, sort_keys=True),
-                 json.dumps(a.state, sort_keys=True), a.seq))
+            row = (a.rule, self._config_text(a.config), float_object(a.state), a.seq, a.key)
+            if self._execute(update, row).rowcount == 0:
+                self._execute(self._sql("INSERT INTO {T}accounts (rule, config, state, seq, key) "
+                                        "VALUES (?, ?, ?, ?, ?)"), row)
+
+    def _config_text(self, config: dict[str, Any]) -> str:
+        cached = self._configs.get(id(config))
+        if cached is None or cached[0] is not config:
+            if len(self._configs) > 1024:
+                self._configs.clear()
+            cached = self._configs[id(config)] = (config, canonical(config))
+        return cached[1]
 
     def accounts(self) -> list[Account]:
         with self._lock:
@@ -99,4 +115,11 @@ class SqlLedger(Ledger):
 
 def _account(row: tuple) -> Account:
     key, rule, config, state, seq = row
-    return Account(key, rule, json.loads(config), json.loads(state), seq)
+    return Account(key, rule, _parse_config(config), json.loads(state), seq)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_config(text: str) -> dict[str, Any]:
+    # A rule's configuration text repeats on every read of its account; parse it once. Callers
+    # treat Account.config as read-only.
+    return json.loads(text)
