@@ -54,7 +54,12 @@ class Budget(BaseModel):
         # (policies), which pydantic builds without calling __init__, so that its error
         # locations name the exact key (``datasets.adult.limit.epsilon``).
         eps, dlt = _checked(data.pop("epsilon", epsilon), data.pop("delta", delta), data)
-        super().__init__(epsilon=eps, delta=dlt)
+        # The values are checked: set them as pydantic's model_construct does, instead of
+        # validating a second time (a Budget is built for every mechanism, on the release path).
+        object.__setattr__(self, "__dict__", {"epsilon": eps, "delta": dlt})
+        object.__setattr__(self, "__pydantic_fields_set__", {"epsilon", "delta"})
+        object.__setattr__(self, "__pydantic_extra__", None)
+        object.__setattr__(self, "__pydantic_private__", None)
 
     # Tell pydantic this __init__ adds nothing to validation (it only accepts positional
     # arguments and raises typed errors first), so a Budget nested in another model is validated

@@ -24,6 +24,11 @@ from mechanisms.sampling import Sampler
 __all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
 
 
+# Encoded ledger descriptions by (mechanism class, parameters): building a fresh mechanism per
+# release is the common usage, and its description only depends on these.
+_FRAGMENTS: dict[tuple, dict[str, str]] = {}
+
+
 class Mechanism(ABC):
     """Base of every mechanism.
 
@@ -67,7 +72,19 @@ class Mechanism(ABC):
         """The ``mechanism`` and ``cost`` members of a ledger record, as canonical JSON (cached:
         a mechanism is immutable)."""
         if self._fragments is None:
-            self._fragments = step_fragments(self.name, self.params(), self.charge.as_record())
+            params = self.params()
+            try:  # mechanisms with equal parameters share their encoded description
+                key = (type(self), tuple(params.items()))
+                cached = _FRAGMENTS.get(key)
+            except TypeError:  # unhashable parameters (candidate lists): encode each time
+                key = cached = None
+            if cached is None:
+                cached = step_fragments(self.name, params, self.charge.as_record())
+                if key is not None:
+                    if len(_FRAGMENTS) > 4096:
+                        _FRAGMENTS.clear()
+                    _FRAGMENTS[key] = cached
+            self._fragments = cached
         return self._fragments
 
     @abstractmethod
