@@ -23,6 +23,7 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
         import matplotlib
 
         matplotlib.use("Agg")
+        import matplotlib.dates as mdates
         import matplotlib.pyplot as plt
     except ImportError:
         raise PrivacyError('plotting needs matplotlib: pip install "dpbudget[plot]"') from None
@@ -48,7 +49,9 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
         ax_eps.legend(loc="upper left", fontsize="small")
     else:
         ax_eps.text(0.5, 0.5, "no releases recorded", ha="center", transform=ax_eps.transAxes)
-    fig.autofmt_xdate()
+    locator = mdates.AutoDateLocator()
+    ax_delta.xaxis.set_major_locator(locator)
+    ax_delta.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
