@@ -95,6 +95,10 @@ class _Limit(BaseModel):
                                  "limit (spend is still recorded).")
     per_query: Budget | None = Field(None, description="A rule parameter: the 'optimal' rule's "
                                      "fixed per-query cost.")
+    conversion_share: float | None = Field(
+        None, description="'advanced' rule only: the fraction of delta used to convert the zCDP "
+        "total to (epsilon, delta), in (0, 1] (default 1); the rest is the allowance for "
+        "non-Gaussian steps with delta > 0, such as pipeline allocations and batches.")
     period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
                                "each window is its own account. A weaker guarantee than a "
                                "lifetime limit: the total loss grows with the number of periods.",
@@ -179,7 +183,8 @@ class DatasetLimit(_Limit):
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
-        return make_rule(self.composition, self.limit, self.per_query)
+        return make_rule(self.composition, self.limit, self.per_query,
+                         conversion_share=self.conversion_share)
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)

@@ -40,11 +40,15 @@ def rule_from_config(config: dict[str, Any]) -> CompositionRule:
         raise LedgerCorruptedError(f"unreadable rule configuration {config!r}: {exc}") from None
 
 
-def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None) -> CompositionRule:
+def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, *,
+              conversion_share: float | None = None) -> CompositionRule:
     """The rule called ``name`` enforcing ``limit``.
 
+    ``conversion_share`` is the ``"advanced"`` rule's split of δ (see ``AdvancedComposition``);
+    None keeps its default.
+
     Raises:
-        InvalidArgumentError: an unknown rule name.
+        InvalidArgumentError: an unknown rule name, or ``conversion_share`` with another rule.
     """
     if not isinstance(name, str):
         raise InvalidTypeError("composition", name, "a rule name (a string)")
@@ -52,4 +56,9 @@ def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None) 
         cls = RULES[name]
     except KeyError:
         raise InvalidArgumentError("composition", name, f"one of {sorted(RULES)}") from None
-    return cls(limit, per_query)
+    if conversion_share is None:
+        return cls(limit, per_query)
+    if cls is not AdvancedComposition:
+        raise InvalidArgumentError("conversion_share", conversion_share,
+                                   "set only with the 'advanced' rule")
+    return AdvancedComposition(limit, per_query, conversion_share=conversion_share)

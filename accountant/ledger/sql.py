@@ -2,7 +2,7 @@
 
 Tables (names prefixed per backend): ``meta`` (the record format version), ``entries`` (seq,
 hash, canonical record text; append-only), ``accounts`` (each limit's rule, configuration, running
-state and last seq). A backend supplies the connection, the transaction statements, its placeholder
+state and last seq). A backend supplies the connection, the transaction statements, its parameter marker
 and table prefix, and a separate connection for streaming reads.
 """
 
@@ -25,7 +25,7 @@ _PAGE = 4096
 
 
 class SqlLedger(Ledger):
-    """Base of the SQL backends. Subclasses set ``_P`` (placeholder), ``_T`` (table prefix) and
+    """Base of the SQL backends. Subclasses set ``_P`` (the parameter marker), ``_T`` (table prefix) and
     implement ``_execute``, ``_reader``, and the transaction primitives."""
 
     _P = "?"

@@ -332,3 +332,19 @@ def test_batches_replay_under_each_rule(rule):
     report = audit(acc.ledger)
     assert report.ok, report.problems
     assert report.accounts[0].spent == acc.spent("d").model_dump()
+
+
+def test_the_demo_ledger_audits_clean_and_matches_the_accountant(tmp_path):
+    import io
+
+    from examples.demo import POLICY, run
+
+    acc = run(str(tmp_path / "demo.db"), seed=11, out=io.StringIO())
+    report = audit(acc.ledger, POLICY)
+    assert report.ok, report.problems
+    spent = {a.account: a.spent for a in report.accounts}
+    assert spent["dataset:people"] == acc.spent("people").model_dump()
+    assert spent["dataset:people/analyst:alice"] == acc.spent("people", analyst="alice").model_dump()
+    assert any(k.startswith("pipeline:income-report#") for k in spent)
+    acc.close()
+    assert cli(["audit", str(tmp_path / "demo.db"), "--policy", str(POLICY)]) == 0

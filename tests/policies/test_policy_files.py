@@ -275,3 +275,23 @@ def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
     ok = write('[datasets.adult]\ncomposition = "needy"\nper_query = { epsilon = 0.1 }\n'
                '[datasets.adult.analysts.al]\ncomposition = "basic"')
     assert Accountant.from_policy(ok).policy.datasets["adult"].per_query == Budget(0.1)
+
+
+def test_conversion_share_reaches_the_advanced_rule(tmp_path):
+    from accountant import Accountant, Budget, BudgetExceededError
+    from accountant.errors import PolicyError
+    from policies import load_policy
+
+    path = tmp_path / "p.toml"
+    path.write_text('[datasets.adult]\nlimit = { epsilon = 1.0, delta = 1e-6 }\n'
+                    'composition = "advanced"\nconversion_share = 0.5\n')
+    acc = Accountant.from_policy(path, rng=0)
+    # Half of delta is left for non-Gaussian approximate steps, such as a pipeline allocation.
+    with acc.pipeline("p", dataset="adult", budget=Budget(0.2, 4e-7)) as p:
+        p.release(__import__("mechanisms").Laplace(0.1), 1.0)
+    with pytest.raises(BudgetExceededError):
+        acc.pipeline("q", dataset="adult", budget=Budget(0.2, 2e-7)).__enter__()
+    path.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\nconversion_share = 0.5\n')
+    load_policy(path)  # the file's structure is fine; building its rules is not
+    with pytest.raises(PolicyError, match="conversion_share"):
+        Accountant.from_policy(path)

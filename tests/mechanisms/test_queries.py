@@ -1,0 +1,123 @@
+"""Query helpers: the sensitivity each states under each neighbour relation, typed errors for bad
+data, and noisy_mean's cost, clamping and accuracy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from mechanisms import Neighbouring, clamped_sum, count, histogram, noisy_mean
+
+AR, RP = Neighbouring.ADD_REMOVE, Neighbouring.REPLACE
+
+
+def _max_change(f, data, extra):
+    """The largest L1 change |f(D) - f(D')| over neighbours D' that replace one row by a value
+    from ``extra``."""
+    base = f(data)
+    return max(np.abs(f(data[:i] + [x] + data[i + 1:]) - base).sum()
+               for i in range(len(data)) for x in extra)
+
+
+def test_count():
+    q = count([1, 2, 3])
+    assert (q.value, q.l1_sensitivity, q.neighbouring) == (3.0, 1.0, AR)
+    with pytest.raises(InvalidArgumentError, match="public"):
+        count([1, 2, 3], neighbouring=RP)
+    with pytest.raises(InvalidTypeError):
+        count(5)
+
+
+@pytest.mark.parametrize("lower,upper", [(0, 100), (-50, 10), (-5, -1)])
+@pytest.mark.parametrize("centred", [False, True])
+def test_clamped_sum_sensitivity_bounds_every_neighbour(lower, upper, centred):
+    data = [-80.0, -3.0, 0.0, 7.5, 42.0, 500.0]
+    extremes = [lower, upper, lower - 100, upper + 100]
+
+    def f(rows):
+        return np.array([clamped_sum(rows, lower, upper, centred=centred).value])
+
+    q_ar = clamped_sum(data, lower, upper, centred=centred)
+    q_rp = clamped_sum(data, lower, upper, centred=centred, neighbouring=RP)
+    mid = (lower + upper) / 2
+    # Add/remove: dropping a row changes the (centred) sum by at most the stated Δ.
+    drop = max(abs(f(data) - f(data[:i] + data[i + 1:]))[0] for i in range(len(data)))
+    assert drop <= q_ar.l1_sensitivity + 1e-12
+    assert q_ar.l1_sensitivity == ((upper - lower) / 2 if centred else max(abs(lower), abs(upper)))
+    # Replace: one row moves anywhere in range.
+    assert _max_change(f, data, extremes) <= q_rp.l1_sensitivity + 1e-12
+    assert q_rp.l1_sensitivity == upper - lower
+    expected = sum(min(max(x, lower), upper) - (mid if centred else 0) for x in data)
+    assert math.isclose(q_ar.value, expected)
+
+
+def test_histogram_sensitivities_and_errors():
+    cats = ["a", "b", "c"]
+    data = ["a", "b", "a", "c"]
+
+    def f(rows):
+        return histogram(rows, cats).value
+
+    q = histogram(data, cats)
+    assert list(q.value) == [2.0, 1.0, 1.0]
+    assert _max_change(f, data, cats) <= histogram(data, cats, neighbouring=RP).l1_sensitivity
+    assert (q.l1_sensitivity, q.l2_sensitivity) == (1.0, 1.0)
+    rp = histogram(data, cats, neighbouring=RP)
+    assert (rp.l1_sensitivity, rp.l2_sensitivity) == (2.0, math.sqrt(2.0))
+    with pytest.raises(InvalidArgumentError, match="row 1"):
+        histogram(["a", "z"], cats)
+    with pytest.raises(InvalidArgumentError, match="duplicates"):
+        histogram(data, ["a", "a"])
+    with pytest.raises(InvalidArgumentError):
+        histogram(data, [])
+
+
+def test_nan_data_is_refused_naming_its_row():
+    with pytest.raises(InvalidArgumentError, match="row 1 is NaN"):
+        clamped_sum([1.0, float("nan")], 0, 1)
+
+
+@pytest.mark.parametrize("bad", [["x", "y"], [[1.0], [2.0]], [True, False]])
+def test_non_numeric_data_is_a_type_error(bad):
+    with pytest.raises(InvalidTypeError):
+        clamped_sum(bad, 0, 1)
+
+
+@pytest.mark.parametrize("lower,upper", [(1, 1), (2, 1), (float("nan"), 1), (0, float("inf"))])
+def test_bad_bounds(lower, upper):
+    with pytest.raises(InvalidArgumentError):
+        clamped_sum([1.0], lower, upper)
+
+
+def test_unknown_relation():
+    with pytest.raises(InvalidArgumentError, match="neighbouring"):
+        clamped_sum([1.0], 0, 1, neighbouring="swap")
+
+
+@pytest.mark.parametrize("relation", [AR, RP])
+@pytest.mark.parametrize("centred", [False, True])
+def test_noisy_mean_costs_epsilon_and_stays_in_range(relation, centred):
+    acc = Accountant(Budget(1.0), rng=3)
+    data = list(np.random.default_rng(0).uniform(20, 60, 5000))
+    est = noisy_mean(acc, data, 0, 100, epsilon=0.5, neighbouring=relation, centred=centred)
+    assert 0 <= est <= 100
+    assert abs(est - np.mean(data)) < 1.0  # n = 5000 at ε = 0.5: the noise is far smaller
+    assert acc.spent().epsilon == pytest.approx(0.5)
+    releases = len(list(acc.ledger.entries()))
+    assert releases == (2 if relation is AR else 1)  # under replace, n is public
+
+
+def test_noisy_mean_output_is_clamped_even_for_tiny_data():
+    acc = Accountant(None, rng=1)
+    for _ in range(50):
+        assert 10 <= noisy_mean(acc, [99.0], 10, 20, epsilon=0.01) <= 20
+
+
+def test_noisy_mean_refused_leaves_nothing_when_the_first_release_does_not_fit():
+    acc = Accountant(Budget(0.1), rng=1)
+    with pytest.raises(Exception):
+        noisy_mean(acc, [1.0, 2.0], 0, 10, epsilon=0.5)
+    assert list(acc.ledger.entries()) == []
