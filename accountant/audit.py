@@ -188,6 +188,15 @@ class _Replay:
         self.stride = 1
         self.over: set[str] = set()
         self.diverged: dict[str, int] = {}
+        # Running counters as plain attributes (pydantic assignment is slow); copied into the
+        # report at the end.
+        self.records = self.verified = 0
+        self.charges: dict[tuple, Charge] = {}
+        self.head: tuple[int, str] = (0, GENESIS)
+        self.first_time: str | None = None
+        self.last_time: str | None = None
+        self.tallies: dict[str, dict[Any, list]] = {
+            g: {} for g in ("analyst", "mechanism", "label", "pipeline", "dataset")}
 
     def problem(self, kind: str, message: str, seq: int | None = None,
                 position: int | None = None) -> None:
@@ -198,7 +207,7 @@ class _Replay:
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
-            self.out.records += 1
+            self.records += 1
             record = self.verify(item)
             if record is not None:
                 try:
@@ -256,25 +265,36 @@ class _Replay:
                          item.position)
         self.skip_link = False
         self.prev, self.next_seq = item.hash or "", max(self.next_seq, seq + 1)
-        self.out.head_seq, self.out.head_hash = seq, item.hash or ""
+        self.head = (seq, item.hash or "")
         if self.out.problem_count == problems_before:
-            self.out.verified += 1
+            self.verified += 1
         return record
 
     def apply(self, record: dict[str, Any]) -> None:
         seq, when = record["seq"], record.get("time")
         if self.until is not None and when is not None and when > self.until:
             return
-        self.out.first_time = self.out.first_time or when
-        self.out.last_time = when
+        self.first_time = self.first_time or when
+        self.last_time = when
         accounts = record.get("accounts") or {}
         if accounts:
-            charge = Charge.from_record(record["cost"],
-                                        str((record.get("mechanism") or {}).get("name")))
+            charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
                 self.debit(seq, key, stored, charge)
             if self.since is None or (when is not None and when >= self.since):
                 self.tally(record, charge)
+
+    def charge(self, cost: dict[str, Any], mechanism: Any) -> Charge:
+        # Records of the same mechanism repeat the same cost: decode each distinct one once.
+        if "parts" in cost:
+            return Charge.from_record(cost, str(mechanism))
+        key = (mechanism, *cost.items())
+        charge = self.charges.get(key)
+        if charge is None:
+            if len(self.charges) > 4096:
+                self.charges.clear()
+            charge = self.charges[key] = Charge.from_record(cost, str(mechanism))
+        return charge
 
     def debit(self, seq: int, key: str, stored: dict[str, Any], charge: Charge) -> None:
         config = {k: v for k, v in stored.items() if k != "state"}
@@ -308,30 +328,35 @@ class _Replay:
         points = self.series.setdefault(key, [])
         if n % self.stride == 0:
             spent = rule.spent(state)
-            points.append((self.out.last_time or "", spent.epsilon, spent.delta))
+            points.append((self.last_time or "", spent.epsilon, spent.delta))
             if len(points) > _PLOT_POINTS:  # thin to bounded memory
                 del points[::2]
                 self.stride *= 2
 
     def tally(self, record: dict[str, Any], charge: Charge) -> None:
-        datasets = record.get("datasets") or [record.get("dataset")]
-        groups = [(self.out.by_analyst, record.get("analyst")),
-                  (self.out.by_mechanism, record.get("mechanism", {}).get("name")),
-                  (self.out.by_label, record.get("label")),
-                  (self.out.by_pipeline, record.get("pipeline"))]
-        groups += [(self.out.by_dataset, d) for d in datasets]
-        for table, name in groups:
-            if name is None:
-                continue
-            t = table.get(str(name))
-            if t is None:
-                t = table[str(name)] = Tally()
-            t.releases += 1
-            t.epsilon += charge.epsilon
-            t.delta += charge.delta
+        # Plain lists while replaying (a million records); Tally models are built at the end.
+        t = self.tallies
+        names = [("analyst", record.get("analyst")),
+                 ("mechanism", (record.get("mechanism") or {}).get("name")),
+                 ("label", record.get("label")), ("pipeline", record.get("pipeline"))]
+        names += [("dataset", d) for d in record.get("datasets") or [record.get("dataset")]]
+        for group, name in names:
+            if name is not None:
+                row = t[group].get(name)
+                if row is None:
+                    row = t[group][name] = [0, 0.0, 0.0]
+                row[0] += 1
+                row[1] += charge.epsilon
+                row[2] += charge.delta
 
     def report(self, expected_head: str | None) -> AuditReport:
         out = self.out
+        out.records, out.verified = self.records, self.verified
+        out.head_seq, out.head_hash = self.head
+        out.first_time, out.last_time = self.first_time, self.last_time
+        for group, rows in self.tallies.items():
+            setattr(out, f"by_{group}", {str(name): Tally(releases=n, epsilon=e, delta=d)
+                                         for name, (n, e, d) in rows.items()})
         out.expected_head = expected_head
         if expected_head is not None and expected_head != out.head_hash:
             self.problem("head", f"the ledger ends at record {out.head_seq} with hash "
