@@ -529,6 +529,13 @@ class Accountant:
         >>> len(answers), acc.spent().delta
         (300, 1e-06)
         """
+        return self._release_many(items, dataset, analyst, label, None, {})
+
+    def _release_many(self, items: Any, dataset: Any, analyst: str | None, label: str | None,
+                      targets: list[tuple[str, CompositionRule]] | None,
+                      members: dict[str, str]) -> list[Any]:
+        """``release_many`` charged to ``targets`` (default: the dataset's accounts), with extra
+        record ``members`` (a pipeline's id)."""
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
             raise InvalidTypeError("items", items, "a sequence of (mechanism, value) pairs")
         pairs = tuple(items)
@@ -541,7 +548,8 @@ class Accountant:
                 raise InvalidTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
             prepared.append(self._validated(pair[0], dataset, analyst, label, pair[1]))
         mechanisms = tuple(pair[0] for pair in pairs)
-        receipt = self._debit(_Batch(mechanisms), dataset, analyst, label)  # type: ignore[arg-type]
+        receipt = self._debit(_Batch(mechanisms), dataset, analyst, label,  # type: ignore[arg-type]
+                              targets, lambda seq: members)
         self._local.receipt = receipt
         return [m._release(v, self._sampler) for m, v in zip(mechanisms, prepared)]
 
@@ -568,22 +576,31 @@ class Accountant:
                 dataset, analyst or label; nothing was drawn or debited.
             UnknownDatasetError: no limit is declared for ``dataset``.
         """
+        return self._session(mechanism, dataset, analyst, label, None, {})
+
+    def _session(self, mechanism: StreamMechanism, dataset: Any, analyst: str | None,
+                 label: str | None, targets: list[tuple[str, CompositionRule]] | None,
+                 members: dict[str, str]) -> Session:
+        """``session`` charged to ``targets`` (default: the dataset's accounts), with extra
+        record ``members`` (a pipeline's id)."""
         if not isinstance(mechanism, StreamMechanism):
             raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
                                    "(AboveThreshold, Sparse or NumericSparse)")
         self._validated(mechanism, dataset, analyst, label)
-        fields = self._debit(mechanism, dataset, analyst, label,
-                             members=lambda seq: {"kind": '"session"'})
+        opened = {"kind": '"session"', **members}
+        fields = self._debit(mechanism, dataset, analyst, label, targets, lambda seq: opened)
         self._local.receipt = fields
         receipt = Receipt(*fields)
         stream = mechanism._open(self._sampler)
         cls = NumericSession if mechanism.releases_values else Session
-        return cls(lambda s: self._close_session(s, mechanism), stream, receipt)
+        return cls(lambda s: self._close_session(s, mechanism, members), stream, receipt)
 
-    def _close_session(self, session: Session, mechanism: Mechanism) -> None:
+    def _close_session(self, session: Session, mechanism: Mechanism,
+                       members: dict[str, str]) -> None:
         """Append the zero-cost record of a session's answer counts; no account changes."""
         r = session.receipt
         fields = _record(mechanism, r.dataset, r.analyst, r.label, [])
+        fields.update(members)
         fields.update(kind='"session-close"', cost=_ZERO_COST, session=str(r.seq),
                       answered=str(session.answered), positives=str(session.positives))
         with self._ledger.transaction() as tx:

@@ -41,12 +41,13 @@ from accountant.budget import Budget
 from accountant.composition import Charge, CompositionRule, Refused, make_rule
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger.record import canonical
-from mechanisms.base import Mechanism
+from mechanisms.base import Mechanism, StreamMechanism
 from policies.accounts import pipeline_key
 from policies.limits import valid_name
 
 if TYPE_CHECKING:
     from accountant.core import Accountant
+    from accountant.session import Session
 
 __all__ = ["Pipeline"]
 
@@ -94,6 +95,20 @@ class Pipeline:
         acc._local.receipt = acc._debit(mechanism, self.dataset, self.analyst, label,
                                         self._targets, lambda seq: members)
         return mechanism._release(prepared, acc._sampler)
+
+    def release_many(self, items: Any, *, label: str | None = None) -> list[Any]:
+        """``Accountant.release_many`` inside this pipeline: the batch is one step against the
+        pipeline's allocation, composed by the pipeline's rule."""
+        self._require_open()
+        return self._acc._release_many(items, self.dataset, self.analyst, label, self._targets,
+                                       self._members)
+
+    def session(self, mechanism: StreamMechanism, *, label: str | None = None) -> Session:
+        """``Accountant.session`` inside this pipeline: its fixed cost is debited once from the
+        pipeline's allocation when it opens."""
+        self._require_open()
+        return self._acc._session(mechanism, self.dataset, self.analyst, label, self._targets,
+                                  self._members)
 
     def can_afford(self, mechanism: Mechanism) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. Debits nothing."""

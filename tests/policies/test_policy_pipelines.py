@@ -211,3 +211,26 @@ def test_a_pipeline_may_use_its_own_rule(make, other_rule):
     (_, inside) = (e.record for e in acc.ledger.entries())
     assert inside["accounts"][p.key]["rule"] == other_rule
     replay_ledger(acc.ledger)
+
+
+def test_sessions_and_batches_inside_a_pipeline_charge_only_its_allocation():
+    from accountant import Accountant, Budget, BudgetExceededError
+    from accountant.audit import audit
+    from mechanisms import AboveThreshold, Laplace
+
+    acc = Accountant(Budget(1.0), rng=2)
+    with acc.pipeline("explore", dataset="d", budget=Budget(0.6)) as p:
+        with p.session(AboveThreshold(0.2, threshold=1e6)) as svt:
+            assert [svt.test(x) for x in (0.0, 1.0)] == [False, False]
+        answers = p.release_many([(Laplace(0.1), 1.0), (Laplace(0.1), 2.0)])
+        assert len(answers) == 2
+        assert p.spent().epsilon == pytest.approx(0.4)
+        before = list(acc.ledger.entries())
+        with pytest.raises(BudgetExceededError):
+            p.session(AboveThreshold(0.3, threshold=1.0))
+        assert list(acc.ledger.entries()) == before
+    assert acc.spent("d").epsilon == pytest.approx(0.6)  # the allocation, charged once
+    records = [e.record for e in acc.ledger.entries()]
+    assert {r["kind"] for r in records} >= {"pipeline", "session", "session-close", "release"}
+    assert all(r.get("pipeline", "").startswith("explore#") for r in records)
+    assert audit(acc.ledger).ok
