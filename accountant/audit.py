@@ -300,7 +300,14 @@ class _Replay:
         config = {k: v for k, v in stored.items() if k != "state"}
         cached = self.rules.get(key)
         if cached is None or cached[0] != config:
-            cached = self.rules[key] = (config, rule_from_config(config))
+            rule = rule_from_config(config)
+            if cached is not None:  # the configuration changed mid-stream: allowed only so far
+                why = rule.conflict(cached[0])
+                if why is not None:
+                    self.problem("limit", f"record {seq}: {key} changed its configuration: {why}",
+                                 seq)
+                    self.over.add(key)
+            cached = self.rules[key] = (config, rule)
         rule = cached[1]
         state = self.states.get(key)
         if state is None:

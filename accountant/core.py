@@ -280,9 +280,10 @@ class Accountant:
     # -- reading -----------------------------------------------------------------------------
 
     def spent(self, dataset: str = "default", *, analyst: str | None = None) -> Budget:
-        """The (ε, δ) guarantee of everything released on ``dataset`` so far (rounded up); with
-        ``analyst``, of that analyst's releases there (their ``dataset/analyst`` limit). For a
-        windowed limit, in the current window."""
+        """How much of ``dataset``'s limit the releases so far have used, as (ε, δ) under its
+        rule (rounded up; see ``CompositionRule.spent`` for what this does and does not
+        guarantee); with ``analyst``, of that analyst's limit there. For a windowed limit, in the
+        current window."""
         key, rule = self._account(dataset, analyst)
         return rule.spent(self._state(key, rule))
 
@@ -468,10 +469,10 @@ class Accountant:
 
     @staticmethod
     def _check_rule(key: str, rule: CompositionRule, current: Account | None) -> None:
-        if current is not None and current.rule != rule.name:
-            raise LedgerConflictError(
-                f"{key} was started under the {current.rule!r} composition rule and this "
-                f"accountant uses {rule.name!r}; a rule cannot change once releases are recorded")
+        if current is not None:
+            why = rule.conflict({**current.config, "rule": current.rule})
+            if why is not None:
+                raise LedgerConflictError(f"{key} cannot continue: {why}")
 
     # -- planning and batches (issue 3) ------------------------------------------------------
 
@@ -565,6 +566,9 @@ class Accountant:
         The debit is one ledger record of kind ``"session"``; closing the session (leaving the
         ``with`` block, or ``close()``) writes a zero-cost ``"session-close"`` record with the
         number of queries answered and of ⊤ answers. A session never closed keeps its cost.
+        Other releases may interleave with an open session: filters stay valid for such
+        concurrent interactive steps (Haney et al., CCS 2023, "Concurrent Composition for
+        Interactive Differential Privacy with Adaptive Privacy-Loss Parameters").
 
         Returns:
             A ``Session`` (``test(value) -> bool``), or a ``NumericSession`` (also

@@ -14,6 +14,12 @@ Semantics, and why they are valid when every step is chosen adaptively (THEORY.m
    child runs — exactly what a filter needs of each step (Rogers–Roth–Ullman–Vadhan 2016, "Privacy
    Odometers and Filters": a step's parameters may depend on the past, not on its own outcome).
    The parent's rule composes that step like any other (ε_c, δ_c) step.
+   An analyst may keep releasing on the parent while the pipeline is open, interleaving the
+   two interactions; filters stay valid when such interactive steps run concurrently (Haney et
+   al., CCS 2023, "Concurrent Composition for Interactive Differential Privacy with Adaptive
+   Privacy-Loss Parameters"). Under an ``"advanced"`` parent an allocation with δ_c > 0 is an
+   approximate-DP step and needs the rule's δ allowance (``conversion_share`` < 1); under
+   ``"gaussian"`` it is refused (it has no μ).
 2. **Releases inside are checked and debited against the pipeline's own account only**
    (``pipeline:<name>#<seq>``, whose limit is (ε_c, δ_c) under the pipeline's rule), through the
    same debit path as ``Accountant.release``, so the child's spend can never exceed its

@@ -86,6 +86,9 @@ class CompositionRule(ABC):
     """
 
     name: ClassVar[str]
+    #: Configuration members the state's meaning depends on: they cannot change once the account
+    #: has recorded a debit (the optimal rule's count is a count of releases at one fixed cost).
+    state_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, limit: Budget | None, per_query: Budget | None = None) -> None:
         self.limit = None if limit is None or limit.is_unlimited else limit
@@ -166,10 +169,15 @@ class CompositionRule(ABC):
         self._check_per_query(charge)
 
     def spent(self, state: State) -> Budget:
-        """The (ε, δ) that the releases so far are guaranteed to satisfy, rounded up: with a
-        limit, the tightest statement the rule's state supports (``_candidates``); with no limit,
-        the basic-composition totals (Σε_i, Σδ_i) — there is no δ to convert a zCDP or GDP total
-        at, and the state keeps those totals for whoever needs them. Cached per state."""
+        """How much of the limit the releases so far have used, as (ε, δ), rounded up: with a
+        limit, the tightest statement the rule's state converts to (``_candidates``); with no
+        limit, the basic-composition totals (Σε_i, Σδ_i). Cached per state.
+
+        What is *guaranteed* is the limit: a filter admits steps while they fit, and the whole
+        interaction is then (ε_B, δ_B)-DP however the analyst adapted (THEORY.md §1). Reading
+        the running totals as a guarantee in their own right is an odometer, which adaptive
+        choices do not support in general (Rogers–Roth–Ullman–Vadhan 2016); the exception is
+        basic composition of pure-DP steps, whose privacy loss is bounded by Σε_i pointwise."""
         key = tuple(state.values())
         cached = self._spent_cache
         if cached is not None and cached[0] == key:
@@ -216,6 +224,19 @@ class CompositionRule(ABC):
             prefix, suffix = assemble({**self.describe_fragments(), "state": "\0"}).split("\0")
             self._template = (prefix, suffix)
         return self._template[0] + float_object(state) + self._template[1]
+
+    def conflict(self, recorded: dict[str, Any]) -> str | None:
+        """Why this rule cannot continue an account recorded with configuration ``recorded``
+        (another rule, or another value of a ``state_params`` member), or None."""
+        if recorded.get("rule") != self.name:
+            return (f"it was started under the {recorded.get('rule')!r} composition rule and "
+                    f"this one is {self.name!r}; a rule cannot change once releases are recorded")
+        mine = self.describe()
+        for param in self.state_params:
+            if recorded.get(param) != mine.get(param):
+                return (f"its {param} was {recorded.get(param)} and is now {mine.get(param)}; "
+                        f"the {self.name!r} rule's state only means something at one {param}")
+        return None
 
     def _describe(self) -> dict[str, Any]:
         return {

@@ -49,6 +49,7 @@ class OptimalComposition(CompositionRule):
     """
 
     name = "optimal"
+    state_params = ("per_query",)
 
     def __init__(self, limit: Budget | None, per_query: Budget | None = None) -> None:
         super().__init__(limit, per_query)

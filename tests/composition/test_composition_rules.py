@@ -292,3 +292,43 @@ def test_spent_semantics_documented_examples():
     assert acc.spent() == Budget(0.30000000000000004, 1e-6)
     acc = Accountant(LIMIT, per_query=Budget(0.1), rng=0)
     assert acc.max_releases(Laplace(0.2)) == 0
+
+
+def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
+    """The optimal rule's count means k releases at one fixed cost: reopening the ledger with a
+    smaller per_query must not reuse it (found in review: 10 x 0.1 then 552 x 0.01 admitted)."""
+    from accountant.audit import EXIT_BITS, audit
+    from accountant.errors import LedgerConflictError
+
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    with Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.1),
+                    ledger=url, rng=0) as acc:
+        for _ in range(acc.max_releases(Laplace(0.1))):
+            acc.release(Laplace(0.1), 1.0)
+    with pytest.raises(LedgerConflictError, match="per_query"):
+        Accountant(limits={"default": Budget(1.0, 1e-6)}, composition="optimal",
+                   per_query=Budget(0.01), ledger=url)
+    lazy = Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.01),
+                      ledger=url)  # a default limit is checked on first use
+    before = list(lazy.ledger.entries())
+    with pytest.raises(LedgerConflictError):
+        lazy.release(Laplace(0.01), 1.0)
+    assert list(lazy.ledger.entries()) == before
+    lazy.close()
+    # A ledger forged by rewriting the configuration mid-stream is flagged by the audit.
+    from accountant.composition import OptimalComposition
+    from accountant.core import _record
+    from accountant.ledger import Account, MemoryLedger
+
+    ledger = MemoryLedger()
+    for eps0 in (0.1, 0.01):
+        rule = OptimalComposition(Budget(1.0, 1e-6), Budget(eps0))
+        mech = Laplace(eps0)
+        with ledger.transaction() as tx:
+            prev = tx.account("dataset:d")
+            state = rule.debit(rule.initial_state() if prev is None else prev.state, mech.charge)
+            account = Account("dataset:d", "optimal", rule.describe(), state, 0)
+            tx.append(_record(mech, "d", None, None, [(rule, account)]), [account])
+    report = audit(ledger)
+    assert report.exit_status & EXIT_BITS["limit"]
+    assert any("per_query" in p.message for p in report.problems)
