@@ -469,7 +469,9 @@ class Accountant:
 
     @staticmethod
     def _check_rule(key: str, rule: CompositionRule, current: Account | None) -> None:
-        if current is not None:
+        # The common case (same rule, no state parameters) is decided without building anything:
+        # this runs on every debit.
+        if current is not None and (current.rule != rule.name or rule.state_params):
             why = rule.conflict({**current.config, "rule": current.rule})
             if why is not None:
                 raise LedgerConflictError(f"{key} cannot continue: {why}")
