@@ -1,5 +1,10 @@
 """dpbudget's gate: the ``Budget`` value type, the ``Accountant``, composition rules, ledgers.
 
+The values and errors (the bottom layer) are imported here directly. The gate and everything above
+it are loaded on first use (PEP 562 ``__getattr__``): importing ``accountant.budget`` from
+``mechanisms`` or ``policies`` must not pull in the ``Accountant``, which is built on them. Either
+way ``from accountant import Accountant`` works as usual.
+
 >>> from accountant import Accountant, Budget
 >>> from mechanisms import Laplace
 >>> acc = Accountant(Budget(epsilon=1.0, delta=1e-6), rng=0)
@@ -8,9 +13,13 @@
 Budget(epsilon=0.8999999999999999, delta=1e-06)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from accountant.budget import Budget
-from accountant.composition import RULES, Charge, CompositionRule
-from accountant.core import Accountant
+from accountant.charge import Charge
 from accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
@@ -25,9 +34,21 @@ from accountant.errors import (
     UnknownAnalystError,
     UnknownDatasetError,
 )
-from accountant.pipeline import Pipeline
-from accountant.receipt import Receipt
-from accountant.session import NumericSession, Session
+
+if TYPE_CHECKING:
+    from accountant.composition import RULES, CompositionRule
+    from accountant.core import Accountant
+    from accountant.pipeline import Pipeline
+    from accountant.receipt import Receipt
+    from accountant.session import NumericSession, Session
+
+# Names above the bottom layer, and the module each is loaded from on first use.
+_LAZY = {
+    "RULES": "accountant.composition", "CompositionRule": "accountant.composition",
+    "Accountant": "accountant.core", "Pipeline": "accountant.pipeline",
+    "Receipt": "accountant.receipt", "NumericSession": "accountant.session",
+    "Session": "accountant.session",
+}
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
@@ -36,3 +57,16 @@ __all__ = [
     "Pipeline", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
     "UnknownDatasetError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accountant' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

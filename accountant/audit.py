@@ -36,10 +36,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from accountant._numeric import within
-from accountant.composition import Charge, CompositionRule, Refused, rule_from_config
-from accountant.errors import PrivacyError
-from accountant.ledger import GENESIS, Ledger, record_hash
-from accountant.ledger.record import key_from_env
+from accountant.charge import Charge
+from accountant.composition import CompositionRule, Refused, rule_from_config
+from accountant.errors import LedgerConflictError, PrivacyError
+from accountant.gate import step_account
+from accountant.ledger import GENESIS, Account, Ledger, record_hash
+from accountant.ledger.record import charge_from_record, key_from_env
 from accountant.sources import Item, Source, open_source
 
 __all__ = ["AccountReport", "AuditReport", "Problem", "Tally", "audit"]
@@ -183,6 +185,7 @@ class _Replay:
         self.prev, self.next_seq, self.skip_link = GENESIS, 1, False
         self.states: dict[str, dict[str, float]] = {}
         self.rules: dict[str, tuple[dict[str, Any], CompositionRule]] = {}
+        self.configs: dict[str, dict[str, Any]] = {}  # each account's configuration so far
         self.counts: dict[str, int] = {}
         self.series: dict[str, list[tuple[str, float, float]]] = {}
         self.stride = 1
@@ -287,38 +290,42 @@ class _Replay:
     def charge(self, cost: dict[str, Any], mechanism: Any) -> Charge:
         # Records of the same mechanism repeat the same cost: decode each distinct one once.
         if "parts" in cost:
-            return Charge.from_record(cost, str(mechanism))
+            return charge_from_record(cost, str(mechanism))
         key = (mechanism, *cost.items())
         charge = self.charges.get(key)
         if charge is None:
             if len(self.charges) > 4096:
                 self.charges.clear()
-            charge = self.charges[key] = Charge.from_record(cost, str(mechanism))
+            charge = self.charges[key] = charge_from_record(cost, str(mechanism))
         return charge
 
     def debit(self, seq: int, key: str, stored: dict[str, Any], charge: Charge) -> None:
+        """Replay one account's debit with the gate's own ``step_account``, from the replayed
+        state (never the stored one) under the configuration the record states."""
         config = {k: v for k, v in stored.items() if k != "state"}
         cached = self.rules.get(key)
         if cached is None or cached[0] != config:
-            rule = rule_from_config(config)
-            if cached is not None:  # the configuration changed mid-stream: allowed only so far
-                why = rule.conflict(cached[0])
-                if why is not None:
-                    self.problem("limit", f"record {seq}: {key} changed its configuration: {why}",
-                                 seq)
-                    self.over.add(key)
-            cached = self.rules[key] = (config, rule)
+            cached = self.rules[key] = (config, rule_from_config(config))
         rule = cached[1]
         state = self.states.get(key)
-        if state is None:
-            state = rule.initial_state()
+        previous = self.configs.get(key, config)
+        current = None if state is None else Account(key, previous.get("rule", ""), previous,
+                                                     state, 0)
         try:
-            new = rule.debit(state, charge)
+            try:
+                new = step_account(key, rule, current, charge)
+            except LedgerConflictError as conflict:  # allowed only so far: report, continue
+                self.problem("limit", f"record {seq}: {key} changed its configuration: "
+                             f"{str(conflict).split(': ', 1)[-1]}", seq)
+                self.over.add(key)
+                current = None if state is None else Account(key, rule.name, config, state, 0)
+                new = step_account(key, rule, current, charge)
         except (Refused, PrivacyError) as refusal:
             self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
                          f"({refusal})", seq)
             self.over.add(key)
             new = stored["state"]
+        self.configs[key] = config
         if new != stored["state"]:
             # Once an account diverges every later record of it will too: report the first.
             later = self.diverged.get(key)

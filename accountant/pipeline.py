@@ -3,7 +3,7 @@
 ``acc.pipeline(name, dataset=..., budget=Budget(ε_c, δ_c))`` (a context manager) or the decorator
 ``@acc.budgeted(...)``; ``p.pipeline(...)`` nests.
 
-Semantics, and why they are valid when every step is chosen adaptively (THEORY.md §1–2):
+Semantics, and why they are valid when every step is chosen adaptively (docs/theory.md §1–2):
 
 1. **Opening debits the whole allocation from the parent, as one step of cost (ε_c, δ_c).** Every
    account a release there would be charged to (the dataset's, the analyst's, the global one...;
@@ -40,26 +40,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accountant import _validate
 from accountant.budget import Budget
-from accountant.composition import Charge, CompositionRule, Refused, make_rule
+from accountant.composition import CompositionRule, make_rule
 from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.gate import Gate, Step, Where
 from accountant.ledger.record import canonical
+from accountant.planner import Plan, Target, pipeline_members
+from accountant.session import Session
 from mechanisms.base import Mechanism, StreamMechanism
 from policies.accounts import pipeline_key
 from policies.limits import valid_name
 
-if TYPE_CHECKING:
-    from accountant.core import Accountant
-    from accountant.session import Session
-
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "budgeted", "open_pipeline", "pipeline_rule"]
 
 
 class Pipeline:
     """An open child budget. Made by ``Accountant.pipeline`` or ``Pipeline.pipeline``.
+
+    It holds the gate and its own plan (its account, plus the datasets' stateless checks), and
+    nothing of the ``Accountant`` that opened it.
 
     Attributes:
         id: ``<name>#<seq>``; its account is ``pipeline:<id>``.
@@ -67,21 +69,19 @@ class Pipeline:
         parent: the enclosing pipeline, or None.
     """
 
-    def __init__(self, accountant: "Accountant", parent: "Pipeline | None", name: str,
-                 pipeline_id: str, rule: CompositionRule, dataset: Any, analyst: str | None,
-                 budget: Budget) -> None:
-        self._acc = accountant
+    def __init__(self, gate: Gate, plan: Plan, parent: "Pipeline | None", name: str,
+                 pipeline_id: str, budget: Budget) -> None:
+        self._gate = gate
+        self._plan = plan
+        self._account = plan.targets[0]
         self.parent = parent
         self.name = name
         self.id = pipeline_id
-        self.key = pipeline_key(pipeline_id)
+        self.key = self._account.key
         self.budget = budget
-        self.dataset = dataset
-        self.analyst = analyst
-        self._rule = rule
-        self._targets = [(self.key, rule)]
+        self.dataset = plan.dataset
+        self.analyst = plan.analyst
         self._open = True
-        self._members = {"pipeline": canonical(pipeline_id)}
 
     # -- releasing ---------------------------------------------------------------------------
 
@@ -95,59 +95,48 @@ class Pipeline:
                 ``Accountant.release``, or the pipeline is closed.
         """
         self._require_open()
-        acc = self._acc
-        prepared = acc._validated(mechanism, self.dataset, self.analyst, label, value)
-        members = self._members
-        acc._local.receipt = acc._debit(mechanism, self.dataset, self.analyst, label,
-                                        self._targets, lambda seq: members)
-        return mechanism._release(prepared, acc._sampler)
+        return self._gate.release(mechanism, value, label, self._plan)
 
     def release_many(self, items: Any, *, label: str | None = None) -> list[Any]:
         """``Accountant.release_many`` inside this pipeline: the batch is one step against the
         pipeline's allocation, composed by the pipeline's rule."""
         self._require_open()
-        return self._acc._release_many(items, self.dataset, self.analyst, label, self._targets,
-                                       self._members)
+        return self._gate.release_many(items, label, self._plan)
 
     def session(self, mechanism: StreamMechanism, *, label: str | None = None) -> Session:
         """``Accountant.session`` inside this pipeline: its fixed cost is debited once from the
         pipeline's allocation when it opens."""
         self._require_open()
-        return self._acc._session(mechanism, self.dataset, self.analyst, label, self._targets,
-                                  self._members)
+        return self._gate.open_session(mechanism, label, self._plan)
 
     def can_afford(self, mechanism: Mechanism) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. Debits nothing."""
         self._require_open()
-        self._acc._validated(mechanism, self.dataset, self.analyst, None)
-        try:
-            self._rule.debit(self._state(), mechanism.charge)
-        except Refused:
-            return False
-        return True
+        return self._gate.afford(mechanism, self._plan)
 
     def pipeline(self, name: str, *, budget: Budget, composition: str = "basic",
                  per_query: Budget | None = None, label: str | None = None) -> "Pipeline":
         """Open a nested pipeline: its allocation is one step in this one's account."""
         self._require_open()
-        return open_pipeline(self._acc, self, name, self.dataset, self.analyst, budget,
-                             composition, per_query, label)
+        return open_pipeline(self._gate, self._plan, self, name, budget, composition, per_query,
+                             label)
 
     def budgeted(self, name: str, *, budget: Budget, composition: str = "basic",
-                 per_query: Budget | None = None, label: str | None = None) -> Callable:
+                 per_query: Budget | None = None, label: str | None = None) -> Callable[..., Any]:
         """Decorator: each call runs in a new nested pipeline, passed as the first argument."""
-        return budgeted(self._acc, self, name, self.dataset, self.analyst, budget, composition,
-                        per_query, label)
+        pipeline_rule(name, budget, composition, per_query)
+        return budgeted(lambda: self.pipeline(name, budget=budget, composition=composition,
+                                              per_query=per_query, label=label))
 
     # -- reading -----------------------------------------------------------------------------
 
     def spent(self) -> Budget:
         """What the releases in this pipeline have spent of its allocation (rounded up)."""
-        return self._rule.spent(self._state())
+        return self._gate.spent(self._account)
 
     def remaining(self) -> Budget:
         """What is left of the allocation (rounded down)."""
-        return self._rule.remaining(self._state())
+        return self._gate.remaining(self._account)
 
     @property
     def closed(self) -> bool:
@@ -166,33 +155,14 @@ class Pipeline:
     def __repr__(self) -> str:
         return f"Pipeline({self.id!r}, budget={self.budget!r}, dataset={self.dataset!r})"
 
-    def _state(self) -> dict[str, float]:
-        return self._acc._state(self.key, self._rule)
-
     def _require_open(self) -> None:
         if not self._open:
             raise InvalidArgumentError("pipeline", self.id, "open (a closed pipeline accepts no "
                                        "more releases; open a new one)")
 
 
-class _Allocation:
-    """A pipeline's allocation presented to ``Accountant._debit`` as one step: the surface of a
-    ``Mechanism`` (``name``, ``cost``, ``charge``, ``ledger_fragments``) without noise."""
-
-    name = "Pipeline"
-
-    def __init__(self, budget: Budget, rule: CompositionRule) -> None:
-        self.cost = budget
-        self.charge = Charge(budget.epsilon, budget.delta, None, None, "a pipeline's allocation")
-        self.ledger_fragments = {
-            "cost": canonical({"epsilon": budget.epsilon, "delta": budget.delta, "rho": None,
-                               "mu": None}),
-            "rule": canonical(rule.describe()),
-        }
-
-
-def _checked(name: Any, budget: Any, composition: Any, per_query: Any) -> CompositionRule:
-    """The child's rule, after checking the arguments (before anything is debited)."""
+def pipeline_rule(name: Any, budget: Any, composition: Any, per_query: Any) -> CompositionRule:
+    """The child's rule, after checking a pipeline's arguments (before anything is debited)."""
     valid_name(_validate.text("name", name))  # the same syntax as policy names: it becomes a key
     if not isinstance(budget, Budget):
         raise InvalidTypeError("budget", budget, "a Budget")
@@ -204,41 +174,35 @@ def _checked(name: Any, budget: Any, composition: Any, per_query: Any) -> Compos
     return make_rule(composition, budget, per_query)
 
 
-def open_pipeline(acc: "Accountant", parent: Pipeline | None, name: str, dataset: Any,
-                  analyst: str | None, budget: Budget, composition: str,
-                  per_query: Budget | None, label: str | None) -> Pipeline:
-    """Debit the allocation from the parent's accounts (one step, one record) and open."""
-    rule = _checked(name, budget, composition, per_query)
-    allocation = _Allocation(budget, rule)
+def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
+                  budget: Budget, composition: str, per_query: Budget | None,
+                  label: str | None) -> Pipeline:
+    """Debit the allocation from the accounts ``where`` plans (one step, one record) and open
+    the pipeline, whose own plan is charged to its new account only."""
+    rule = pipeline_rule(name, budget, composition, per_query)
     _validate.text("label", label, optional=True)
-    acc._plan(dataset, analyst)  # an unknown dataset or refused analyst: refused here
-    targets = parent._targets if parent is not None else None
+    parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
     opened: list[str] = []
 
     def members(seq: int) -> dict[str, str]:
         opened.append(f"{name}#{seq}")
-        return {"kind": '"pipeline"', "pipeline": canonical(opened[0]),
+        return {"pipeline": canonical(opened[0]),
                 "parent": canonical(None if parent is None else parent.id)}
 
-    acc._local.receipt = acc._debit(allocation, dataset, analyst, label,  # type: ignore[arg-type]
-                                    targets, members)
-    return Pipeline(acc, parent, name, opened[0], rule, dataset, analyst, budget)
+    gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
+               extra=members)
+    plan = parent_plan.child(Target.of(pipeline_key(opened[0]), rule),
+                             pipeline_members(opened[0]))
+    return Pipeline(gate, plan, parent, name, opened[0], budget)
 
 
-def budgeted(acc: "Accountant", parent: Pipeline | None, name: str, dataset: Any,
-             analyst: str | None, budget: Budget, composition: str, per_query: Budget | None,
-             label: str | None) -> Callable:
-    """The decorator behind ``Accountant.budgeted`` and ``Pipeline.budgeted``."""
-    _checked(name, budget, composition, per_query)
-
-    def decorate(fn: Callable) -> Callable:
+def budgeted(opener: Callable[[], Pipeline]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The decorator behind ``Accountant.budgeted`` and ``Pipeline.budgeted``: each call of the
+    decorated function runs in a new pipeline from ``opener``, passed as its first argument."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            opener = acc if parent is None else parent
-            kw = {} if parent is not None else {"dataset": dataset, "analyst": analyst}
-            with opener.pipeline(name, budget=budget, composition=composition,
-                                 per_query=per_query, label=label, **kw) as p:
+            with opener() as p:
                 return fn(p, *args, **kwargs)
         return run
     return decorate
-

@@ -1,7 +1,5 @@
 """Mechanisms: one class per family, each declaring its privacy cost; samplers; query helpers."""
 
-# `accountant` must finish initialising first: its Accountant imports this package back.
-import accountant  # noqa: F401  (isort: skip)
 from mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
 from mechanisms.gaussian import (
     AnalyticGaussian,

@@ -1,44 +1,59 @@
 """The ``Mechanism`` base class: a mechanism declares its cost and draws noise only when told to.
 
 Invariant: ``cost`` (and ``rho``/``mu`` where defined) is a pure function of the constructor's
-parameters, fixed at construction; a mechanism holds no data and no randomness. The accountant calls
-``prepare`` (validation only) before it debits, and ``_release`` (the only method that draws noise)
-after the debit has committed. Composition math lives in ``accountant``, never here.
+parameters, fixed at construction; a mechanism holds no data and no randomness, and is immutable once
+built (the metaclass freezes it when its constructor returns). The accountant calls ``prepare``
+(validation only) before it debits, and ``_release`` (the only method that draws noise) after the
+debit has committed. A mechanism declares its name, public parameters and cost; composition math
+lives in ``accountant.composition`` and the ledger's encoding in ``accountant.ledger.record``,
+never here.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from abc import ABC, abstractmethod
+from abc import ABC, ABCMeta, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 
 from accountant.budget import Budget
-from accountant.composition import Charge
+from accountant.charge import Charge
 from accountant.errors import InvalidArgumentError, InvalidTypeError
-from accountant.ledger.record import step_fragments
 from mechanisms.sampling import Sampler
 
 __all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
 
 
-# Encoded ledger descriptions by (mechanism class, parameters): building a fresh mechanism per
-# release is the common usage, and its description only depends on these.
-_FRAGMENTS: dict[tuple, dict[str, str]] = {}
+class _Frozen(ABCMeta):
+    """Freezes every mechanism when its constructor returns, and fixes its ``Charge`` then.
+
+    Cost is fixed at construction: changing a parameter afterwards would let a mechanism release
+    with more noise-free signal than it declared. Subclasses only set their attributes and
+    ``_cost`` in ``__init__``; nothing else is needed to make them immutable.
+    """
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        mechanism = super().__call__(*args, **kwargs)
+        cost = mechanism.__dict__.get("_cost")
+        if not isinstance(cost, Budget):
+            raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
+        object.__setattr__(mechanism, "_charge", Charge(cost.epsilon, cost.delta, mechanism.rho,
+                                                        mechanism.mu, mechanism.name))
+        object.__setattr__(mechanism, "_frozen", True)
+        return mechanism
 
 
-class Mechanism(ABC):
+class Mechanism(ABC, metaclass=_Frozen):
     """Base of every mechanism.
 
     Subclasses set ``self._cost`` (a ``Budget``) in ``__init__`` and implement ``params``,
-    ``prepare`` and ``_release``.
+    ``prepare`` and ``_release``; they are immutable once constructed.
     """
 
     _cost: Budget
-    _charge: Charge | None = None
-    _fragments: dict[str, str] | None = None
+    _charge: Charge
 
     @property
     def cost(self) -> Budget:
@@ -62,30 +77,7 @@ class Mechanism(ABC):
     @property
     def charge(self) -> Charge:
         """Everything a composition rule needs to know about one release of this mechanism."""
-        if self._charge is None:
-            self._charge = Charge(self._cost.epsilon, self._cost.delta, self.rho, self.mu,
-                                  self.name)
         return self._charge
-
-    @property
-    def ledger_fragments(self) -> dict[str, str]:
-        """The ``mechanism`` and ``cost`` members of a ledger record, as canonical JSON (cached:
-        a mechanism is immutable)."""
-        if self._fragments is None:
-            params = self.params()
-            try:  # mechanisms with equal parameters share their encoded description
-                key = (type(self), tuple(params.items()))
-                cached = _FRAGMENTS.get(key)
-            except TypeError:  # unhashable parameters (candidate lists): encode each time
-                key = cached = None
-            if cached is None:
-                cached = step_fragments(self.name, params, self.charge.as_record())
-                if key is not None:
-                    if len(_FRAGMENTS) > 4096:
-                        _FRAGMENTS.clear()
-                    _FRAGMENTS[key] = cached
-            self._fragments = cached
-        return self._fragments
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
@@ -104,11 +96,12 @@ class Mechanism(ABC):
         return f"{self.name}({args})"
 
     def __setattr__(self, key: str, value: Any) -> None:
-        # Cost is fixed at construction: changing a parameter afterwards would let a mechanism
-        # release with more noise-free signal than it declared.
-        if key not in ("_charge", "_fragments") and getattr(self, "_frozen", False):
+        if self.__dict__.get("_frozen", False):
             raise AttributeError(f"{self.name} is immutable; build a new one")
         object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"{self.name} is immutable; build a new one")
 
 
 class NumericMechanism(Mechanism):

@@ -78,7 +78,6 @@ class Gaussian(_GaussianFamily):
             _numeric.mul_up(self.sensitivity, math.sqrt(2.0 * math.log(1.25 / self.delta))),
             self.epsilon)
         self._cost = Budget(self.epsilon, self.delta)
-        self._frozen = True
 
 
 class AnalyticGaussian(_GaussianFamily):
@@ -104,7 +103,6 @@ class AnalyticGaussian(_GaussianFamily):
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
         self._cost = Budget(self.epsilon, self.delta)
-        self._frozen = True
 
 
 def _log_delta(sigma: float, epsilon: float, sensitivity: float) -> float:

@@ -38,7 +38,6 @@ class Laplace(NumericMechanism):
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
         self._cost = Budget(self.epsilon)
-        self._frozen = True
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale}

@@ -63,7 +63,6 @@ class _NoisyArgmax(Mechanism):
         self.scale = _numeric.div_up(
             self.sensitivity if monotonic else 2.0 * self.sensitivity, self.epsilon)
         self._cost = Budget(self.epsilon)
-        self._frozen = True
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "candidates": len(self.candidates),
@@ -179,7 +178,6 @@ class RandomizedResponse(Mechanism):
         k = len(self.categories)
         self.p = math.nextafter(1.0 / (1.0 + (k - 1) * math.exp(-self.epsilon)), 0.0)
         self._cost = Budget(self.epsilon)
-        self._frozen = True
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "categories": len(self.categories), "p": self.p}

@@ -80,7 +80,6 @@ class Sparse(StreamMechanism):
                                            shares[1])
         self._more_scales(shares)
         self._cost = Budget(self.epsilon)
-        self._frozen = True
 
     def _default_split(self) -> tuple[float, ...]:
         c = self.max_positives

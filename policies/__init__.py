@@ -1,8 +1,6 @@
 """Declarative privacy limits: per dataset, per analyst, per query, global; loaded from a policy
 file (TOML or JSON) and enforced by ``Accountant.from_policy``."""
 
-# `accountant` must finish initialising first: its Accountant imports this package back.
-import accountant  # noqa: F401  (isort: skip)
 from policies.accounts import AccountSpec, policy_accounts
 from policies.limits import AnalystLimit, Cap, DatasetLimit
 from policies.periods import Period

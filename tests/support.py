@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from accountant.ledger import GENESIS, Ledger
+from accountant.ledger.record import AccountLayout, assemble, canonical, step_fragments
 
 SEED = 20261121
 
@@ -22,6 +23,25 @@ def snapshot(ledger: Ledger, rng: np.random.Generator | None = None) -> tuple[An
                 for a in ledger.accounts()]
     state = None if rng is None else copy.deepcopy(rng.bit_generator.state)
     return entries, accounts, ledger.head(), state
+
+
+def charged_accounts(acc: Any, dataset: Any = "default", analyst: str | None = None) -> list[str]:
+    """The account keys a release on ``dataset`` by ``analyst`` is charged to, read back from the
+    ledger record of a tiny release (it spends ε = 1e-9 of each)."""
+    from mechanisms import Laplace
+
+    acc.release(Laplace(1e-9), 0.0, dataset=dataset, analyst=analyst)
+    return sorted(json.loads(list(acc.ledger.entries())[-1].text)["accounts"])
+
+
+def release_fields(mechanism: Any, dataset: str, accounts: list[tuple[Any, Any]]) -> dict[str, str]:
+    """A release record's members, as ``Transaction.append`` takes them, for ``(rule, Account)``
+    pairs: for tests that forge ledgers (the format is documented in ``ledger/record.py``)."""
+    return {"kind": '"release"', "analyst": "null", "label": "null",
+            **step_fragments(mechanism.name, mechanism.params(), mechanism.charge),
+            "accounts": assemble({a.key: AccountLayout(rule.describe()).text(a.state)
+                                  for rule, a in accounts}),
+            "dataset": canonical(dataset)}
 
 
 def assert_chain(ledger: Ledger) -> int:

@@ -1,7 +1,7 @@
 """Composition rules: how the costs of successive releases add up against a limit.
 
 Each rule is one class with O(1) state; ``RULES`` maps the names users select
-(``Accountant(..., composition="basic")``) to them. ../THEORY.md §2 says when each is valid.
+(``Accountant(..., composition="basic")``) to them. ``docs/theory.md`` §2 says when each is valid.
 """
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ from typing import Any
 
 from accountant.budget import Budget
 from accountant.composition.advanced import AdvancedComposition
-from accountant.composition.base import Charge, CompositionRule, Refused, State
+from accountant.charge import Charge
+from accountant.composition.base import CompositionRule, Refused, State
 from accountant.composition.basic import BasicComposition
+from accountant.composition.batch import batch_charge
 from accountant.composition.gaussian import GaussianComposition
 from accountant.composition.optimal import OptimalComposition
 from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerCorruptedError, PrivacyError
 
 __all__ = [
     "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",
-    "GaussianComposition", "OptimalComposition", "Refused", "State", "make_rule",
+    "GaussianComposition", "OptimalComposition", "Refused", "State", "batch_charge", "make_rule",
     "rule_from_config",
 ]
 

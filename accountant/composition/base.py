@@ -11,61 +11,16 @@ from __future__ import annotations
 import math
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from accountant import _numeric
 from accountant.budget import Budget
-from accountant.ledger.record import assemble, canonical, float_object
+from accountant.charge import Charge
 from accountant.errors import MechanismNotAllowedError
 
 State = dict[str, float]
 
 __all__ = ["Charge", "CompositionRule", "Refused", "State", "clip_delta", "sum_up", "tightest"]
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """What a rule needs to know about one step, as declared by the mechanism.
-
-    Attributes:
-        epsilon, delta: the step's (ε, δ)-DP cost.
-        rho: its zero-concentrated DP cost where it has a tighter one (Gaussian family), else None.
-        mu: its Gaussian-DP parameter where it has one (Gaussian family), else None.
-        mechanism: the mechanism's name, for error messages.
-        parts: for a batch (``Accountant.release_many``), the charges of its items, fixed before
-            any of them is released; empty for a single release. ``epsilon``/``delta`` of a batch
-            are then the basic-composition totals, and each rule composes ``parts`` itself.
-    """
-
-    epsilon: float
-    delta: float
-    rho: float | None = None
-    mu: float | None = None
-    mechanism: str = ""
-    parts: tuple["Charge", ...] = ()
-
-    @property
-    def budget(self) -> Budget:
-        return Budget(self.epsilon, self.delta)
-
-    def as_record(self) -> dict[str, Any]:
-        """The charge as a ledger record's ``cost`` member (an auditor replays from it)."""
-        out: dict[str, Any] = {"epsilon": self.epsilon, "delta": self.delta, "rho": self.rho,
-                               "mu": self.mu}
-        if self.parts:
-            out["parts"] = [p.as_record() for p in self.parts]
-        return out
-
-    @classmethod
-    def from_record(cls, cost: dict[str, Any], mechanism: str = "") -> "Charge":
-        """The charge a record's ``cost`` member describes (inverse of ``as_record``)."""
-        def opt(x: Any) -> float | None:
-            return None if x is None else float(x)
-
-        return cls(float(cost["epsilon"]), float(cost["delta"]), opt(cost.get("rho")),
-                   opt(cost.get("mu")), mechanism,
-                   tuple(cls.from_record(p) for p in cost.get("parts") or ()))
 
 
 class Refused(Exception):
@@ -94,8 +49,6 @@ class CompositionRule(ABC):
         self.limit = None if limit is None or limit.is_unlimited else limit
         self.per_query = per_query
         self._description: dict[str, Any] | None = None
-        self._fragments: dict[str, str] | None = None
-        self._template: tuple[str, str] | None = None
         self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
     @classmethod
@@ -174,7 +127,7 @@ class CompositionRule(ABC):
         limit, the basic-composition totals (Σε_i, Σδ_i). Cached per state.
 
         What is *guaranteed* is the limit: a filter admits steps while they fit, and the whole
-        interaction is then (ε_B, δ_B)-DP however the analyst adapted (THEORY.md §1). Reading
+        interaction is then (ε_B, δ_B)-DP however the analyst adapted (docs/theory.md §1). Reading
         the running totals as a guarantee in their own right is an odometer, which adaptive
         choices do not support in general (Rogers–Roth–Ullman–Vadhan 2016); the exception is
         basic composition of pure-DP steps, whose privacy loss is bounded by Σε_i pointwise."""
@@ -206,24 +159,11 @@ class CompositionRule(ABC):
                       max(0.0, _numeric.sub_down(self.limit.delta, used.delta)))
 
     def describe(self) -> dict[str, Any]:
-        """The rule's public configuration, written to the ledger with every entry."""
+        """The rule's public configuration (plain JSON data; the ledger records it with every
+        debit of the account, and ``rule_from_config`` rebuilds the rule from it)."""
         if self._description is None:
             self._description = self._describe()
         return self._description
-
-    def describe_fragments(self) -> dict[str, str]:
-        """``describe()`` with each member already encoded as canonical JSON (cached)."""
-        if self._fragments is None:
-            self._fragments = {k: canonical(v) for k, v in self.describe().items()}
-        return self._fragments
-
-    def account_text(self, state: State) -> str:
-        """This rule's account in a ledger record, as canonical JSON: the configuration plus
-        ``state``. The configuration part is laid out once (this is on every debit's path)."""
-        if self._template is None:
-            prefix, suffix = assemble({**self.describe_fragments(), "state": "\0"}).split("\0")
-            self._template = (prefix, suffix)
-        return self._template[0] + float_object(state) + self._template[1]
 
     def conflict(self, recorded: dict[str, Any]) -> str | None:
         """Why this rule cannot continue an account recorded with configuration ``recorded``

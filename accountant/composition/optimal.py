@@ -12,7 +12,8 @@ from typing import Any
 from accountant import _numeric
 from accountant.budget import Budget
 from accountant.composition import bounds
-from accountant.composition.base import Charge, CompositionRule, State, clip_delta
+from accountant.charge import Charge
+from accountant.composition.base import CompositionRule, State, clip_delta
 from accountant.errors import InvalidArgumentError
 
 __all__ = ["OptimalComposition"]

@@ -43,14 +43,18 @@ import hashlib
 import hmac
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
+
+from accountant.charge import Charge
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
 KEY_ENV = "DPBUDGET_LEDGER_KEY"
 
-__all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "assemble", "auth_name", "canonical",
-           "export_line", "key_from_env", "record_hash"]
+__all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "assemble",
+           "auth_name", "canonical", "charge_from_record", "charge_record", "export_line",
+           "key_from_env", "record_hash", "step_fragments"]
 
 
 # One encoder for the process: json.dumps with non-default options builds a new encoder per call,
@@ -89,16 +93,72 @@ def assemble(fragments: dict[str, str]) -> str:
 _LAYOUTS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}
 
 
-def float_object(values: dict[str, float]) -> str:
+def float_object(values: Mapping[str, float]) -> str:
     """Canonical JSON of an object of finite floats with plain ASCII names (a rule's state),
     without the general encoder: json writes a float as ``repr(float)``, so the text is the same.
     """
     return "{" + ",".join([f'"{k}":{float(values[k])!r}' for k in sorted(values)]) + "}"
 
 
-def step_fragments(name: str, params: dict[str, Any], cost: dict[str, Any]) -> dict[str, str]:
-    """The ``mechanism`` and ``cost`` members of a record, as canonical JSON."""
-    return {"mechanism": canonical({"name": name, "params": params}), "cost": canonical(cost)}
+def charge_record(charge: Charge) -> dict[str, Any]:
+    """A charge as a record's ``cost`` member (an auditor replays from it)."""
+    out: dict[str, Any] = {"epsilon": charge.epsilon, "delta": charge.delta, "rho": charge.rho,
+                           "mu": charge.mu}
+    if charge.parts:
+        out["parts"] = [charge_record(p) for p in charge.parts]
+    return out
+
+
+def charge_from_record(cost: Mapping[str, Any], mechanism: str = "") -> Charge:
+    """The charge a record's ``cost`` member describes (inverse of ``charge_record``).
+
+    Raises:
+        KeyError, TypeError, ValueError: a malformed ``cost`` (the auditor reports it).
+    """
+    def opt(x: Any) -> float | None:
+        return None if x is None else float(x)
+
+    return Charge(float(cost["epsilon"]), float(cost["delta"]), opt(cost.get("rho")),
+                  opt(cost.get("mu")), mechanism,
+                  tuple(charge_from_record(p) for p in cost.get("parts") or ()))
+
+
+ZERO_COST = canonical({"epsilon": 0.0, "delta": 0.0, "rho": None, "mu": None})
+
+# Encoded descriptions by (name, parameters, charge): building a fresh mechanism per release is
+# the common usage, and its description depends only on these.
+_STEPS: dict[tuple[Any, ...], dict[str, str]] = {}
+
+
+def step_fragments(name: str, params: dict[str, Any], charge: Charge) -> dict[str, str]:
+    """The ``mechanism`` and ``cost`` members of a record, as canonical JSON (cached by value)."""
+    try:
+        key: tuple[Any, ...] | None = (name, tuple(params.items()), charge)
+        cached = _STEPS.get(key)  # type: ignore[arg-type]
+    except TypeError:  # unhashable parameters (candidate lists): encode each time
+        key = cached = None
+    if cached is None:
+        cached = {"mechanism": canonical({"name": name, "params": params}),
+                  "cost": canonical(charge_record(charge))}
+        if key is not None:
+            if len(_STEPS) > 4096:
+                _STEPS.clear()
+            _STEPS[key] = cached
+    return cached
+
+
+class AccountLayout:
+    """The text of one account in a record's ``accounts`` member — a rule's configuration plus
+    its state — with the configuration laid out once (this is on every debit's path)."""
+
+    __slots__ = ("_prefix", "_suffix")
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        fragments = {k: canonical(v) for k, v in config.items()}
+        self._prefix, self._suffix = assemble({**fragments, "state": "\0"}).split("\0")
+
+    def text(self, state: Mapping[str, float]) -> str:
+        return self._prefix + float_object(state) + self._suffix
 
 
 def record_hash(text: str, key: bytes | None = None) -> str:

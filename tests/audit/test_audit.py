@@ -15,8 +15,8 @@ from accountant import RULES, Accountant, Budget
 from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
 from accountant.composition import BasicComposition
-from accountant.core import _record
 from accountant.errors import LedgerCorruptedError, LedgerError
+from tests.support import release_fields
 from accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
 from accountant.logs import LOGGER_NAME, log_records_to
 from accountant.transfer import export_jsonl, import_jsonl
@@ -179,7 +179,7 @@ def test_release_beyond_its_limit_is_flagged():
         state = unchecked.debit(state, mech.charge)
         account = Account("dataset:d", "basic", claimed.describe(), state, 0)
         with ledger.transaction() as tx:
-            tx.append(_record(mech, "d", None, None, [(claimed, account)]), [account])
+            tx.append(release_fields(mech, "d", [(claimed, account)]), [account])
     report = audit(ledger)
     assert ("limit", 3) in _kinds(report)
     assert report.exit_status & EXIT_BITS["limit"]

@@ -317,8 +317,8 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     lazy.close()
     # A ledger forged by rewriting the configuration mid-stream is flagged by the audit.
     from accountant.composition import OptimalComposition
-    from accountant.core import _record
     from accountant.ledger import Account, MemoryLedger
+    from tests.support import release_fields
 
     ledger = MemoryLedger()
     for eps0 in (0.1, 0.01):
@@ -328,7 +328,7 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
             prev = tx.account("dataset:d")
             state = rule.debit(rule.initial_state() if prev is None else prev.state, mech.charge)
             account = Account("dataset:d", "optimal", rule.describe(), state, 0)
-            tx.append(_record(mech, "d", None, None, [(rule, account)]), [account])
+            tx.append(release_fields(mech, "d", [(rule, account)]), [account])
     report = audit(ledger)
     assert report.exit_status & EXIT_BITS["limit"]
     assert any("per_query" in p.message for p in report.problems)

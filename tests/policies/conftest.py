@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import textwrap
 from pathlib import Path
@@ -15,6 +16,9 @@ from accountant.composition import RULES, BasicComposition
 # 2026-11-21T10:00:00Z, a fixed instant: no test depends on wall time.
 T0 = 1_795_255_200.0
 DAY = 86_400.0
+
+# The seeded generator each accountant made by ``make`` draws from (to check it was not used).
+RNGS: dict[int, np.random.Generator] = {}
 
 
 class Clock:
@@ -52,7 +56,9 @@ def make(write, clock):
     def _make(text: str, **kw) -> Accountant:
         kw.setdefault("rng", np.random.default_rng(7))
         kw.setdefault("clock", clock)
-        return Accountant.from_policy(write(text), **kw)
+        acc = Accountant.from_policy(write(text), **kw)
+        RNGS[id(acc)] = kw["rng"]
+        return acc
     return _make
 
 
@@ -65,13 +71,13 @@ class Untouched:
     def __enter__(self) -> "Untouched":
         self.entries = list(self.acc.ledger.entries())
         self.accounts = self.acc.ledger.accounts()
-        self.rng = self.acc._sampler._generator.bit_generator.state
+        self.rng = copy.deepcopy(RNGS[id(self.acc)].bit_generator.state)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert list(self.acc.ledger.entries()) == self.entries
         assert self.acc.ledger.accounts() == self.accounts
-        assert self.acc._sampler._generator.bit_generator.state == self.rng
+        assert RNGS[id(self.acc)].bit_generator.state == self.rng
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@ account then refuses everything (and ``status --policy`` says so); changing a ru
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from conftest import RNGS
 
 from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
 from accountant.report import budget_rows
@@ -33,7 +35,9 @@ def used(write, tmp_path):
 
 def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched):
     lowered = write(ORIGINAL.replace("limit = { epsilon = 2.0 }", "limit = { epsilon = 0.5 }"))
-    acc = Accountant.from_policy(lowered, ledger=used, rng=0)  # loads
+    rng = np.random.default_rng(0)
+    acc = Accountant.from_policy(lowered, ledger=used, rng=rng)  # loads
+    RNGS[id(acc)] = rng
     assert acc.remaining("adult") == Budget(0.0)
     for who in ("alice", "bob", "carol", None):
         with untouched(acc), pytest.raises(BudgetExceededError) as info:

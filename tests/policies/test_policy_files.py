@@ -10,6 +10,7 @@ import pytest
 
 from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PolicyError
 from accountant.ledger import MemoryLedger
+from mechanisms import Laplace
 from policies import AnalystLimit, Cap, DatasetLimit, Period, Policy, load_policy, policy_schema
 
 FULL = """
@@ -252,7 +253,9 @@ def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule
     """Rules registered after import (the other composition rules) are accepted by name."""
     p = load_policy(write(f'[datasets.adult]\ncomposition = "{other_rule}"'))
     acc = Accountant.from_policy(p)
-    assert acc._targets("adult", None)[0][1].name == other_rule
+    acc.release(Laplace(0.1), 1.0, dataset="adult")
+    record = list(acc.ledger.entries())[-1].record
+    assert record["accounts"]["dataset:adult"]["rule"] == other_rule
 
 
 def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import charged_accounts
+
 from accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
@@ -41,13 +43,12 @@ def accounts(acc):
 
 def test_targets_of_each_kind_of_release(make):
     acc = make(POLICY)
-    assert [k for k, _ in acc._targets("adult", None)] == ["dataset:adult", "global"]
-    assert [k for k, _ in acc._targets("adult", "alice")] == [
+    assert charged_accounts(acc, "adult") == ["dataset:adult", "global"]
+    assert charged_accounts(acc, "adult", "alice") == [
         "dataset:adult", "dataset:adult/analyst:alice", "global"]
-    assert [k for k, _ in acc._targets("adult", "bob")] == ["dataset:adult", "analyst:bob",
-                                                            "global"]
-    assert [k for k, _ in acc._targets(("adult", "census"), "bob")] == [
-        "dataset:adult", "dataset:census", "dataset:census/analyst:bob", "analyst:bob", "global"]
+    assert charged_accounts(acc, "adult", "bob") == ["analyst:bob", "dataset:adult", "global"]
+    assert charged_accounts(acc, ("adult", "census"), "bob") == [
+        "analyst:bob", "dataset:adult", "dataset:census", "dataset:census/analyst:bob", "global"]
 
 
 def test_one_release_debits_every_applicable_limit_in_one_record(make):
@@ -222,12 +223,14 @@ def test_analyst_reading_needs_an_analyst_limit(make):
         acc.spent("adult", analyst="carol")
 
 
-def test_plans_are_cached_per_dataset_and_analyst(make):
+def test_plans_do_not_leak_between_dataset_and_analyst_pairs(make):
+    """Plans are cached per (dataset, analyst): asking for one pair never changes another's."""
     acc = make(POLICY)
-    first = acc._targets("adult", "alice")
-    assert acc._targets("adult", "alice") is first
+    alice = charged_accounts(acc, "adult", "alice")
+    assert charged_accounts(acc, "adult", None) == ["dataset:adult", "global"]
+    assert charged_accounts(acc, "adult", "alice") == alice
     plain = Accountant(Budget(1.0))
-    assert plain._targets("x", None) is plain._targets("x", None)
+    assert charged_accounts(plain, "x") == charged_accounts(plain, "x") == ["dataset:x"]
 
 
 def test_record_invariant_every_account_debited_with_the_records_cost(make):

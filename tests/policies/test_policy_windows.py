@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support import charged_accounts
+
 from accountant import (
     Accountant, Budget, BudgetExceededError, InvalidTypeError, LedgerConflictError,
 )
@@ -45,16 +47,16 @@ def test_each_window_is_its_own_account(make, clock, untouched):
 def test_window_boundaries_are_utc_aligned(make, clock):
     acc = make(DAILY)
     clock.now = T0 - 10 * 3600 + DAY - 0.001  # 23:59:59.999 on the 21st
-    assert acc._targets("adult", None)[0][0] == "dataset:adult@2026-11-21+1d"
+    assert charged_accounts(acc, "adult") == ["dataset:adult@2026-11-21+1d"]
     clock.now += 0.001
-    assert acc._targets("adult", None)[0][0] == "dataset:adult@2026-11-22+1d"
+    assert charged_accounts(acc, "adult") == ["dataset:adult@2026-11-22+1d"]
 
 
 def test_analysts_inherit_or_override_the_period(make, clock):
     acc = make(DAILY)
-    keys = [k for k, _ in acc._targets("adult", "carol")]
-    assert keys == ["dataset:adult@2026-11-21+1d", "dataset:adult/analyst:carol@2026-11-21T10+1h"]
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="carol")
+    keys = charged_accounts(acc, "adult", "carol")
+    assert keys == ["dataset:adult/analyst:carol@2026-11-21T10+1h", "dataset:adult@2026-11-21+1d"]
+    acc.release(Laplace(0.4), 1.0, dataset="adult", analyst="carol")
     clock.now += 3600
     acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="carol")  # a new hour for carol
     with pytest.raises(BudgetExceededError) as info:

@@ -1,0 +1,325 @@
+"""The gate: the one path every noisy answer takes out of the library.
+
+Invariant (docs/architecture.md, "the one rule"): validate everything → in one ledger transaction,
+read each planned account's state, ask its composition rule whether the step fits
+(``step_account``), append the record and the new states, commit → only then let the mechanism
+draw noise. A refusal or a bad argument leaves the ledger and the random source exactly as they
+were. ``release``, ``release_many``, ``open_session``, pipelines (``debit`` of an allocation) and
+``afford`` (the same traversal as a dry run, outside any transaction) all go through
+``Gate._charge``; the audit replays each account with the same ``step_account``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+from accountant import _validate
+from accountant.budget import Budget
+from accountant.charge import Charge
+from accountant.composition import CompositionRule, Refused, State, batch_charge
+from accountant.composition.base import clip_delta
+from accountant.errors import (
+    BudgetExceededError,
+    InvalidArgumentError,
+    InvalidTypeError,
+    LedgerConflictError,
+    MechanismNotAllowedError,
+)
+from accountant.ledger import Account, Ledger
+from accountant.ledger.record import ZERO_COST, assemble, canonical, step_fragments
+from accountant.planner import Plan, Planner, Target
+from accountant.receipt import Receipt
+from accountant.session import NumericSession, Session
+from mechanisms.base import Mechanism, StreamMechanism
+from mechanisms.sampling import Sampler
+from policies.accounts import dataset_key
+from policies.periods import split_window
+
+__all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]
+
+# Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst) to plan.
+Where = Plan | tuple[Any, "str | None"]
+
+
+def check_continues(key: str, rule: CompositionRule, current: Account | None) -> None:
+    """Refuse to continue account ``key`` under ``rule`` when it was recorded under another rule
+    or another value of a parameter its state depends on (a rule cannot change mid-stream).
+
+    Raises:
+        LedgerConflictError: naming the account and the difference.
+    """
+    # The common case (same rule, no state parameters) is decided without building anything:
+    # this runs on every debit.
+    if current is not None and (current.rule != rule.name or rule.state_params):
+        why = rule.conflict({**current.config, "rule": current.rule})
+        if why is not None:
+            raise LedgerConflictError(f"{key} cannot continue: {why}")
+
+
+def step_account(key: str, rule: CompositionRule, current: Account | None,
+                 charge: Charge) -> State:
+    """One account's step, shared by the gate and the audit's replay: the account's new state
+    after ``charge``.
+
+    Raises:
+        LedgerConflictError: the account was recorded under another rule (``check_continues``).
+        Refused: the step does not fit what is left of the limit.
+        MechanismNotAllowedError: the rule does not admit this kind of step at all.
+    """
+    check_continues(key, rule, current)
+    return rule.debit(rule.initial_state() if current is None else current.state, charge)
+
+
+class Step(NamedTuple):
+    """One step presented to the gate: a release, a batch, or a pipeline's allocation. ``members``
+    are the record members that describe it (canonical JSON)."""
+
+    name: str
+    cost: Budget
+    charge: Charge
+    members: dict[str, str]
+
+    @classmethod
+    def of(cls, mechanism: Mechanism) -> "Step":
+        charge = mechanism.charge
+        return cls(mechanism.name, mechanism.cost, charge,
+                   step_fragments(mechanism.name, mechanism.params(), charge))
+
+    @classmethod
+    def batch(cls, mechanisms: tuple[Mechanism, ...]) -> "Step":
+        charge = batch_charge(tuple(m.charge for m in mechanisms))
+        params = {"items": [{"name": m.name, "params": m.params()} for m in mechanisms]}
+        cost = Budget(charge.epsilon, clip_delta(charge.delta))
+        return cls("batch", cost, charge, step_fragments("batch", params, charge))
+
+    @classmethod
+    def allocation(cls, budget: Budget, rule: CompositionRule) -> "Step":
+        """A pipeline's allocation, charged to its parent as an (ε, δ) step."""
+        charge = Charge(budget.epsilon, budget.delta, None, None, "a pipeline's allocation")
+        return cls("Pipeline", budget, charge, {
+            "cost": canonical({"epsilon": budget.epsilon, "delta": budget.delta, "rho": None,
+                               "mu": None}),
+            "rule": canonical(rule.describe())})
+
+
+class Gate:
+    """Plans, checks and debits; the only object that writes release records.
+
+    Args:
+        ledger: where debits are recorded.
+        planner: maps (dataset, analyst) to accounts and checks.
+        sampler: the source of noise handed to mechanisms after their debit commits.
+        clock: seconds since the epoch (decides renewal windows).
+    """
+
+    def __init__(self, ledger: Ledger, planner: Planner, sampler: Sampler,
+                 clock: Callable[[], float]) -> None:
+        self.ledger = ledger
+        self.planner = planner
+        self.sampler = sampler
+        self.clock = clock
+        self._local = threading.local()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def release(self, mechanism: Mechanism, value: Any, label: str | None, where: Where) -> Any:
+        """Validate, debit ``mechanism``'s cost, then draw its noisy answer."""
+        plan = self.validate(mechanism, label, where)
+        prepared = mechanism.prepare(value)
+        self.debit(Step.of(mechanism), plan, label)
+        return mechanism._release(prepared, self.sampler)
+
+    def release_many(self, items: Any, label: str | None, where: Where) -> list[Any]:
+        """A batch fixed in advance: every item validated, one debit, then every draw."""
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise InvalidTypeError("items", items, "a sequence of (mechanism, value) pairs")
+        pairs = tuple(items)
+        if not pairs:
+            raise InvalidArgumentError("items", items, "a non-empty sequence of (mechanism, "
+                                       "value) pairs")
+        prepared = []
+        plan: Plan | None = None
+        for i, pair in enumerate(pairs):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
+            plan = self.validate(pair[0], label, where if plan is None else plan)
+            prepared.append(pair[0].prepare(pair[1]))
+        assert plan is not None  # pairs is non-empty
+        mechanisms = tuple(pair[0] for pair in pairs)
+        self.debit(Step.batch(mechanisms), plan, label)
+        return [m._release(v, self.sampler) for m, v in zip(mechanisms, prepared)]
+
+    def open_session(self, mechanism: StreamMechanism, label: str | None,
+                     where: Where) -> Session:
+        """Debit a sparse-vector mechanism's whole fixed cost once, then open its stream."""
+        if not isinstance(mechanism, StreamMechanism):
+            raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
+                                   "(AboveThreshold, Sparse or NumericSparse)")
+        plan = self.validate(mechanism, label, where)
+        step = Step.of(mechanism)
+        receipt = self.debit(step, plan, label, kind='"session"')
+        stream = mechanism._open(self.sampler)
+        cls = NumericSession if mechanism.releases_values else Session
+        return cls(lambda s: self._close_session(s, step, plan), stream, receipt)
+
+    def afford(self, mechanism: Mechanism, where: Where) -> bool:
+        """Whether a release of ``mechanism`` would be admitted now: the debit's own traversal,
+        run on the committed states outside any transaction. Debits nothing."""
+        try:
+            plan = self.validate(mechanism, None, where)
+            self._charge(self.ledger.account, Step.of(mechanism), plan, self._now(plan))
+        except BudgetExceededError:  # a per-query cap, or a limit
+            return False
+        return True
+
+    def max_steps(self, mechanism: Mechanism, where: Where) -> int:
+        """How many more releases of exactly ``mechanism`` fit now (each rule in closed form)."""
+        plan = self.validate(mechanism, None, where)
+        now = self._now(plan)
+        return min(t.rule.max_steps(self.state(t, now), mechanism.charge) for t in plan.targets)
+
+    # -- the one debit path ---------------------------------------------------------------------
+
+    def debit(self, step: Step, plan: Plan, label: str | None, *, kind: str = '"release"',
+              extra: Callable[[int], dict[str, str]] | None = None) -> Receipt:
+        """Check and debit ``step`` from every account of ``plan`` in one ledger transaction.
+
+        ``extra(seq)`` adds record members (canonical JSON) given the record's sequence number.
+        Every account in the record is debited with exactly ``step.charge``, which is the
+        record's ``cost`` (the auditor replays records on that invariant).
+
+        Raises:
+            BudgetExceededError: some account refuses; nothing was written.
+            LedgerConflictError: an account was recorded under another rule.
+        """
+        now = self._now(plan)
+        with self.ledger.transaction() as tx:
+            accounts = self._charge(tx.account, step, plan, now)
+            fields = self._fields(step, plan, label, kind, accounts)
+            if extra is not None:
+                fields.update(extra(tx.next_seq))
+            entry = tx.append(fields, accounts)
+        receipt = Receipt(entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
+                          step.cost, plan.targets[0].rule, accounts[0].state)
+        self._local.receipt = receipt
+        return receipt
+
+    def _charge(self, read: Callable[[str], Account | None], step: Step, plan: Plan,
+                now: float | None) -> list[Account]:
+        """Every account of ``plan`` after ``step``, or ``BudgetExceededError``."""
+        accounts = []
+        charge = step.charge
+        for target in plan.targets:
+            rule = target.rule
+            key = target.key if now is None else target.key_at(now)
+            current = read(key)
+            try:
+                new = step_account(key, rule, current, charge)
+            except Refused as refusal:
+                state = rule.initial_state() if current is None else current.state
+                raise BudgetExceededError(step.cost, rule.remaining(state),
+                                          plan.refused_dataset(key), key,
+                                          refusal.reason) from None
+            accounts.append(Account(key, rule.name, rule.describe(), new, 0))
+        return accounts
+
+    @staticmethod
+    def _fields(step: Step, plan: Plan, label: str | None, kind: str,
+                accounts: list[Account]) -> dict[str, str]:
+        """A record's members as canonical JSON (ledger/record.py documents the format). A join
+        names its first dataset in ``dataset`` and all of them in ``datasets``."""
+        fields = {
+            "kind": kind, "analyst": canonical(plan.analyst), "label": canonical(label),
+            **step.members,
+            "accounts": assemble({a.key: t.layout.text(a.state)
+                                  for t, a in zip(plan.targets, accounts)}),
+            **plan.members,
+        }
+        dataset = plan.dataset
+        if isinstance(dataset, str):
+            fields["dataset"] = canonical(dataset)
+        else:
+            fields["dataset"] = canonical(dataset[0])
+            fields["datasets"] = canonical(list(dataset))
+        return fields
+
+    def _close_session(self, session: Session, step: Step, plan: Plan) -> None:
+        """Append the zero-cost record of a session's answer counts; no account changes."""
+        r = session.receipt
+        fields = self._fields(step, plan, r.label, '"session-close"', [])
+        fields.update(cost=ZERO_COST, session=str(r.seq), answered=str(session.answered),
+                      positives=str(session.positives))
+        with self.ledger.transaction() as tx:
+            tx.append(fields, [])
+
+    # -- validation and reading -----------------------------------------------------------------
+
+    def validate(self, mechanism: Mechanism, label: str | None, where: Where) -> Plan:
+        """The request's plan, after checking the mechanism, the label, the dataset and analyst
+        (by planning) and the policy's stateless checks. Draws and debits nothing."""
+        if not isinstance(mechanism, Mechanism):
+            raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
+        _validate.text("label", label, optional=True)
+        plan = self.plan(where)
+        for name, limit in plan.checks:
+            allowed = limit.allowed_mechanisms
+            if allowed is not None and mechanism.name not in allowed:
+                raise MechanismNotAllowedError(
+                    f"datasets.{name}.allowed_mechanisms does not admit {mechanism.name} "
+                    f"(admitted: {list(allowed)}); nothing was drawn and nothing was debited")
+            cap = limit.max_per_query
+            if cap is not None and not cap.admits(mechanism.cost):
+                account = self.planner.account(name, None)
+                raise BudgetExceededError(mechanism.cost, self.remaining(account), name,
+                                          dataset_key(name), f"above datasets.{name}."
+                                          f"max_per_query {cap}")
+        return plan
+
+    def plan(self, where: Where) -> Plan:
+        """``where`` itself if it is a plan, else the planner's plan for (dataset, analyst)."""
+        return where if isinstance(where, Plan) else self.planner.plan(*where)
+
+    def state(self, target: Target, now: float | None = None) -> State:
+        """An account's committed state (a read; takes no write lock)."""
+        key = target.key_at(self.clock() if now is None else now)
+        current = self.ledger.account(key)
+        check_continues(key, target.rule, current)
+        return target.rule.initial_state() if current is None else current.state
+
+    def spent(self, target: Target) -> Budget:
+        return target.rule.spent(self.state(target))
+
+    def remaining(self, target: Target) -> Budget:
+        return target.rule.remaining(self.state(target))
+
+    @property
+    def last_receipt(self) -> Receipt | None:
+        """This thread's last committed receipt, or None."""
+        return getattr(self._local, "receipt", None)
+
+    def check_ledger(self) -> None:
+        """Refuse a ledger whose accounts were recorded under another rule or renewal period
+        than the one now declared for them (a rule cannot change mid-stream; adding, removing
+        or changing a window would forget recorded spend)."""
+        specs = self.planner.specs
+        if not specs:
+            return
+        for account in self.ledger.accounts():
+            base, period = split_window(account.key)
+            spec = specs.get(base)
+            if spec is None:
+                continue
+            check_continues(account.key, spec.rule, account)
+            declared = None if spec.period is None else spec.period.text
+            if period != declared:
+                raise LedgerConflictError(
+                    f"{account.key} was recorded "
+                    f"{'without a renewal window' if period is None else f'with period {period!r}'}"
+                    f" and the policy gives {base} "
+                    f"{'none' if declared is None else f'period {declared!r}'}; a renewal window "
+                    f"cannot change once releases are recorded (that would forget their spend)")
+
+    def _now(self, plan: Plan) -> float | None:
+        return self.clock() if plan.windowed else None

@@ -1,0 +1,216 @@
+"""The planner: which accounts a release is charged to, and which stateless checks it must pass.
+
+Invariant: ``Planner.plan(dataset, analyst)`` is the one place that maps a request to its accounts
+— the dataset's limit, the analyst's on it, the analyst's everywhere, the global one, each with its
+rule — and to the policy's stateless checks (allowed mechanisms, per-query caps). It validates the
+dataset and analyst, refuses unknown or denied ones, and never touches the ledger. Plans are cached
+per (dataset, analyst) in a bounded cache; a pipeline's plan is derived from its parent's
+(``Plan.child``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accountant import _validate
+from accountant.budget import Budget
+from accountant.composition import CompositionRule
+from accountant.errors import InvalidArgumentError, InvalidTypeError, UnknownAnalystError, \
+    UnknownDatasetError
+from accountant.ledger.record import AccountLayout, canonical
+from policies.accounts import (
+    AccountSpec,
+    analyst_key,
+    dataset_analyst_key,
+    dataset_key,
+    policy_accounts,
+)
+from policies.limits import DatasetLimit
+from policies.periods import Period
+from policies.policy import Policy
+
+__all__ = ["Plan", "Planner", "Target"]
+
+_PLAN_CACHE = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One account a step is charged to: its base key, rule, renewal window and record layout."""
+
+    key: str
+    rule: CompositionRule
+    period: Period | None
+    layout: AccountLayout = field(compare=False)
+
+    @classmethod
+    def of(cls, key: str, rule: CompositionRule, period: Period | None = None) -> "Target":
+        return cls(key, rule, period, AccountLayout(rule.describe()))
+
+    def key_at(self, now: float) -> str:
+        """The account key in force at time ``now`` (the base key for a lifetime limit)."""
+        return self.key if self.period is None else self.key + self.period.suffix(now)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a release on ``dataset`` by ``analyst`` is charged to (``targets``, dataset first)
+    and checked against (``checks``: the datasets whose policy has stateless checks), plus extra
+    record ``members`` (a pipeline's id) as canonical JSON."""
+
+    dataset: str | tuple[str, ...]
+    analyst: str | None
+    targets: tuple[Target, ...]
+    checks: tuple[tuple[str, DatasetLimit], ...]
+    members: Mapping[str, str] = field(default_factory=dict)
+    windowed: bool = False
+
+    def child(self, target: Target, members: Mapping[str, str]) -> "Plan":
+        """The plan of a pipeline opened on this one: charged to ``target`` (its own account)
+        only, still subject to the datasets' stateless checks."""
+        return Plan(self.dataset, self.analyst, (target,), self.checks, dict(members),
+                    target.period is not None)
+
+    def keys(self, now: float) -> list[str]:
+        """The account keys in force at time ``now``."""
+        return [t.key_at(now) for t in self.targets]
+
+    def refused_dataset(self, key: str) -> str:
+        """The dataset a refusal of account ``key`` is reported on: the one asked for, or for a
+        join the one whose account refused (the first named, if a global or analyst limit did)."""
+        if isinstance(self.dataset, str):
+            return self.dataset
+        for name in self.dataset:
+            own = dataset_key(name)
+            if key == own or key.startswith((own + "/", own + "@")):
+                return name
+        return self.dataset[0]
+
+
+class Planner:
+    """Plans requests against a policy (and, for ``Accountant(limit)``, a default dataset limit).
+
+    Raises (``plan``):
+        UnknownDatasetError, UnknownAnalystError, InvalidArgumentError, InvalidTypeError.
+    """
+
+    def __init__(self, policy: Policy, default: DatasetLimit | None) -> None:
+        self.policy = policy
+        self.default = default
+        self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
+        self._targets: dict[str, Target] = {}
+        self._plans: dict[tuple[Any, str | None], Plan] = {}
+
+    def plan(self, dataset: Any, analyst: str | None) -> Plan:
+        """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
+        join) by ``analyst``."""
+        try:
+            return self._plans[(dataset, analyst)]
+        except (KeyError, TypeError):  # TypeError: a list of datasets (a join), not hashable
+            pass
+        if type(dataset) is list:
+            dataset = tuple(dataset)
+        plan = self._make_plan(dataset, analyst)
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()  # bounded: arbitrary (dataset, analyst) pairs must not pile up
+        self._plans[(dataset, analyst)] = plan
+        return plan
+
+    def limit(self, dataset: str) -> DatasetLimit:
+        """The limit declared for ``dataset``."""
+        _validate.text("dataset", dataset)
+        declared = self.policy.datasets.get(dataset, self.default)
+        if declared is None:
+            raise UnknownDatasetError(dataset, tuple(sorted(self.policy.datasets)))
+        return declared
+
+    def account(self, dataset: str, analyst: str | None) -> Target:
+        """The account of ``dataset``'s limit, or of its ``analyst``'s there."""
+        limit = self.limit(dataset)
+        target = self._dataset_target(dataset, limit)
+        if _validate.text("analyst", analyst, optional=True) is not None:
+            spec = self.specs.get(dataset_analyst_key(dataset, analyst))  # type: ignore[arg-type]
+            if spec is None:
+                raise InvalidArgumentError("analyst", analyst, f"an analyst with a limit on "
+                                           f"{dataset!r} ({sorted(limit.analysts)})")
+            target = self._target(spec)
+        return target
+
+    def _make_plan(self, dataset: Any, analyst: str | None) -> Plan:
+        names = _dataset_names(dataset)
+        _validate.text("analyst", analyst, optional=True)
+        policy = self.policy
+        targets: list[Target] = []
+        checks: list[tuple[str, DatasetLimit]] = []
+        for name in names:
+            limit = self.limit(name)
+            targets.append(self._dataset_target(name, limit))
+            if analyst is not None and analyst in limit.analysts:
+                targets.append(self._target(self.specs[dataset_analyst_key(name, analyst)]))
+            elif limit.other_analysts == "deny":
+                raise UnknownAnalystError(analyst, f"datasets.{name}",
+                                          tuple(sorted(limit.analysts)))
+            if limit.allowed_mechanisms is not None or limit.max_per_query is not None:
+                checks.append((name, limit))
+        if analyst is not None and analyst in policy.analysts:
+            targets.append(self._target(self.specs[analyst_key(analyst)]))
+        elif policy.other_analysts == "deny":
+            raise UnknownAnalystError(analyst, "the policy's [analysts] table",
+                                      tuple(sorted(policy.analysts)))
+        if "global" in self.specs:
+            targets.append(self._target(self.specs["global"]))
+        return Plan(names[0] if isinstance(dataset, str) else names, analyst, tuple(targets),
+                    tuple(checks), {}, any(t.period is not None for t in targets))
+
+    def _dataset_target(self, name: str, limit: DatasetLimit) -> Target:
+        spec = self.specs.get(dataset_key(name))
+        if spec is None:  # a dataset under the default limit: its spec is made on first use
+            spec = AccountSpec(dataset_key(name), limit.rule(), limit.window(), name, name)
+            self.specs[spec.key] = spec
+        return self._target(spec)
+
+    def _target(self, spec: AccountSpec) -> Target:
+        target = self._targets.get(spec.key)
+        if target is None:
+            target = self._targets[spec.key] = Target.of(spec.key, spec.rule, spec.period)
+        return target
+
+
+def pipeline_members(pipeline_id: str) -> dict[str, str]:
+    """The record members that tie a release to the pipeline it was made in."""
+    return {"pipeline": canonical(pipeline_id)}
+
+
+def dataset_limits(limits: Any, composition: str,
+                   per_query: Budget | None) -> dict[str, DatasetLimit]:
+    """``Accountant(limits=...)`` as the policy's dataset limits (plain ``Budget`` entries get
+    ``composition`` and ``per_query``)."""
+    if limits is None:
+        return {}
+    if not isinstance(limits, Mapping):
+        raise InvalidTypeError("limits", limits, "a mapping of dataset names to limits")
+    out: dict[str, DatasetLimit] = {}
+    for name, value in limits.items():
+        _validate.text("limits key", name)
+        if isinstance(value, DatasetLimit):
+            out[name] = value
+        elif value is None or isinstance(value, Budget):
+            out[name] = DatasetLimit(limit=value, composition=composition, per_query=per_query)
+        else:
+            raise InvalidTypeError(f"limits[{name!r}]", value, "a Budget, a DatasetLimit or None")
+    return out
+
+
+def _dataset_names(dataset: Any) -> tuple[str, ...]:
+    """The dataset(s) a release names: one name, or a tuple/list of distinct names (a join)."""
+    if isinstance(dataset, (tuple, list)):
+        if not dataset:
+            raise InvalidArgumentError("dataset", dataset,
+                                       "a name or a non-empty sequence of names")
+        names = tuple(_validate.text("dataset", d) for d in dataset)
+        if len(set(names)) != len(names):
+            raise InvalidArgumentError("dataset", dataset, "distinct dataset names")
+        return names  # type: ignore[return-value]
+    return (_validate.text("dataset", dataset),)  # type: ignore[return-value]
