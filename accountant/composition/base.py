@@ -46,6 +46,7 @@ class CompositionRule(ABC):
     state_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, limit: Budget | None, per_query: Budget | None = None) -> None:
+        # One meaning of "no limit" inside the library: None (``Budget.unlimited()`` is accepted).
         self.limit = None if limit is None or limit.is_unlimited else limit
         self.per_query = per_query
         self._description: dict[str, Any] | None = None
