@@ -88,22 +88,8 @@ class Accountant:
         limit, each dataset's, the analyst's on each dataset, the analyst's across datasets —
         all debited in one ledger transaction, or none.
 
-        Who is held to what:
-
-        - ``analyst=None``, or an analyst a dataset does not list: only the dataset-level (and
-          global) limits apply — unless the dataset sets ``other_analysts = "deny"``, which
-          refuses them (``UnknownAnalystError``). The same holds for the top-level
-          ``[analysts]`` table and the policy's own ``other_analysts``.
-        - A join (``dataset=("adult", "census")``) is charged to every limit of every dataset
-          named, and must be admitted by each dataset's checks.
-        - A windowed limit (``period``) charges the account of the window in force at the
-          release; see ``policies.periods`` for why that is a weaker guarantee.
-
-        Policy changes: a policy whose limits are lower than what a ledger has already spent
-        loads, and those limits then refuse every release (``dpbudget status --policy`` marks
-        them). A policy whose rule, or renewal period, for an account differs from the one the
-        ledger recorded is refused (rules cannot change mid-stream; adding or changing a window
-        would forget recorded spend).
+        Who is held to which limit (analysts not listed, joins, windows) is documented in
+        ``accountant.planner``, with what happens when a policy changes under an existing ledger.
 
         Args:
             path: the policy file, or an already validated ``Policy``.
@@ -222,14 +208,9 @@ class Accountant:
                 analyst: str | None = None, label: str | None = None) -> Session:
         """Debit a sparse-vector mechanism's whole fixed cost now, once, and open its session.
 
-        The session then answers queries with no further debit (docs/theory.md §2, "Sparse vector's
-        fixed cost": the session is one step whose cost is declared and debited when it opens).
-        The debit is one ledger record of kind ``"session"``; closing the session (leaving the
-        ``with`` block, or ``close()``) writes a zero-cost ``"session-close"`` record with the
-        number of queries answered and of ⊤ answers. A session never closed keeps its cost.
-        Other releases may interleave with an open session: filters stay valid for such
-        concurrent interactive steps (Haney et al., CCS 2023, "Concurrent Composition for
-        Interactive Differential Privacy with Adaptive Privacy-Loss Parameters").
+        The session then answers queries with no further debit: it is one step whose cost is
+        declared and debited when it opens (docs/theory.md §2, "Sparse vector's fixed cost").
+        Its records and why other releases may interleave with it: ``accountant.session``.
 
         Returns:
             A ``Session`` (``test(value) -> bool``), or a ``NumericSession`` (also

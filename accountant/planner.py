@@ -6,6 +6,23 @@ rule — and to the policy's stateless checks (allowed mechanisms, per-query cap
 dataset and analyst, refuses unknown or denied ones, and never touches the ledger. Plans are cached
 per (dataset, analyst) in a bounded cache; a pipeline's plan is derived from its parent's
 (``Plan.child``).
+
+Who is held to what:
+
+- ``analyst=None``, or an analyst a dataset does not list: only the dataset-level (and
+  global) limits apply — unless the dataset sets ``other_analysts = "deny"``, which
+  refuses them (``UnknownAnalystError``). The same holds for the top-level
+  ``[analysts]`` table and the policy's own ``other_analysts``.
+- A join (``dataset=("adult", "census")``) is charged to every limit of every dataset
+  named, and must be admitted by each dataset's checks.
+- A windowed limit (``period``) charges the account of the window in force at the
+  release; see ``policies.periods`` for why that is a weaker guarantee.
+
+Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than what a ledger has already spent
+loads, and those limits then refuse every release (``dpbudget status --policy`` marks
+them). A policy whose rule, or renewal period, for an account differs from the one the
+ledger recorded is refused (rules cannot change mid-stream; adding or changing a window
+would forget recorded spend).
 """
 
 from __future__ import annotations
@@ -17,8 +34,12 @@ from typing import Any
 from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
-from accountant.errors import InvalidArgumentError, InvalidTypeError, UnknownAnalystError, \
-    UnknownDatasetError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    UnknownAnalystError,
+    UnknownDatasetError,
+)
 from accountant.ledger.record import AccountLayout, canonical
 from policies.accounts import (
     AccountSpec,

@@ -6,6 +6,10 @@ declared cost in one ledger record (kind ``"session"``) and only then opened the
 more record (kind ``"session-close"``, zero cost, no account change) with how many queries were
 answered and how many were ⊤ — counts only, never a true value. An abandoned session that is never
 closed keeps its cost; only the close record is missing.
+
+Other releases may interleave with an open session: filters stay valid for such concurrent
+interactive steps (Haney et al., CCS 2023, "Concurrent Composition for Interactive Differential
+Privacy with Adaptive Privacy-Loss Parameters").
 """
 
 from __future__ import annotations
