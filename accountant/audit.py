@@ -7,23 +7,7 @@ empty state — independently of the states stored in the records and in the led
 optional plot series, which is thinned), and a corrupted ledger never ends in a traceback: the
 report says what verified and where the problems are, by record number.
 
-Exit status of ``dpbudget audit`` (``AuditReport.exit_status``): 0 when the chain verifies,
-recomputed and stored state agree and no limit was exceeded; otherwise the sum of one bit per kind
-of problem found (so each kind is distinct and combinations are readable):
-
-====  ============  ==================================================================
-bit   kind          meaning
-====  ============  ==================================================================
-4     head          the last record is not the expected head (a truncated tail)
-8     chain         a record was edited, deleted, inserted or reordered
-16    malformed     a record or line could not be read (garbled)
-32    state         a stored state disagrees with the replay
-64    limit         a release was admitted that its limit should have refused
-128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
-                    records where a key is required)
-====  ============  ==================================================================
-
-(2 is the command line's own status for bad usage or an unreadable source.)
+The report and its exit bits are defined in ``accountant.audit_report``.
 """
 
 from __future__ import annotations
@@ -31,11 +15,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from accountant._numeric import within
+from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
 from accountant.errors import LedgerConflictError, PrivacyError
@@ -44,79 +27,10 @@ from accountant.ledger import GENESIS, Account, Ledger, record_hash
 from accountant.ledger.record import charge_from_record, key_from_env
 from accountant.sources import Item, Source, open_source
 
-__all__ = ["AccountReport", "AuditReport", "Problem", "Tally", "audit"]
+__all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "Tally", "audit"]
 
-ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth"]
-EXIT_BITS: dict[str, int] = {"head": 4, "chain": 8, "malformed": 16, "state": 32, "limit": 64,
-                             "auth": 128}
 _MAX_PROBLEMS = 1000  # beyond this only the count grows: a wholly corrupt file stays readable
 _PLOT_POINTS = 5000
-
-
-class Problem(BaseModel):
-    """One finding: its kind, the record number (``seq``) or line/row (``position``), and what."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: ProblemKind
-    seq: int | None = None
-    position: int | None = None
-    message: str
-
-
-class Tally(BaseModel):
-    """Releases and the sum of their declared costs (basic composition) in one group."""
-
-    releases: int = 0
-    epsilon: float = 0.0
-    delta: float = 0.0
-
-
-class AccountReport(BaseModel):
-    """One limit (an account: a dataset, an analyst on a dataset, a pipeline...) after replay."""
-
-    account: str
-    rule: str
-    limit: dict[str, float] | None
-    spent: dict[str, float]
-    remaining: dict[str, float]
-    releases: int
-    over_limit: bool
-    stored_state_agrees: bool | None = None
-    series: list[tuple[str, float, float]] | None = None
-
-
-class AuditReport(BaseModel):
-    """Everything the audit found. JSON-serialisable (``model_dump_json``)."""
-
-    source: str
-    records: int = 0
-    verified: int = 0
-    head_seq: int = 0
-    head_hash: str = GENESIS
-    expected_head: str | None = None
-    keyed: bool = False
-    first_time: str | None = None
-    last_time: str | None = None
-    accounts: list[AccountReport] = []
-    by_dataset: dict[str, Tally] = {}
-    by_analyst: dict[str, Tally] = {}
-    by_mechanism: dict[str, Tally] = {}
-    by_label: dict[str, Tally] = {}
-    by_pipeline: dict[str, Tally] = {}
-    problems: list[Problem] = []
-    problem_count: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.problem_count == 0
-
-    @property
-    def exit_status(self) -> int:
-        status = 0
-        for p in self.problems:
-            status |= EXIT_BITS[p.kind]
-        return status
 
 
 def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None = None,

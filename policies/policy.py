@@ -36,7 +36,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from accountant.errors import PolicyError
 from policies.limits import AnalystLimit, DatasetLimit, Name, _Limit

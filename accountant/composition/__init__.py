@@ -9,14 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from accountant.budget import Budget
-from accountant.composition.advanced import AdvancedComposition
 from accountant.charge import Charge
+from accountant.composition.advanced import AdvancedComposition
 from accountant.composition.base import CompositionRule, Refused, State
 from accountant.composition.basic import BasicComposition
 from accountant.composition.batch import batch_charge
 from accountant.composition.gaussian import GaussianComposition
 from accountant.composition.optimal import OptimalComposition
-from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerCorruptedError, PrivacyError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    LedgerCorruptedError,
+    PrivacyError,
+)
 
 __all__ = [
     "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",

@@ -11,8 +11,8 @@ from typing import Any
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.composition import bounds
 from accountant.charge import Charge
+from accountant.composition import bounds
 from accountant.composition.base import CompositionRule, State, sum_up
 from accountant.errors import InvalidArgumentError
 

@@ -6,8 +6,8 @@ import math
 
 from accountant import _numeric
 from accountant.budget import Budget  # noqa: F401 (doctest)
-from accountant.composition import bounds
 from accountant.charge import Charge
+from accountant.composition import bounds
 from accountant.composition.base import CompositionRule, Refused, State, sum_up
 
 __all__ = ["BasicComposition"]

@@ -1,0 +1,100 @@
+"""The audit's findings as data: ``AuditReport`` and its parts, and the exit bits.
+
+Exit status of ``dpbudget audit`` (``AuditReport.exit_status``): 0 when the chain verifies,
+recomputed and stored state agree and no limit was exceeded; otherwise the sum of one bit per kind
+of problem found (so each kind is distinct and combinations are readable):
+
+====  ============  ==================================================================
+bit   kind          meaning
+====  ============  ==================================================================
+4     head          the last record is not the expected head (a truncated tail)
+8     chain         a record was edited, deleted, inserted or reordered
+16    malformed     a record or line could not be read (garbled)
+32    state         a stored state disagrees with the replay
+64    limit         a release was admitted that its limit should have refused
+128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
+                    records where a key is required)
+====  ============  ==================================================================
+
+(2 is the command line's own status for bad usage or an unreadable source.)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from accountant.ledger.record import GENESIS
+
+__all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "ProblemKind", "Tally"]
+
+ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth"]
+EXIT_BITS: dict[str, int] = {"head": 4, "chain": 8, "malformed": 16, "state": 32, "limit": 64,
+                             "auth": 128}
+
+
+class Problem(BaseModel):
+    """One finding: its kind, the record number (``seq``) or line/row (``position``), and what."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: ProblemKind
+    seq: int | None = None
+    position: int | None = None
+    message: str
+
+
+class Tally(BaseModel):
+    """Releases and the sum of their declared costs (basic composition) in one group."""
+
+    releases: int = 0
+    epsilon: float = 0.0
+    delta: float = 0.0
+
+
+class AccountReport(BaseModel):
+    """One limit (an account: a dataset, an analyst on a dataset, a pipeline...) after replay."""
+
+    account: str
+    rule: str
+    limit: dict[str, float] | None
+    spent: dict[str, float]
+    remaining: dict[str, float]
+    releases: int
+    over_limit: bool
+    stored_state_agrees: bool | None = None
+    series: list[tuple[str, float, float]] | None = None
+
+
+class AuditReport(BaseModel):
+    """Everything the audit found. JSON-serialisable (``model_dump_json``)."""
+
+    source: str
+    records: int = 0
+    verified: int = 0
+    head_seq: int = 0
+    head_hash: str = GENESIS
+    expected_head: str | None = None
+    keyed: bool = False
+    first_time: str | None = None
+    last_time: str | None = None
+    accounts: list[AccountReport] = []
+    by_dataset: dict[str, Tally] = {}
+    by_analyst: dict[str, Tally] = {}
+    by_mechanism: dict[str, Tally] = {}
+    by_label: dict[str, Tally] = {}
+    by_pipeline: dict[str, Tally] = {}
+    problems: list[Problem] = []
+    problem_count: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    @property
+    def exit_status(self) -> int:
+        status = 0
+        for p in self.problems:
+            status |= EXIT_BITS[p.kind]
+        return status
