@@ -1,6 +1,7 @@
 """``Charge``: the cost declaration of one step, as a composition rule reads it.
 
-Invariant: a ``Charge`` is plain immutable data (a frozen dataclass) built from a mechanism's public
+Invariant: a ``Charge`` is plain immutable data (a ``NamedTuple``, like every internal value the
+library builds on each release: cheap to make, impossible to change) built from a mechanism's public
 parameters; it knows nothing of ledgers or rules. A mechanism declares it, a composition rule
 interprets it, the ledger encodes it (``accountant.ledger.record``). Bottom layer: imports nothing
 of ours but ``Budget``.
@@ -8,15 +9,14 @@ of ours but ``Budget``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from accountant.budget import Budget
 
 __all__ = ["Charge"]
 
 
-@dataclass(frozen=True, slots=True)
-class Charge:
+class Charge(NamedTuple):
     """What a composition rule needs to know about one step.
 
     Attributes:

@@ -12,6 +12,7 @@ were. ``release``, ``release_many``, ``open_session``, pipelines (``debit`` of a
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -83,9 +84,36 @@ class Step(NamedTuple):
 
     @classmethod
     def of(cls, mechanism: Mechanism) -> "Step":
+        """The step of one release of ``mechanism`` (kept per mechanism object, which is
+        immutable: releasing the same mechanism again reuses it)."""
+        try:
+            step = _STEPS.get(mechanism)
+        except TypeError:  # a mechanism class that made itself unhashable: no reuse by object
+            step = None
+        if step is not None:
+            return step
+        params = mechanism.params()
         charge = mechanism.charge
-        return cls(mechanism.name, mechanism.cost, charge,
-                   step_fragments(mechanism.name, mechanism.params(), charge))
+        # Mechanisms with equal parameters and charge share one step (a fresh mechanism per
+        # release is the usual pattern). The charge is part of the key, so a class whose params()
+        # leaves out something its cost depends on can never be charged another's cost.
+        try:
+            key: tuple[Any, ...] | None = (type(mechanism), tuple(params.items()), charge)
+            step = _BY_VALUE.get(key)  # type: ignore[arg-type]
+        except TypeError:  # unhashable parameters (candidate lists)
+            key = None
+        if step is None:
+            step = cls(mechanism.name, mechanism.cost, charge,
+                       step_fragments(mechanism.name, params, charge))
+            if key is not None:
+                if len(_BY_VALUE) > 4096:
+                    _BY_VALUE.clear()
+                _BY_VALUE[key] = step
+            try:
+                _STEPS[mechanism] = step
+            except TypeError:
+                pass
+        return step
 
     @classmethod
     def batch(cls, mechanisms: tuple[Mechanism, ...]) -> "Step":
@@ -102,6 +130,11 @@ class Step(NamedTuple):
             "cost": canonical({"epsilon": budget.epsilon, "delta": budget.delta, "rho": None,
                                "mu": None}),
             "rule": canonical(rule.describe())})
+
+
+# Steps by mechanism object (immutable, so its step never changes) and by (class, parameters).
+_STEPS: "weakref.WeakKeyDictionary[Mechanism, Step]" = weakref.WeakKeyDictionary()
+_BY_VALUE: dict[tuple[Any, ...], Step] = {}
 
 
 class Gate:
@@ -228,22 +261,15 @@ class Gate:
     @staticmethod
     def _fields(step: Step, plan: Plan, label: str | None, kind: str,
                 accounts: list[Account]) -> dict[str, str]:
-        """A record's members as canonical JSON (ledger/record.py documents the format). A join
-        names its first dataset in ``dataset`` and all of them in ``datasets``."""
-        fields = {
-            "kind": kind, "analyst": canonical(plan.analyst), "label": canonical(label),
-            **step.members,
-            "accounts": assemble({a.key: t.layout.text(a.state)
-                                  for t, a in zip(plan.targets, accounts)}),
-            **plan.members,
-        }
-        dataset = plan.dataset
-        if isinstance(dataset, str):
-            fields["dataset"] = canonical(dataset)
+        """A record's members as canonical JSON (ledger/record.py documents the format)."""
+        if len(accounts) == 1:  # the common case, without sorting or a layout lookup
+            one = accounts[0]
+            text = "{" + canonical(one.key) + ":" + plan.targets[0].layout.text(one.state) + "}"
         else:
-            fields["dataset"] = canonical(dataset[0])
-            fields["datasets"] = canonical(list(dataset))
-        return fields
+            text = assemble({a.key: t.layout.text(a.state)
+                             for t, a in zip(plan.targets, accounts)})
+        return {"kind": kind, "label": "null" if label is None else canonical(label),
+                **step.members, "accounts": text, **plan.fixed}
 
     def _close_session(self, session: Session, step: Step, plan: Plan) -> None:
         """Append the zero-cost record of a session's answer counts; no account changes."""

@@ -87,6 +87,18 @@ class Plan:
     checks: tuple[tuple[str, DatasetLimit], ...]
     members: Mapping[str, str] = field(default_factory=dict)
     windowed: bool = False
+    #: The record members fixed by the plan (analyst, dataset(s), ``members``), encoded once.
+    fixed: Mapping[str, str] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fixed = {"analyst": canonical(self.analyst)}
+        if isinstance(self.dataset, str):
+            fixed["dataset"] = canonical(self.dataset)
+        else:  # a join names its first dataset in ``dataset`` and all of them in ``datasets``
+            fixed["dataset"] = canonical(self.dataset[0])
+            fixed["datasets"] = canonical(list(self.dataset))
+        fixed.update(self.members)
+        object.__setattr__(self, "fixed", fixed)
 
     def child(self, target: Target, members: Mapping[str, str]) -> "Plan":
         """The plan of a pipeline opened on this one: charged to ``target`` (its own account)

@@ -36,12 +36,13 @@ class _Frozen(ABCMeta):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         mechanism = super().__call__(*args, **kwargs)
-        cost = mechanism.__dict__.get("_cost")
+        state = mechanism.__dict__
+        cost = state.get("_cost")
         if not isinstance(cost, Budget):
             raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
-        object.__setattr__(mechanism, "_charge", Charge(cost.epsilon, cost.delta, mechanism.rho,
-                                                        mechanism.mu, mechanism.name))
-        object.__setattr__(mechanism, "_frozen", True)
+        state["_charge"] = Charge(cost.epsilon, cost.delta, mechanism.rho, mechanism.mu,
+                                  cls.__name__)
+        state["_frozen"] = True
         return mechanism
 
 

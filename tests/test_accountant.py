@@ -580,3 +580,29 @@ def test_threads_never_overspend(ledger: Ledger) -> None:
     assert assert_chain(acc.ledger) == 100
     assert acc.spent("adult").epsilon <= 1.0 * (1 + 1e-9)
     assert Fraction(acc.spent("adult").epsilon) >= 100 * Fraction(0.01)
+
+
+def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> None:
+    """The gate reuses encoded steps between equal mechanisms; equality includes the declared
+    charge, so a mechanism whose ``params()`` omits what its cost depends on is still charged
+    exactly its own cost (an attacker's cheap twin cannot borrow another's record, or vice versa)."""
+    from accountant.budget import Budget as B
+    from mechanisms.base import NumericMechanism
+
+    class Opaque(NumericMechanism):
+        def __init__(self, epsilon: float) -> None:
+            self.epsilon = epsilon
+            self._cost = B(epsilon)
+
+        def params(self) -> dict:
+            return {}
+
+        def _release(self, value, sampler):
+            return value + sampler.laplace(1.0 / self.epsilon)
+
+    acc = Accountant(Budget(10.0), rng=0)
+    for eps in (0.5, 2.0, 0.5, 2.0):
+        acc.release(Opaque(eps), 1.0)
+    costs = [e.record["cost"]["epsilon"] for e in acc.ledger.entries()]
+    assert costs == [0.5, 2.0, 0.5, 2.0]
+    assert acc.spent() == Budget(5.0)

@@ -15,9 +15,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from accountant.ledger.record import (
     FORMAT_VERSION,
@@ -34,8 +33,7 @@ _VERSION = str(FORMAT_VERSION)
 _LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
 
 
-@dataclass(frozen=True, slots=True)
-class Account:
+class Account(NamedTuple):
     """One limit's running state: ``key`` (e.g. ``"dataset:adult"``), the ``rule`` it is composed
     under, the rule's configuration when last written, the ``state``, and the last record's ``seq``."""
 
@@ -46,8 +44,7 @@ class Account:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """One committed record: its ``seq``, canonical ``text`` and ``hash``."""
 
     seq: int
