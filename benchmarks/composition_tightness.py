@@ -12,7 +12,7 @@ A script, not a test. Run it in a scratch environment that has the peers install
 (b) the ε reported at δ = 1e-6 after 1,000 pure-DP steps with ε_i ~ U[0.0100, 0.0106];
 (c) debits per second over 10^5 steps, per rule, in memory.
 Each row says whether the number comes from a theorem that is valid when each ε_i is chosen
-adaptively (THEORY.md §1): a filter that uses a non-adaptive theorem can over-admit.
+adaptively (docs/theory.md §1): a filter that uses a non-adaptive theorem can over-admit.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
    per-query debit (``Accountant.release`` of a Laplace mechanism, one ledger record per query).
 2. Privacy spent answering 10,000 threshold queries with one SVT session vs 10,000 separate
    Laplace releases with the same per-query noise (Lap(4Δ/ε), the AboveThreshold query noise), under
-   basic composition and under the "advanced" (zCDP) rule of THEORY.md §2.
+   basic composition and under the "advanced" (zCDP) rule of docs/theory.md §2.
 
 Run from a checkout: ``PYTHONPATH=. python benchmarks/svt_sessions.py`` (prints a Markdown table).
 """
@@ -71,7 +71,7 @@ def spent_on_releases(composition: str, per_query: float) -> Budget:
 
 
 def main() -> None:
-    assert abs(cks_epsilon(0.5, 1e-5) - 4.728386985) < 1e-6  # THEORY.md §2 vector
+    assert abs(cks_epsilon(0.5, 1e-5) - 4.728386985) < 1e-6  # docs/theory.md §2 vector
     rows = []
     for label, rng in (("seeded numpy Generator", 0), ("OS CSPRNG (default)", None)):
         at = tests_per_second(rng, AboveThreshold(epsilon=EPSILON, threshold=1e12))

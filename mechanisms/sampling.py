@@ -8,7 +8,7 @@ examples only, never for a real release.
 All distributions are built from 64 random bits per draw by inverse-CDF transforms, the same way for
 both sources. These are floating-point samplers: like every textbook implementation they are exposed
 to the attacks on the set of reachable doubles (Mironov, CCS 2012; Jin et al., S&P 2022); see
-THEORY.md §4.
+docs/theory.md §4.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ class ReportNoisyMax(_NoisyArgmax):
     """Report noisy max: argmax_r u_r + Lap(2Δ/ε) (Lap(Δ/ε) for monotonic scores); only the argmax.
 
     Dwork–Roth 2014, Claim 3.9 (counting queries, Lap(1/ε)); for general scores of sensitivity Δ
-    the scale is 2Δ/ε (THEORY.md §3). Releasing the noisy maximum itself is a known broken variant
+    the scale is 2Δ/ε (docs/theory.md §3). Releasing the noisy maximum itself is a known broken variant
     and is not possible here. Cost (ε, 0). Same arguments as :class:`Exponential`.
 
     >>> m = ReportNoisyMax(epsilon=0.5, candidates=[10, 20, 30], sensitivity=1.0)

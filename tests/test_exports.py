@@ -1,6 +1,5 @@
 """Every name in every ``__all__`` exists; every public class, and every function a package exports,
-has a docstring; every mechanism class is exported (STYLE.md: "a test checks every public name is
-exported")."""
+has a docstring; every mechanism class is exported."""
 
 from __future__ import annotations
 
@@ -56,7 +55,7 @@ def test_module_all_names_exist_and_classes_are_documented(name: str) -> None:
 
 
 def test_core_contract_names() -> None:
-    """The names ARCHITECTURE.md marks as contract."""
+    """The names docs/architecture.md marks as contract."""
     import accountant
     import mechanisms
 

@@ -22,7 +22,7 @@ __all__ = ["AdvancedComposition"]
 class AdvancedComposition(CompositionRule):
     """A zCDP privacy filter with a CKS-converted budget, plus basic composition for pure steps.
 
-    Valid when every step is chosen after seeing earlier answers (THEORY.md §2, "advanced").
+    Valid when every step is chosen after seeing earlier answers (docs/theory.md §2, "advanced").
 
     **Costs.** A pure ε-DP step costs ρ = ε²/2 (Bun–Steinke 2016, Prop. 1.4); a Gaussian-family
     step costs its declared ρ = Δ²/(2σ²) (Bun–Steinke Prop. 1.6); any other step with δ_i > 0 costs

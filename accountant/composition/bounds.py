@@ -1,4 +1,4 @@
-"""Pure composition and conversion bounds, each from a named theorem (THEORY.md §2).
+"""Pure composition and conversion bounds, each from a named theorem (docs/theory.md §2).
 
 Invariant: every function here is a pure function of its arguments and returns a value on the
 safe side of privacy: an ε or δ that is never *below* the exact bound (up to the last bits of
@@ -6,7 +6,7 @@ double precision), and a budget (ρ_B, μ_B, k_max) that is never *above* the ex
 these once, when a budget is created (or once per batch), never on the per-release hot path.
 
 Which of these may be used as a running filter under full adaptivity is decided in the rules, not
-here: KOV and DRV below are theorems for parameters fixed in advance (THEORY.md §1).
+here: KOV and DRV below are theorems for parameters fixed in advance (docs/theory.md §1).
 
 Never use the "textbook shortcut" ε' = 2ε·sqrt(2k ln(1/δ')) (Dwork–Roth Cor 3.21): it holds only
 when ε' < 1 and understates privacy loss beyond (k=1000, ε=0.5, δ'=1e-5 gives 151.74 < 186.12).
@@ -111,7 +111,7 @@ def cks_rho_budget(epsilon: float, delta: float) -> float:
     (Canonne–Kamath–Steinke 2020, Prop. 12/Cor. 13, inverted). The value is rounded down until
     :func:`cks_epsilon` (which rounds up) re-checks it to be <= ε.
 
-    >>> round(cks_rho_budget(1.0, 1e-6), 15)  # THEORY.md §2: 0.024355970359538525
+    >>> round(cks_rho_budget(1.0, 1e-6), 15)  # docs/theory.md §2: 0.024355970359538525
     0.024355970359538
     """
     epsilon = _validate.non_negative("epsilon", epsilon)

@@ -1,4 +1,4 @@
-"""THEORY.md §2 reference vectors and cross-checks for accountant.composition.bounds."""
+"""docs/theory.md §2 reference vectors and cross-checks for accountant.composition.bounds."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_kov_max_steps_vector():
 
 
 def test_textbook_shortcut_understates():
-    # THEORY.md: Dwork–Roth Cor 3.21's 2ε·sqrt(2k ln(1/δ')) = 151.74 is below the optimum 186.12.
+    # docs/theory.md: Dwork–Roth Cor 3.21's 2ε·sqrt(2k ln(1/δ')) = 151.74 is below the optimum 186.12.
     shortcut = 2 * 0.5 * math.sqrt(2 * 1000 * math.log(1e5))
     assert shortcut == pytest.approx(151.74, abs=0.01)
     assert bounds.kov_epsilon(1000, 0.5, 1e-5) == pytest.approx(186.12, abs=0.01)

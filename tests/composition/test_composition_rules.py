@@ -1,4 +1,4 @@
-"""The composition rules through the Accountant: THEORY.md §2 counts, refusals, planning, resume."""
+"""The composition rules through the Accountant: docs/theory.md §2 counts, refusals, planning, resume."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared statistical checks (THEORY.md §5): a fixed α, and a power check on every test.
+"""Shared statistical checks (docs/theory.md §5): a fixed α, and a power check on every test.
 
 Each check asserts that the test *accepts* the distribution the mechanism claims (p-value > ALPHA)
 and *rejects* the same family at 0.7× and 1.3× the parameter (p-value < ALPHA), so a pass is

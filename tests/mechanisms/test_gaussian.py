@@ -1,4 +1,4 @@
-"""The Gaussian mechanisms: contract battery, THEORY.md §3 vectors, σ checked against an independent
+"""The Gaussian mechanisms: contract battery, docs/theory.md §3 vectors, σ checked against an independent
 50-digit solution of the Balle–Wang condition, the two seed-blog bugs ruled out, the classic
 calibration and its ε < 1 guard, ρ/μ, and seeded statistical tests of the released noise."""
 
@@ -97,7 +97,7 @@ class TestGaussianContract(MechanismContract):
     (0.01, 1e-5, 1.0, 243.7854377),
 ])
 def test_theory_vectors(epsilon: float, delta: float, sensitivity: float, sigma: float) -> None:
-    # THEORY.md §3 gives 10 significant digits, so 1e-9 relative is the tightest meaningful check.
+    # docs/theory.md §3 gives 10 significant digits, so 1e-9 relative is the tightest meaningful check.
     assert analytic_gaussian_sigma(epsilon, delta, sensitivity) == pytest.approx(sigma, rel=1e-9)
     assert AnalyticGaussian(epsilon, delta, sensitivity).sigma == pytest.approx(sigma, rel=1e-9)
     # σ scales linearly with Δ.
@@ -262,7 +262,7 @@ def test_classic_at_eps_below_one_is_valid_and_noisier_than_analytic() -> None:
 
 
 def test_why_classic_is_refused_at_eps_ten() -> None:
-    """THEORY.md §3: at ε = 10 the classic σ would leak δ ≈ 2.27e-5 > 1e-5."""
+    """docs/theory.md §3: at ε = 10 the classic σ would leak δ ≈ 2.27e-5 > 1e-5."""
     sigma = math.sqrt(2 * math.log(1.25 / 1e-5)) / 10
     assert analytic_gaussian_delta(sigma, 10.0) == pytest.approx(2.27e-5, rel=0.01)
 

@@ -1,4 +1,4 @@
-"""Sparse vector: THEORY.md §3 vectors, the broken variants being impossible, and the session
+"""Sparse vector: docs/theory.md §3 vectors, the broken variants being impossible, and the session
 contract (one debit, no further debit, cutoff, close record, bad input changes nothing)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def snapshot(acc: Accountant, rng: np.random.Generator) -> tuple:
     return ([e.hash for e in acc.ledger.entries()], json.dumps(rng.bit_generator.state))
 
 
-# -- THEORY.md vectors ----------------------------------------------------------------------------
+# -- docs/theory.md vectors ----------------------------------------------------------------------------
 
 def test_accuracy_vector_dwork_roth_3_24():
     assert above_threshold_accuracy(1000, 0.05, 1.0) == pytest.approx(84.77307786, rel=REL)

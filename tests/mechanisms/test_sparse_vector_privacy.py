@@ -1,4 +1,4 @@
-"""Empirical privacy of Sparse (THEORY.md §5): on neighbouring query streams, a Clopper–Pearson
+"""Empirical privacy of Sparse (docs/theory.md §5): on neighbouring query streams, a Clopper–Pearson
 lower bound on ln(P[S | x] / P[S | x']) stays under the declared ε for our Sparse, and exceeds it
 for the broken variant without c in the query noise, built here in the test.
 
