@@ -228,12 +228,20 @@ class Gate:
             LedgerConflictError: an account was recorded under another rule.
         """
         now = self._now(plan)
-        with self.ledger.transaction() as tx:
+        # Explicit begin/commit inside one try (not ``with``): an interrupt between the end of a
+        # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
+        scope = self.ledger.transaction()
+        try:
+            tx = scope.begin()
             accounts = self._charge(tx.account, step, plan, now)
             fields = self._fields(step, plan, label, kind, accounts)
             if extra is not None:
                 fields.update(extra(tx.next_seq))
             entry = tx.append(fields, accounts)
+            scope.commit()
+        except BaseException:
+            scope.abandon()
+            raise
         receipt = Receipt(entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
                           step.cost, plan.targets[0].rule, accounts[0].state)
         self._local.receipt = receipt

@@ -185,38 +185,75 @@ def _utc_now() -> str:
 
 
 class _Scope:
-    """``Ledger.transaction()``'s context manager (a class, not a generator: it is on the hot path)."""
+    """``Ledger.transaction()``: a context manager, or explicit ``begin``/``commit``/``abandon``.
 
-    __slots__ = ("_ledger", "_tx")
+    Interrupts: a KeyboardInterrupt (or any BaseException) may land between any two bytecodes —
+    right after BEGIN has run on the backend, or between the end of a ``with`` block and the call
+    of ``__exit__``, which Python then never makes. The gate therefore uses the explicit form, with
+    ``begin`` and ``commit`` inside one ``try`` whose handler calls ``abandon``: every exit rolls
+    back and releases the lock, so an interrupted debit leaves no open transaction behind (which
+    would wedge the ledger — "cannot start a transaction within a transaction" — and hold the
+    write lock against every other process). A backend's ``_begin`` also rolls back whatever an
+    interrupt outside these handlers may still have left open, before it begins.
+    """
+
+    __slots__ = ("_ledger", "_tx", "_held")
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._tx: Transaction | None = None
+        self._held = False
 
-    def __enter__(self) -> Transaction:
+    def begin(self) -> Transaction:
         ledger = self._ledger
-        ledger._lock.acquire()
-        try:
-            ledger._begin()
-        except BaseException:
-            ledger._lock.release()
-            raise
+        self._held = ledger._lock.acquire()
+        ledger._begin()
         self._tx = Transaction(ledger)
         return self._tx
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+    def commit(self) -> None:
+        """Commit and release the lock; on any failure (or interrupt) roll back, then raise."""
         ledger = self._ledger
         try:
-            if exc_type is None:
-                try:
-                    ledger._commit()
-                except BaseException:
-                    ledger._rollback()  # a failed COMMIT must not leave a half-open transaction
-                    raise
-            else:
-                ledger._rollback()
-        finally:
-            ledger._lock.release()
-        if exc_type is None and _LOG.isEnabledFor(logging.INFO):
+            ledger._commit()
+        except BaseException:
+            self.abandon()
+            raise
+        self._held = False
+        ledger._lock.release()
+        if _LOG.isEnabledFor(logging.INFO) and self._tx is not None:
             for entry in self._tx.appended:  # committed: now the logs may see them
                 _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+
+    def abandon(self) -> None:
+        """Roll back the open transaction (if any) and release the lock (if held), even if
+        interrupted again while doing so: the interrupt that brought us here is already on its
+        way to the caller. Idempotent."""
+        if not self._held:
+            return
+        ledger = self._ledger
+        try:
+            while True:
+                try:
+                    ledger._rollback()
+                    break
+                except KeyboardInterrupt:
+                    continue  # finish the clean-up first; the first interrupt still propagates
+                except Exception:
+                    break  # the connection is broken: nothing uncommitted survives it
+        finally:
+            self._held = False
+            ledger._lock.release()
+
+    def __enter__(self) -> Transaction:
+        try:
+            return self.begin()
+        except BaseException:
+            self.abandon()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abandon()

@@ -34,8 +34,11 @@ class MemoryLedger(Ledger):
         self._rollback()
 
     def _commit(self) -> None:
-        self._entries.extend(self._staged_entries)
+        # Accounts first: an interrupt between the two calls then leaves the debit counted
+        # without its record (spend over-stated, which the audit reports), never a record
+        # whose spend the next check would not see.
         self._accounts.update(self._staged_accounts)
+        self._entries.extend(self._staged_entries)
         self._rollback()
 
     def _rollback(self) -> None:

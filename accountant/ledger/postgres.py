@@ -80,6 +80,8 @@ class PostgresLedger(SqlLedger):
             raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
 
     def _begin(self) -> None:
+        if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
+            self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN")
         self._execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
 

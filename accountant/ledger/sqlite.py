@@ -80,6 +80,7 @@ class SqliteLedger(SqlLedger):
                 delay = min(delay * 2, 0.1)
 
     def _begin(self) -> None:
+        self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN IMMEDIATE")
 
     def _rollback(self) -> None:
