@@ -14,6 +14,7 @@ Privacy with Adaptive Privacy-Loss Parameters").
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from accountant.receipt import Receipt
@@ -24,7 +25,9 @@ __all__ = ["NumericSession", "Session"]
 class Session:
     """An open ``AboveThreshold`` / ``Sparse`` session; use it as a context manager.
 
-    Created by ``Accountant.session`` (never directly). Not thread-safe: one session, one caller.
+    Created by ``Accountant.session`` (never directly). Safe to share between threads: queries are
+    answered one at a time, so the cutoff of ``max_positives`` ⊤ answers holds however many
+    threads ask at once.
 
     >>> from accountant import Accountant, Budget
     >>> from mechanisms import AboveThreshold
@@ -39,6 +42,9 @@ class Session:
         self._close = close
         self._stream = stream
         self._receipt = receipt
+        # One query at a time: the stream's cutoff counter and its noise generator are not
+        # atomic, and threads racing them could pass the cutoff (more ⊤ answers than paid for).
+        self._lock = threading.Lock()
 
     def test(self, value: Any) -> bool:
         """⊤ (True) when the query's noisy value reaches the noisy threshold, else ⊥ (False).
@@ -50,7 +56,8 @@ class Session:
             MechanismExhaustedError: the session already gave its c ⊤ answers, or is closed.
             InvalidArgumentError, InvalidTypeError: the value is not a finite real number.
         """
-        return self._stream.test(value)
+        with self._lock:
+            return self._stream.test(value)
 
     @property
     def receipt(self) -> Receipt:
@@ -73,9 +80,11 @@ class Session:
 
     def close(self) -> None:
         """Stop answering and record the answer counts in the ledger (idempotent)."""
-        if not self._stream.closed:
+        with self._lock:
+            if self._stream.closed:
+                return
             self._stream.close()
-            self._close(self)
+        self._close(self)
 
     def __enter__(self) -> "Session":
         return self
@@ -93,4 +102,5 @@ class NumericSession(Session):
         Raises:
             MechanismExhaustedError, InvalidArgumentError, InvalidTypeError: as :meth:`test`.
         """
-        return self._stream.query(value)
+        with self._lock:
+            return self._stream.query(value)

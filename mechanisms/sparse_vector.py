@@ -218,7 +218,8 @@ class _SparseStream:
     """A session's private state: the noisy threshold, the query-noise stream, the answer counts.
 
     Lean on purpose (one generator step and a comparison per query): a scalar stream answers
-    hundreds of thousands of queries per second. Not thread-safe: one session, one caller.
+    hundreds of thousands of queries per second. Not thread-safe by itself: the ``Session`` that
+    owns it serialises calls.
     """
 
     __slots__ = ("_name", "_noisy_threshold", "_noise", "_left", "_max", "answered", "positives",
@@ -235,7 +236,7 @@ class _SparseStream:
 
     def test(self, value: Any) -> bool:
         """⊤ (True) or ⊥ (False) for one query's true value."""
-        if self._left == 0:
+        if self._left <= 0:
             raise self._exhausted()
         x = value if type(value) is float else _real(value)
         if x - x != 0.0:  # NaN or infinite; the stream has not advanced

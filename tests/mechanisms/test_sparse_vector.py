@@ -312,3 +312,45 @@ def test_stream_mechanisms_are_exported_and_documented():
     for name in ("MechanismExhaustedError", "Session", "NumericSession"):
         assert name in accountant.__all__ and getattr(accountant, name).__doc__
     assert issubclass(Sparse, StreamMechanism)
+
+
+@pytest.mark.parametrize("kind", ["Sparse", "NumericSparse"])
+def test_threads_racing_one_session_never_pass_the_cutoff(kind: str) -> None:
+    """8 threads hammer one session whose every query is ⊤: exactly max_positives ⊤ answers in
+    all, every other call a MechanismExhaustedError, and no other error."""
+    import threading
+
+    from accountant import Accountant, Budget, MechanismExhaustedError
+    from mechanisms import NumericSparse, Sparse
+
+    cls = Sparse if kind == "Sparse" else NumericSparse
+    acc = Accountant(Budget(1.0), rng=3)
+    tops, exhausted, other = [], [], []
+    with acc.session(cls(epsilon=1.0, threshold=0.0, max_positives=2), dataset="d") as s:
+        ask = s.test if kind == "Sparse" else s.query
+
+        def worker() -> None:
+            for _ in range(2000):
+                try:
+                    if ask(1e12) not in (False, None):
+                        tops.append(1)
+                except MechanismExhaustedError:
+                    exhausted.append(1)
+                except BaseException as exc:  # noqa: BLE001 - the test counts any other error
+                    other.append(exc)
+
+        import sys
+
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as possible: races show at once
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            sys.setswitchinterval(interval)
+    assert other == []
+    assert len(tops) == 2 and len(exhausted) == 8 * 2000 - 2
+    assert s.positives == 2
