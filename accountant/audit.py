@@ -21,7 +21,7 @@ from accountant._numeric import within
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
-from accountant.errors import LedgerConflictError, PrivacyError
+from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
 from accountant.gate import step_account
 from accountant.ledger import GENESIS, Account, Ledger, record_hash
 from accountant.ledger.record import charge_from_record, key_from_env
@@ -234,6 +234,11 @@ class _Replay:
                 self.over.add(key)
                 current = None if state is None else Account(key, rule.name, config, state, 0)
                 new = step_account(key, rule, current, charge)
+        except InvalidArgumentError as invalid:  # a negative, NaN or infinite cost: a refund
+            self.problem("malformed", f"record {seq}: {key} was charged an invalid cost "
+                         f"({invalid})", seq)
+            self.over.add(key)
+            new = stored["state"]
         except (Refused, PrivacyError) as refusal:
             self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
                          f"({refusal})", seq)

@@ -20,7 +20,7 @@ from accountant import _validate
 from accountant.budget import Budget
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, State, batch_charge
-from accountant.composition.base import clip_delta
+from accountant.composition.base import check_charge, clip_delta
 from accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
@@ -94,6 +94,7 @@ class Step(NamedTuple):
             return step
         params = mechanism.params()
         charge = mechanism.charge
+        check_charge(charge)  # before anything is encoded: a NaN cost is no cost to record
         # Mechanisms with equal parameters and charge share one step (a fresh mechanism per
         # release is the usual pattern). The charge is part of the key, so a class whose params()
         # leaves out something its cost depends on can never be charged another's cost.

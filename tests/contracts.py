@@ -62,6 +62,7 @@ from accountant import (
     BudgetExceededError,
     InvalidArgumentError,
     InvalidTypeError,
+    LedgerError,
     PrivacyError,
 )
 from accountant.ledger import GENESIS, Account, Entry, canonical, record_hash
@@ -564,6 +565,24 @@ class LedgerContract:
             "dataset:a", "basic", {"rule": "basic", "limit": None},
             {"epsilon": 0.1, "delta": 1e-7}, 1)
 
+    def test_a_decreasing_or_invalid_state_is_refused(self, ledger: Any) -> None:
+        """The ledger itself refuses a write that would lower a running state (a refund), drop
+        one of its components, or store a negative or non-finite one: nothing is written."""
+        self._append(ledger, 2)  # dataset:a at epsilon 0.5
+        before = snapshot(ledger)
+        for state in ({"epsilon": 0.25, "delta": 0.0}, {"epsilon": 1.0}, {"e": 9.0},
+                      {"epsilon": float("nan"), "delta": 0.0}, {"epsilon": 1.0, "delta": -1.0},
+                      {"epsilon": float("inf"), "delta": 0.0}):
+            with pytest.raises(LedgerError):
+                with ledger.transaction() as tx:
+                    tx.append(fields(kind="release"), [Account("dataset:a", "basic", {}, state, 0)])
+            assert snapshot(ledger) == before
+        with pytest.raises(LedgerError):  # a new account must start valid too
+            with ledger.transaction() as tx:
+                tx.append(fields(kind="release"),
+                          [Account("dataset:new", "basic", {}, {"epsilon": -1.0}, 0)])
+        assert snapshot(ledger) == before
+
     def test_rollback_on_exception_leaves_nothing(self, ledger: Any) -> None:
         self._append(ledger, 2)
         before = snapshot(ledger)
@@ -574,8 +593,8 @@ class LedgerContract:
         with pytest.raises(Boom):
             with ledger.transaction() as tx:
                 tx.append(fields(kind="release"), [
-                    Account("dataset:a", "basic", {}, {"e": 9.0}, 0),
-                    Account("dataset:b", "basic", {}, {"e": 9.0}, 0)])
+                    Account("dataset:a", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0),
+                    Account("dataset:b", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0)])
                 tx.append(fields(kind="release"), [])
                 raise Boom
         assert snapshot(ledger) == before

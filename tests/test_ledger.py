@@ -94,7 +94,7 @@ class TestSqliteLedger:
         try:
             with ledger.transaction() as tx:
                 tx.append(fields(kind="release"),
-                          [Account("dataset:a", "basic", {}, {"e": 1.0}, 0)])
+                          [Account("dataset:a", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0)])
                 # another connection does not see the uncommitted record ...
                 assert [e.seq for e in other.entries()] == [1]
                 # ... and cannot start its own check-and-debit meanwhile (BEGIN IMMEDIATE).
@@ -102,7 +102,7 @@ class TestSqliteLedger:
                     with other.transaction():
                         pass
             assert [e.seq for e in other.entries()] == [1, 2]
-            assert other.account("dataset:a").state == {"e": 1.0}
+            assert other.account("dataset:a").state == {"epsilon": 9.0, "delta": 0.0}
         finally:
             other.close()
             ledger.close()

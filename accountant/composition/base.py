@@ -16,11 +16,12 @@ from typing import Any, ClassVar
 from accountant import _numeric
 from accountant.budget import Budget
 from accountant.charge import Charge
-from accountant.errors import MechanismNotAllowedError
+from accountant.errors import InvalidArgumentError, MechanismNotAllowedError
 
 State = dict[str, float]
 
-__all__ = ["Charge", "CompositionRule", "Refused", "State", "clip_delta", "sum_up", "tightest"]
+__all__ = ["Charge", "CompositionRule", "Refused", "State", "check_charge", "clip_delta", "sum_up",
+           "tightest"]
 
 
 class Refused(Exception):
@@ -70,7 +71,11 @@ class CompositionRule(ABC):
         Raises:
             Refused: the step does not fit what is left of the limit.
             MechanismNotAllowedError: the rule does not admit this kind of step at all.
+            InvalidArgumentError: a cost that is not a valid privacy cost (negative, NaN or
+                infinite ε, ρ or μ; δ outside [0, 1)) — checked here, where every debit and
+                every audit replay passes, not only where costs are built.
         """
+        check_charge(charge)
         new = state
         for part in charge.parts or (charge,):
             self._admit(part)
@@ -85,7 +90,9 @@ class CompositionRule(ABC):
 
         Raises:
             MechanismNotAllowedError: the rule does not admit this kind of step at all.
+            InvalidArgumentError: an invalid cost (as for ``debit``).
         """
+        check_charge(charge)
         try:
             self._admit(charge)
         except Refused:  # above the per-query cap: not one fits
@@ -201,6 +208,22 @@ class CompositionRule(ABC):
 def _budget(data: dict[str, float] | None) -> Budget | None:
     return None if data is None else Budget(**data)
 
+
+
+def check_charge(charge: Charge) -> None:
+    """Refuse a charge that is not a valid privacy cost: a negative or NaN cost would hand
+    budget back, an infinite one would poison the running sums. Written so that NaN fails."""
+    for part in charge.parts or (charge,):
+        if not (0.0 <= part.epsilon < math.inf and 0.0 <= part.delta < 1.0
+                and (part.rho is None or 0.0 <= part.rho < math.inf)
+                and (part.mu is None or 0.0 <= part.mu < math.inf)):
+            raise InvalidArgumentError(
+                "cost", (part.epsilon, part.delta, part.rho, part.mu),
+                "a valid privacy cost: finite epsilon, rho and mu >= 0 and 0 <= delta < 1",
+                f"declared by {part.mechanism or 'a step'}; nothing was drawn or debited")
+    if charge.parts and not (0.0 <= charge.epsilon < math.inf and 0.0 <= charge.delta):
+        raise InvalidArgumentError("cost", (charge.epsilon, charge.delta),
+                                   "a valid batch total", "nothing was drawn or debited")
 
 
 def sum_up(total: float, x: float, n: int) -> float:

@@ -13,7 +13,7 @@ from accountant import _numeric
 from accountant.budget import Budget
 from accountant.charge import Charge
 from accountant.composition import bounds
-from accountant.composition.base import CompositionRule, State, clip_delta
+from accountant.composition.base import CompositionRule, State, check_charge, clip_delta
 from accountant.errors import InvalidArgumentError
 
 __all__ = ["OptimalComposition"]
@@ -86,6 +86,7 @@ class OptimalComposition(CompositionRule):
                 "have been used")
 
     def max_steps(self, state: State, charge: Charge) -> int:
+        check_charge(charge)
         self._admit(charge)
         return max(0, self.k_max - int(state["count"]))
 

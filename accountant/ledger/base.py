@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -18,6 +19,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from accountant.errors import LedgerError
 from accountant.ledger.record import (
     FORMAT_VERSION,
     GENESIS,
@@ -62,9 +64,11 @@ class Transaction:
     def __init__(self, ledger: "Ledger") -> None:
         self._ledger = ledger
         self.appended: list[Entry] = []
+        self._read: dict[str, Account | None] = {}
 
     def account(self, key: str) -> Account | None:
-        return self._ledger._read_account(key)
+        current = self._read[key] = self._ledger._read_account(key)
+        return current
 
     @property
     def next_seq(self) -> int:
@@ -81,6 +85,8 @@ class Transaction:
             accounts: the new state of every account the record charges.
         """
         ledger = self._ledger
+        for account in accounts:
+            self._check_state(account)
         seq, prev = ledger._head()
         text = assemble({
             **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
@@ -92,6 +98,23 @@ class Transaction:
                                 for a in accounts])
         self.appended.append(entry)
         return entry
+
+    def _check_state(self, new: Account) -> None:
+        """Refuse a running state that is not finite and >= 0 in every component, or that is
+        below the stored one anywhere: every rule's state only grows (running sums and counts),
+        so a decrease is a refund of budget, whoever asks for it."""
+        key = new.key
+        old = self._read[key] if key in self._read else self._ledger._read_account(key)
+        for name, value in new.state.items():
+            if not 0.0 <= value < math.inf:
+                raise LedgerError(f"refusing to write {key}: its state {name} would be {value}, "
+                                  "not a finite number >= 0; nothing was written")
+        if old is not None:
+            for name, value in old.state.items():
+                if not new.state.get(name, -1.0) >= value:
+                    raise LedgerError(f"refusing to write {key}: its state {name} would go from "
+                                      f"{value} to {new.state.get(name)} (a running state never "
+                                      "decreases: that would refund budget); nothing was written")
 
 
 class Ledger(ABC):

@@ -47,6 +47,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accountant.charge import Charge
+from accountant.errors import InvalidArgumentError
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
@@ -138,8 +139,14 @@ def step_fragments(name: str, params: dict[str, Any], charge: Charge) -> dict[st
     except TypeError:  # unhashable parameters (candidate lists): encode each time
         key = cached = None
     if cached is None:
-        cached = {"mechanism": canonical({"name": name, "params": params}),
-                  "cost": canonical(charge_record(charge))}
+        try:
+            cached = {"mechanism": canonical({"name": name, "params": params}),
+                      "cost": canonical(charge_record(charge))}
+        except (TypeError, ValueError):  # NaN/inf (an overflowed scale) or a non-JSON value
+            raise InvalidArgumentError(
+                "mechanism", name, "a mechanism whose public parameters are finite numbers, "
+                "strings, booleans or lists of them (they are written to the ledger)",
+                "nothing was drawn or debited") from None
         if key is not None:
             if len(_STEPS) > 4096:
                 _STEPS.clear()

@@ -267,10 +267,6 @@ def test_extreme_parameters_are_refused_or_storable(build: Any) -> None:
     _accepted_or_typed(build)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "library bug: a mechanism whose noise scale overflowed to inf is released through the gate "
-    "and fails with a bare ValueError ('Out of range float values are not JSON compliant') from "
-    "the ledger encoder; nothing is debited, but the error is untyped"))
 def test_release_with_an_overflowed_scale_is_a_typed_error() -> None:
     rng = np.random.default_rng(SEED)
     acc = Accountant(Budget(1.0), rng=rng)
