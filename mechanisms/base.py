@@ -35,11 +35,25 @@ class _Frozen(ABCMeta):
     """
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        mechanism = super().__call__(*args, **kwargs)
+        try:
+            mechanism = super().__call__(*args, **kwargs)
+        except (ZeroDivisionError, OverflowError):
+            # Valid-looking extremes (a subnormal ε, a Δ near the largest double) whose derived
+            # scales cannot be computed: refused with the parameters shown, never a bare error.
+            given = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+            raise InvalidArgumentError(
+                "parameters", f"{cls.__name__}({', '.join(given)})",
+                "values whose noise scales are finite, non-zero doubles") from None
         state = mechanism.__dict__
         cost = state.get("_cost")
         if not isinstance(cost, Budget):
             raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
+        for name, value in mechanism.params().items():
+            if isinstance(value, float) and not (math.isfinite(value) and (value != 0.0 or
+                                                                            name == "threshold")):
+                raise InvalidArgumentError(
+                    name, value, "a finite, non-zero double (the parameters given overflow or "
+                    "underflow it)")
         state["_charge"] = Charge(cost.epsilon, cost.delta, mechanism.rho, mechanism.mu,
                                   cls.__name__)
         state["_frozen"] = True

@@ -27,7 +27,7 @@ class _Forged(NumericMechanism):
         self._cost = Budget.model_construct(epsilon=epsilon, delta=delta)
 
     def params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
+        return {}  # (a finite-looking ε in params would already be refused at construction)
 
     def _release(self, value: Any, sampler: Any) -> Any:
         return value + sampler.laplace(1.0)
