@@ -125,11 +125,11 @@ def _epsilon(epsilon: Any) -> float:
     eps = _validate.real("epsilon", epsilon)
     if not eps >= 0.0:
         raise InvalidArgumentError("epsilon", epsilon, "a finite number >= 0 (or inf for no limit)")
-    return eps
+    return eps + 0.0  # -0.0 is stored as 0.0: one zero, whatever the sign bit
 
 
 def _delta(delta: Any, epsilon: float) -> float:
-    dlt = _validate.probability("delta", delta)
+    dlt = _validate.probability("delta", delta) + 0.0  # -0.0 as 0.0
     if math.isinf(epsilon) and dlt != 0.0:
         raise InvalidArgumentError(
             "delta", delta, "0 when epsilon is infinite",

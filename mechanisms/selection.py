@@ -28,6 +28,12 @@ def _candidates(name: str, values: Any, minimum: int) -> tuple[Any, ...]:
     """A tuple of at least ``minimum`` distinct hashable candidates (no NaN)."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise InvalidTypeError(name, values, "a sequence of candidates")
+    if isinstance(values, (set, frozenset, dict)) or type(values).__name__ in ("dict_keys",
+                                                                                 "dict_values"):
+        # Scores are matched to candidates by position: an unordered collection has no position
+        # that is the same from one run (or process) to the next.
+        raise InvalidTypeError(name, values, "an ordered sequence of candidates (a list or "
+                               "tuple; a set has no stable order)")
     out = tuple(values)
     if len(out) < minimum:
         raise InvalidArgumentError(name, values, f"a sequence of at least {minimum} candidates")
@@ -77,7 +83,10 @@ class _NoisyArgmax(Mechanism):
         """
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
             raise InvalidTypeError("scores", value, "a sequence with one real score per candidate")
-        arr = np.asarray(value)
+        try:
+            arr = np.asarray(value)
+        except ValueError:  # a ragged nested sequence
+            raise InvalidTypeError("scores", value, "a flat sequence of real numbers") from None
         if (arr.dtype == bool or not np.issubdtype(arr.dtype, np.number)
                 or np.issubdtype(arr.dtype, np.complexfloating)):
             raise InvalidTypeError("scores", value, "a sequence of real numbers")

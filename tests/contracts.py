@@ -1506,12 +1506,6 @@ class CompositionRuleContract:
             assert isinstance(info.value, PrivacyError)
             assert info.value.argument == argument
 
-    @pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-        "library bug: make_rule (public, accountant.composition) does not check that limit and "
-        "per_query are Budgets; a str/float/dict fails with a bare AttributeError ('str' object "
-        "has no attribute 'is_unlimited'), at construction or, for a float per_query under "
-        "basic/advanced/gaussian, only later when the rule is described or debited. Accountant "
-        "checks both first, so only the rule-level API is affected."))
     @pytest.mark.parametrize(("limit", "per_query", "argument"), [
         pytest.param("1.0", None, "limit", id="limit-str"),
         pytest.param(1.0, None, "limit", id="limit-float"),

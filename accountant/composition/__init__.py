@@ -59,6 +59,9 @@ def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, 
     """
     if not isinstance(name, str):
         raise InvalidTypeError("composition", name, "a rule name (a string)")
+    for argument, value in (("limit", limit), ("per_query", per_query)):
+        if value is not None and not isinstance(value, Budget):
+            raise InvalidTypeError(argument, value, "a Budget or None")
     try:
         cls = RULES[name]
     except KeyError:

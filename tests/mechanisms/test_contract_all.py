@@ -64,12 +64,7 @@ SCORES_BAD_VALUES: list[Any] = [
     pytest.param(({0: 1.0, 1: 2.0, 2: 3.0}, ITE), id="dict"),
     pytest.param(({1.0, 2.0, 3.0}, ITE), id="set"),
     pytest.param((object(), ITE), id="object"),
-    pytest.param(([[1.0], [2.0, 3.0], [4.0]], (ITE, IAE)), id="ragged", marks=pytest.mark.xfail(
-        strict=True, raises=ValueError, reason=(
-            "library bug: selection mechanisms' prepare passes a ragged nested list to "
-            "np.asarray unguarded, so it fails with numpy's bare ValueError (no argument named) "
-            "instead of a typed error naming 'scores'; nothing is debited or drawn. "
-            "NumericMechanism.prepare handles the same case."))),
+    pytest.param(([[1.0], [2.0, 3.0], [4.0]], (ITE, IAE)), id="ragged"),
 ]
 
 

@@ -104,3 +104,23 @@ def test_randomized_response_validation_changes_nothing():
         with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
             RandomizedResponse(1.0, cats)
         assert info.value.argument == argument
+
+
+def test_unordered_candidates_are_refused() -> None:
+    """Scores are matched to candidates by position: a set (or dict view) has no stable order."""
+    from accountant import InvalidTypeError
+    from mechanisms import Exponential, RandomizedResponse
+
+    for bad in ({"a", "b"}, frozenset({"a", "b"}), {"a": 1, "b": 2}, {"a": 1, "b": 2}.keys()):
+        with pytest.raises(InvalidTypeError) as info:
+            Exponential(1.0, bad)
+        assert info.value.argument == "candidates"
+        with pytest.raises(InvalidTypeError):
+            RandomizedResponse(1.0, bad)
+
+
+def test_negative_zero_is_stored_as_zero() -> None:
+    from accountant import Budget
+
+    b = Budget(-0.0, -0.0)
+    assert str(b.epsilon) == "0.0" and str(b.delta) == "0.0"
