@@ -24,7 +24,7 @@ __all__ = ["main"]
 def _open_existing(location: str):
     if "://" not in location and not Path(location).exists():
         raise PrivacyError(f"no ledger at {location!r}")
-    return open_ledger(location)
+    return open_ledger(location, create=False)
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -88,12 +88,12 @@ def open_source(location: str | os.PathLike[str] | Ledger) -> Source:
         return Source(location.url, ledger=location)
     text = str(location)
     if "://" in text:
-        return Source(text, ledger=open_ledger(text))
+        return Source(text, ledger=open_ledger(text, create=False))
     path = Path(text)
     if not path.is_file():
         raise LedgerError(f"no ledger or JSONL file at {text!r}")
     with path.open("rb") as f:
         magic = f.read(len(_SQLITE_MAGIC))
     if magic == _SQLITE_MAGIC:
-        return Source(text, ledger=open_ledger(path))
+        return Source(text, ledger=open_ledger(path, create=False))
     return Source(text, path=path)

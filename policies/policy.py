@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import tomllib
 import typing
@@ -38,7 +39,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from accountant.errors import PolicyError
+from accountant.errors import InvalidTypeError, PolicyError
 from policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 
 __all__ = ["Policy", "load_policy", "parse_policy", "policy_schema"]
@@ -84,6 +85,8 @@ def load_policy(path: str | Path) -> Policy:
         PolicyError: the file cannot be read, does not parse, or is not a valid policy; the
             message names the key path (and for a parse error the line).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidTypeError("path", path, "a policy file's path (str or os.PathLike) or a Policy")
     file = Path(path)
     fmt = file.suffix.lower().lstrip(".")
     if fmt not in ("toml", "json"):
@@ -106,6 +109,13 @@ def parse_policy(text: str, fmt: str) -> Policy:
     Raises:
         PolicyError: as for ``load_policy``.
     """
+    try:
+        return _parse(text, fmt)
+    except RecursionError:  # a hostile file nested thousands deep: refused, not a traceback
+        raise PolicyError("", "the policy is nested too deeply to be a policy") from None
+
+
+def _parse(text: str, fmt: str) -> Policy:
     if fmt == "toml":
         try:
             data: Any = tomllib.loads(text)

@@ -29,8 +29,12 @@ __all__ = [
 ]
 
 
-def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None") -> Ledger:
+def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None", *,
+                create: bool = True) -> Ledger:
     """The ledger that ``ledger`` names.
+
+    ``create=False`` (readers: audit, status, export) refuses a SQLite path where there is no
+    ledger yet instead of creating an empty one.
 
     Raises:
         InvalidArgumentError: an unknown URL scheme.
@@ -42,13 +46,13 @@ def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None") -> Ledger:
     if isinstance(ledger, Ledger):
         return ledger
     if isinstance(ledger, Path):
-        return SqliteLedger(ledger)
+        return SqliteLedger(ledger, create=create)
     if not isinstance(ledger, str):
         raise InvalidTypeError("ledger", ledger, "a Ledger, a URL string, a path or None")
     if ledger == "memory://":
         return MemoryLedger()
     if ledger.startswith("sqlite:///"):
-        return SqliteLedger(ledger[len("sqlite:///"):])
+        return SqliteLedger(ledger[len("sqlite:///"):], create=create)
     if ledger.startswith(("postgresql://", "postgres://")):
         from accountant.ledger.postgres import PostgresLedger  # optional extra, imported on use
 
@@ -56,4 +60,4 @@ def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None") -> Ledger:
     if "://" in ledger or not ledger.strip():
         raise InvalidArgumentError("ledger", ledger, "'memory://', 'sqlite:///PATH', "
                                    "'postgresql://...' or a file path")
-    return SqliteLedger(ledger)
+    return SqliteLedger(ledger, create=create)

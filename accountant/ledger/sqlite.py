@@ -41,6 +41,8 @@ class SqliteLedger(SqlLedger):
     Args:
         path: the database file; created with its schema if missing.
         timeout: seconds to wait for another process's transaction before failing.
+        create: create the file and its schema when missing (the default). Readers (audit,
+            status, export) pass False: a mistyped path is an error, never a new empty ledger.
         hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
             variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
 
@@ -49,13 +51,21 @@ class SqliteLedger(SqlLedger):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
-                 hmac_key: bytes | str | None = None) -> None:
+                 create: bool = True, hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
         self.path = Path(path)
         self.url = f"sqlite:///{self.path}"
+        if not create and not self.path.is_file():
+            raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
+            if not create and self._conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'entries', "
+                    "'accounts')").fetchone()[0] != 3:
+                self._conn.close()
+                raise LedgerError(f"{str(self.path)!r} is an SQLite file but not a dpbudget "
+                                  "ledger (nothing was changed)")
             self._set_wal(timeout)
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)

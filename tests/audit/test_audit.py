@@ -348,3 +348,32 @@ def test_the_demo_ledger_audits_clean_and_matches_the_accountant(tmp_path):
     assert any(k.startswith("pipeline:income-report#") for k in spent)
     acc.close()
     assert cli(["audit", str(tmp_path / "demo.db"), "--policy", str(POLICY)]) == 0
+
+
+def test_a_mistyped_ledger_is_an_error_and_nothing_is_created(tmp_path, capsys):
+    """``dpbudget audit sqlite:///typo.db`` used to create an empty ledger and exit 0."""
+    from accountant.cli import main
+    from accountant.errors import LedgerError
+
+    typo = tmp_path / "typo.db"
+    for location in (f"sqlite:///{typo}", str(typo)):
+        with pytest.raises(LedgerError):
+            audit(location)
+        assert main(["audit", location]) == 2
+        assert main(["status", location]) != 0
+        assert not typo.exists()
+    capsys.readouterr()
+
+
+def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
+    import sqlite3
+
+    from accountant.errors import LedgerError
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    before = other.read_bytes()
+    with pytest.raises(LedgerError, match="not a dpbudget ledger"):
+        audit(f"sqlite:///{other}")
+    assert other.read_bytes() == before

@@ -301,3 +301,17 @@ def test_conversion_share_reaches_the_advanced_rule(tmp_path):
     load_policy(path)  # the file's structure is fine; building its rules is not
     with pytest.raises(PolicyError, match="conversion_share"):
         Accountant.from_policy(path)
+
+
+def test_not_a_path_and_hostile_nesting_are_typed_errors():
+    for bad in (123, None, b"policy.toml", 1.5):
+        with pytest.raises(InvalidTypeError) as info:
+            Accountant.from_policy(bad)
+        assert info.value.argument == "path"
+    from policies import parse_policy
+
+    deep_toml = "[datasets.a]\nlimit = " + "{x = " * 100_000 + "1" + "}" * 100_000
+    deep_json = '{"datasets": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    for text, fmt in ((deep_toml, "toml"), (deep_json, "json")):
+        with pytest.raises(PolicyError, match="nested too deeply"):
+            parse_policy(text, fmt)
