@@ -338,6 +338,7 @@ class Gate:
         """Refuse a ledger whose accounts were recorded under another rule or renewal period
         than the one now declared for them (a rule cannot change mid-stream; adding, removing
         or changing a window would forget recorded spend)."""
+        self.ledger.check_accounts()
         specs = self.planner.specs
         if not specs:
             return

@@ -489,9 +489,10 @@ def test_resume_from_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 def _ledger_started_under(rule: str) -> MemoryLedger:
     ledger = MemoryLedger()
     with ledger.transaction() as tx:
-        tx.append(fields(kind="release", dataset="adult"),
-                  [Account("dataset:adult", rule, {"rule": rule, "limit": None},
-                           {"rho": 0.01}, 0)])
+        config = {"rule": rule, "limit": None}
+        tx.append(fields(kind="release", dataset="adult",
+                         accounts={"dataset:adult": {**config, "state": {"rho": 0.01}}}),
+                  [Account("dataset:adult", rule, config, {"rho": 0.01}, 0)])
     return ledger
 
 

@@ -107,3 +107,46 @@ def test_the_ledger_refuses_a_refund_appended_directly(tmp_path: Path) -> None:
                                                                       "delta": 0.0})])
     assert snapshot(acc.ledger) == before
     assert acc.spent() == Budget(0.5)
+
+
+def test_running_totals_reset_by_hand_are_caught_when_the_ledger_opens(tmp_path: Path) -> None:
+    """The issue's scenario: stored running totals set to 0 by hand would let 100 more releases
+    through. A new accountant on the ledger refuses to open it."""
+    import sqlite3
+
+    from accountant import LedgerCorruptedError
+
+    path = tmp_path / "b.db"
+    with Accountant(Budget(1.0), ledger=path, rng=0) as acc:
+        for _ in range(10):
+            acc.release(Laplace(0.1), 1.0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("""UPDATE accounts SET state = '{"delta":0.0,"epsilon":0.0}'""")
+    with pytest.raises(LedgerCorruptedError, match="dataset:default"):
+        Accountant(Budget(1.0), ledger=path, rng=0)
+
+
+def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from accountant import LedgerError
+
+    path = tmp_path / "b.db"
+    acc = Accountant(Budget(1.0), ledger=path, rng=0)
+    acc.release(Laplace(0.1), 1.0)
+    backup = tmp_path / "backup.db"
+    shutil.copy(path, backup)
+    acc.release(Laplace(0.1), 1.0)
+    shutil.copy(backup, tmp_path / "restored.db")
+    (tmp_path / "restored.db").replace(path)  # a backup restored over the live ledger
+    with pytest.raises(LedgerError, match="deleted or replaced"):
+        acc.release(Laplace(0.1), 1.0)
+    acc.close()
+    acc = Accountant(Budget(1.0), ledger=tmp_path / "c.db", rng=0)
+    acc.release(Laplace(0.1), 1.0)
+    (tmp_path / "c.db").unlink()  # deleted while in use
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"c.db{suffix}").unlink(missing_ok=True)
+    with pytest.raises(LedgerError, match="deleted or replaced"):
+        acc.release(Laplace(0.1), 1.0)
+    acc.close()

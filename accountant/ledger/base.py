@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from accountant.errors import LedgerError
+from accountant.errors import LedgerCorruptedError, LedgerError
 from accountant.ledger.record import (
     FORMAT_VERSION,
     GENESIS,
@@ -153,6 +153,36 @@ class Ledger(ABC):
     @abstractmethod
     def accounts(self) -> list[Account]:
         """Every account, sorted by key."""
+
+    def entry(self, seq: int) -> Entry | None:
+        """The committed record number ``seq``, or None."""
+        for entry in self.entries(seq):
+            return entry if entry.seq == seq else None
+        return None
+
+    def check_accounts(self) -> None:
+        """Check that every account's stored running state is the one its last record wrote.
+
+        The running states are what the gate checks new debits against; a state table edited by
+        hand (set back to zero, say) would hand out budget again. Run when an accountant opens
+        the ledger. O(number of accounts).
+
+        Raises:
+            LedgerCorruptedError: naming the first account that disagrees.
+        """
+        for account in self.accounts():
+            entry = self.entry(account.seq)
+            recorded = None
+            if entry is not None:
+                try:
+                    recorded = json.loads(entry.text)["accounts"][account.key]["state"]
+                except (KeyError, TypeError, ValueError):
+                    recorded = None
+            if recorded != account.state:
+                raise LedgerCorruptedError(
+                    f"{account.key}: its stored running state is not the one its last record "
+                    f"(seq {account.seq}) wrote; the ledger's state was edited outside dpbudget. "
+                    "Nothing was written; run `dpbudget audit` on it")
 
     @abstractmethod
     def entries(self, start: int = 1) -> Iterator[Entry]:

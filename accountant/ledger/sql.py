@@ -92,6 +92,12 @@ class SqlLedger(Ledger):
             cached = self._configs[id(config)] = (config, canonical(config))
         return cached[1]
 
+    def entry(self, seq: int) -> Entry | None:
+        with self._lock:
+            row = self._execute(self._sql("SELECT seq, record, hash FROM {T}entries WHERE "
+                                          "seq = ?"), (seq,)).fetchone()
+        return None if row is None else Entry(row[0], row[1], row[2])
+
     def accounts(self) -> list[Account]:
         with self._lock:
             rows = self._execute(self._sql("SELECT key, rule, config, state, seq FROM "

@@ -70,6 +70,7 @@ class SqliteLedger(SqlLedger):
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
             self._check_format()
+            self._identity = self._file_identity()
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
 
@@ -92,6 +93,21 @@ class SqliteLedger(SqlLedger):
     def _begin(self) -> None:
         self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN IMMEDIATE")
+        # Under the write lock: the file must still be the one opened. A ledger deleted while in
+        # use would take debits into an unlinked file (lost to every later reader), and one
+        # replaced by a restored backup would forget spend; both are refused, nothing written.
+        try:
+            same = self._file_identity() == self._identity
+        except OSError:
+            same = False
+        if not same:
+            self._rollback()
+            raise LedgerError(f"SQLite ledger {str(self.path)!r} was deleted or replaced while "
+                              "in use; nothing was written (reopen it, and audit it)")
+
+    def _file_identity(self) -> tuple[int, int]:
+        st = os.stat(self.path)
+        return (st.st_dev, st.st_ino)
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:
