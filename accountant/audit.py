@@ -118,6 +118,8 @@ class _Replay:
     def problem(self, kind: str, message: str, seq: int | None = None,
                 position: int | None = None) -> None:
         self.out.problem_count += 1
+        if kind not in self.out.problem_kinds:
+            self.out.problem_kinds.append(kind)  # type: ignore[arg-type]
         if len(self.out.problems) < _MAX_PROBLEMS:
             self.out.problems.append(Problem(kind=kind, seq=seq, position=position,
                                              message=message))
@@ -129,7 +131,8 @@ class _Replay:
             if record is not None:
                 try:
                     self.apply(record)
-                except (KeyError, TypeError, ValueError, AttributeError, PrivacyError) as exc:
+                except (KeyError, TypeError, ValueError, AttributeError, RecursionError,
+                        PrivacyError) as exc:
                     self.problem("malformed", f"record {record.get('seq')} has an unreadable "
                                  f"member ({type(exc).__name__}: {exc})", record.get("seq"),
                                  item.position)
@@ -145,7 +148,7 @@ class _Replay:
             seq, prev, auth = record["seq"], record["prev"], record.get("auth", "sha256")
             if not isinstance(seq, int):
                 raise TypeError("seq is not an integer")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.problem("malformed", f"{where}: not a ledger record ({exc})",
                          position=item.position)
             self.skip_link = True

@@ -87,6 +87,9 @@ class AuditReport(BaseModel):
     by_pipeline: dict[str, Tally] = {}
     problems: list[Problem] = []
     problem_count: int = 0
+    #: Every kind of problem found, however many problems there were (``problems`` keeps only
+    #: the first 1,000): the exit status is computed from these.
+    problem_kinds: list[ProblemKind] = []
 
     @property
     def ok(self) -> bool:
@@ -95,6 +98,6 @@ class AuditReport(BaseModel):
     @property
     def exit_status(self) -> int:
         status = 0
-        for p in self.problems:
-            status |= EXIT_BITS[p.kind]
+        for kind in {*self.problem_kinds, *(p.kind for p in self.problems)}:
+            status |= EXIT_BITS[kind]
         return status

@@ -225,10 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.func(args)
+        return int(args.func(args))
     except PrivacyError as exc:
         where = f"{exc.file}: " if isinstance(exc, PolicyError) and exc.file else ""
         print(f"dpbudget {args.command}: {where}{exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output file in a missing folder, a full disk, no permission
+        print(f"dpbudget {args.command}: cannot write or read a file: {exc}", file=sys.stderr)
         return 2
 
 

@@ -74,8 +74,8 @@ def _parse_line(number: int, line: str) -> Item:
     try:
         obj = json.loads(line)
         return Item(number, str(obj["hash"]), canonical(obj["record"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        return Item(number, None, None, f"unreadable line ({type(exc).__name__}: {exc})")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # hostile nesting too
+        return Item(number, None, None, f"unreadable line ({type(exc).__name__})")
 
 
 def open_source(location: str | os.PathLike[str] | Ledger) -> Source:

@@ -377,3 +377,43 @@ def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
     with pytest.raises(LedgerError, match="not a dpbudget ledger"):
         audit(f"sqlite:///{other}")
     assert other.read_bytes() == before
+
+
+def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
+    """1,500 garbled lines, then a forged limit: the limit bit is still in the exit status."""
+    acc = Accountant(Budget(1.0), rng=0)
+    acc.release(Laplace(0.5), 1.0)
+    out = tmp_path / "x.jsonl"
+    from accountant.transfer import export_jsonl
+
+    export_jsonl(acc.ledger, out)
+    good = out.read_text()
+    out.write_text("garbage\n" * 1500 + good)
+
+    class Strict:
+        def limit_for(self, key):
+            return Budget(0.1)
+
+    report = audit(out, policy=Strict())
+    assert report.problem_count > 1000 and len(report.problems) == 1000
+    assert report.exit_status & EXIT_BITS["malformed"] and report.exit_status & EXIT_BITS["limit"]
+
+
+def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
+    from accountant.cli import main
+
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"hash": "x", "record": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    report = audit(deep)
+    assert report.exit_status & EXIT_BITS["malformed"]
+    bad_utf8 = tmp_path / "bytes.jsonl"
+    bad_utf8.write_bytes(b'{"hash": "\xff\xfe", "record": {}}\n\xc3\x28\n')
+    assert audit(bad_utf8).exit_status & EXIT_BITS["malformed"]
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 512)
+    assert main(["audit", str(corrupt)]) == 2
+    acc_db = tmp_path / "ok.db"
+    with Accountant(Budget(1.0), ledger=acc_db, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0)
+    assert main(["export", str(acc_db), str(tmp_path / "missing" / "out.jsonl")]) == 2
+    capsys.readouterr()
