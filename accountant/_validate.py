@@ -15,6 +15,8 @@ from accountant.errors import InvalidArgumentError, InvalidTypeError, as_value_e
 
 def real(name: str, value: Any) -> float:
     """A real number (not a bool, not a string); may still be NaN or infinite."""
+    if type(value) is float:  # the common case, without the (slow) numbers.Real ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidTypeError(name, value, "a real number")
     try:

@@ -235,7 +235,11 @@ class _Replay:
                 self.problem("limit", f"record {seq}: {key} changed its configuration: "
                              f"{str(conflict).split(': ', 1)[-1]}", seq)
                 self.over.add(key)
-                current = None if state is None else Account(key, rule.name, config, state, 0)
+                if previous.get("rule") != rule.name:  # another rule's state: start it afresh
+                    current = None
+                else:
+                    current = None if state is None else Account(key, rule.name, config, state,
+                                                                 0)
                 new = step_account(key, rule, current, charge)
         except InvalidArgumentError as invalid:  # a negative, NaN or infinite cost: a refund
             self.problem("malformed", f"record {seq}: {key} was charged an invalid cost "

@@ -84,25 +84,22 @@ class Step(NamedTuple):
 
     @classmethod
     def of(cls, mechanism: Mechanism) -> "Step":
-        """The step of one release of ``mechanism`` (kept per mechanism object, which is
-        immutable: releasing the same mechanism again reuses it)."""
-        try:
-            step = _STEPS.get(mechanism)
-        except TypeError:  # a mechanism class that made itself unhashable: no reuse by object
-            step = None
-        if step is not None:
-            return step
+        """The step of one release of ``mechanism``. Kept per mechanism object (by identity: a
+        class's own ``__eq__`` is never consulted) and per (class, parameters, charge), so that
+        releasing the same mechanism again, or a fresh equal one, encodes nothing."""
+        cached = _BY_ID.get(id(mechanism))
+        if cached is not None and cached[0]() is mechanism:
+            return cached[1]
         params = mechanism.params()
         charge = mechanism.charge
         check_charge(charge)  # before anything is encoded: a NaN cost is no cost to record
-        # Mechanisms with equal parameters and charge share one step (a fresh mechanism per
-        # release is the usual pattern). The charge is part of the key, so a class whose params()
-        # leaves out something its cost depends on can never be charged another's cost.
+        # The charge is part of the key, so a class whose params() leaves out something its cost
+        # depends on can never be charged another mechanism's cost.
         try:
             key: tuple[Any, ...] | None = (type(mechanism), tuple(params.items()), charge)
             step = _BY_VALUE.get(key)  # type: ignore[arg-type]
         except TypeError:  # unhashable parameters (candidate lists)
-            key = None
+            key, step = None, None
         if step is None:
             step = cls(mechanism.name, mechanism.cost, charge,
                        step_fragments(mechanism.name, params, charge))
@@ -110,10 +107,13 @@ class Step(NamedTuple):
                 if len(_BY_VALUE) > 4096:
                     _BY_VALUE.clear()
                 _BY_VALUE[key] = step
-            try:
-                _STEPS[mechanism] = step
-            except TypeError:
-                pass
+        try:
+            ref = weakref.ref(mechanism)
+        except TypeError:  # a class without weak references: no reuse by object
+            return step
+        if len(_BY_ID) > 4096:
+            _BY_ID.clear()
+        _BY_ID[id(mechanism)] = (ref, step)
         return step
 
     @classmethod
@@ -133,8 +133,9 @@ class Step(NamedTuple):
             "rule": canonical(rule.describe())})
 
 
-# Steps by mechanism object (immutable, so its step never changes) and by (class, parameters).
-_STEPS: "weakref.WeakKeyDictionary[Mechanism, Step]" = weakref.WeakKeyDictionary()
+# Steps by mechanism object — id() with a weak reference that must still point at the very same
+# object (ids are reused once an object dies) — and by (class, parameters, charge).
+_BY_ID: "dict[int, tuple[weakref.ref[Mechanism], Step]]" = {}
 _BY_VALUE: dict[tuple[Any, ...], Step] = {}
 
 
@@ -193,7 +194,7 @@ class Gate:
                                    "(AboveThreshold, Sparse or NumericSparse)")
         plan = self.validate(mechanism, label, where)
         step = Step.of(mechanism)
-        receipt = self.debit(step, plan, label, kind='"session"')
+        receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
         stream = mechanism._open(self.sampler)
         cls = NumericSession if mechanism.releases_values else Session
         return cls(lambda s: self._close_session(s, step, plan), stream, receipt)
@@ -217,12 +218,13 @@ class Gate:
     # -- the one debit path ---------------------------------------------------------------------
 
     def debit(self, step: Step, plan: Plan, label: str | None, *, kind: str = '"release"',
-              extra: Callable[[int], dict[str, str]] | None = None) -> Receipt:
+              extra: Callable[[int], dict[str, str]] | None = None) -> tuple[Any, ...]:
         """Check and debit ``step`` from every account of ``plan`` in one ledger transaction.
 
         ``extra(seq)`` adds record members (canonical JSON) given the record's sequence number.
         Every account in the record is debited with exactly ``step.charge``, which is the
-        record's ``cost`` (the auditor replays records on that invariant).
+        record's ``cost`` (the auditor replays records on that invariant). Returns the
+        receipt's fields (``Receipt(*fields)``).
 
         Raises:
             BudgetExceededError: some account refuses; nothing was written.
@@ -243,10 +245,12 @@ class Gate:
         except BaseException:
             scope.abandon()
             raise
-        receipt = Receipt(entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
-                          step.cost, plan.targets[0].rule, accounts[0].state)
-        self._local.receipt = receipt
-        return receipt
+        # The receipt's fields, built into a Receipt only when asked for (this is the hot path;
+        # states are never changed in place, so keeping a reference is safe until then).
+        fields_ = (entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
+                   step.cost, plan.targets[0].rule, accounts[0].state)
+        self._local.receipt = fields_
+        return fields_
 
     def _charge(self, read: Callable[[str], Account | None], step: Step, plan: Plan,
                 now: float | None) -> list[Account]:
@@ -294,7 +298,7 @@ class Gate:
     def validate(self, mechanism: Mechanism, label: str | None, where: Where) -> Plan:
         """The request's plan, after checking the mechanism, the label, the dataset and analyst
         (by planning) and the policy's stateless checks. Draws and debits nothing."""
-        if not isinstance(mechanism, Mechanism):
+        if Mechanism not in type(mechanism).__mro__:  # a real subclass (an ABC check is slow)
             raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
         _validate.text("label", label, optional=True)
         plan = self.plan(where)
@@ -332,7 +336,8 @@ class Gate:
     @property
     def last_receipt(self) -> Receipt | None:
         """This thread's last committed receipt, or None."""
-        return getattr(self._local, "receipt", None)
+        fields = getattr(self._local, "receipt", None)
+        return None if fields is None else Receipt(*fields)
 
     def check_ledger(self) -> None:
         """Refuse a ledger whose accounts were recorded under another rule or renewal period

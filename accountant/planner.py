@@ -139,12 +139,12 @@ class Planner:
     def plan(self, dataset: Any, analyst: str | None) -> Plan:
         """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
         join) by ``analyst``."""
+        if type(dataset) is list:  # a join given as a list: the same plan as the tuple
+            dataset = tuple(dataset)
         try:
             return self._plans[(dataset, analyst)]
-        except (KeyError, TypeError):  # TypeError: a list of datasets (a join), not hashable
+        except (KeyError, TypeError):  # TypeError: an unhashable name (refused when planning)
             pass
-        if type(dataset) is list:
-            dataset = tuple(dataset)
         plan = self._make_plan(dataset, analyst)
         if len(self._plans) >= _PLAN_CACHE:
             self._plans.clear()  # bounded: arbitrary (dataset, analyst) pairs must not pile up

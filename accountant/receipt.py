@@ -1,16 +1,24 @@
-"""``Receipt``: what the caller learns about a debit that has committed."""
+"""``Receipt``: what the caller learns about a debit that has committed.
+
+Invariant: a receipt is read-only and shares nothing with the gate: it holds a copy of the state
+right after the debit, and reads spend through the rule without exposing it (a caller holding a
+receipt cannot reach, let alone change, the running state or the limit the gate enforces).
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from accountant.budget import Budget
-from accountant.composition import CompositionRule, State
+from accountant.composition import CompositionRule
 
 __all__ = ["Receipt"]
 
+_FIELDS = ("seq", "hash", "dataset", "analyst", "label", "mechanism", "cost")
 
-class Receipt(NamedTuple):
+
+class Receipt:
     """The record of one committed debit, as returned by ``Accountant.last_receipt``.
 
     Attributes:
@@ -19,9 +27,11 @@ class Receipt(NamedTuple):
         dataset, analyst, label: as given to ``release`` (``dataset`` a tuple for a join).
         mechanism: the mechanism's name.
         cost: the declared (ε, δ) cost that was debited.
-        rule, state: the first account's composition rule and its state right after the debit
-            (the dataset's limit, or a pipeline's own account inside a pipeline).
+        spent, remaining: the first account's spend and what was left of its limit right after
+            this debit (the dataset's limit, or a pipeline's own account inside a pipeline).
     """
+
+    __slots__ = (*_FIELDS, "_rule", "_state")
 
     seq: int
     hash: str
@@ -30,21 +40,48 @@ class Receipt(NamedTuple):
     label: str | None
     mechanism: str
     cost: Budget
-    rule: CompositionRule
-    state: State
+
+    def __init__(self, seq: int, hash: str, dataset: Any, analyst: str | None,
+                 label: str | None, mechanism: str, cost: Budget, rule: CompositionRule,
+                 state: Mapping[str, float]) -> None:
+        init = object.__setattr__
+        init(self, "seq", seq)
+        init(self, "hash", hash)
+        init(self, "dataset", dataset)
+        init(self, "analyst", analyst)
+        init(self, "label", label)
+        init(self, "mechanism", mechanism)
+        init(self, "cost", cost)
+        init(self, "_rule", rule)
+        init(self, "_state", dict(state))  # a copy: the gate's state is never shared
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("a Receipt is read-only")
 
     @property
     def spent(self) -> Budget:
         """The first account's spend right after this debit (under its composition rule)."""
-        return self.rule.spent(self.state)
+        return self._rule.spent(dict(self._state))
 
     @property
     def remaining(self) -> Budget:
         """What was left of the first account's limit right after this debit."""
-        return self.rule.remaining(self.state)
+        return self._rule.remaining(dict(self._state))
 
     def as_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "hash": self.hash, "dataset": self.dataset,
                 "analyst": self.analyst, "label": self.label, "mechanism": self.mechanism,
                 "cost": self.cost.model_dump(), "spent": self.spent.model_dump(),
                 "remaining": self.remaining.model_dump()}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Receipt):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _FIELDS)
+
+    def __hash__(self) -> int:
+        return hash((self.seq, self.hash))
+
+    def __repr__(self) -> str:
+        return (f"Receipt(seq={self.seq}, hash={self.hash[:12]}..., dataset={self.dataset!r}, "
+                f"mechanism={self.mechanism!r}, cost={self.cost!r})")

@@ -46,7 +46,7 @@ class _Frozen(ABCMeta):
                 "values whose noise scales are finite, non-zero doubles") from None
         state = mechanism.__dict__
         cost = state.get("_cost")
-        if not isinstance(cost, Budget):
+        if type(cost) is not Budget and not isinstance(cost, Budget):  # (ABC checks are slow)
             raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
         for name, value in mechanism.params().items():
             if isinstance(value, float) and not (math.isfinite(value) and (value != 0.0 or
@@ -111,7 +111,7 @@ class Mechanism(ABC, metaclass=_Frozen):
         return f"{self.name}({args})"
 
     def __setattr__(self, key: str, value: Any) -> None:
-        if self.__dict__.get("_frozen", False):
+        if "_frozen" in self.__dict__:
             raise AttributeError(f"{self.name} is immutable; build a new one")
         object.__setattr__(self, key, value)
 

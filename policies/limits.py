@@ -104,13 +104,6 @@ class _Limit(BaseModel):
                                "lifetime limit: the total loss grows with the number of periods.",
                                pattern=r"^[1-9][0-9]{0,4}[hd]$")
 
-    @field_validator("limit", mode="after")
-    @classmethod
-    def _no_limit_is_none(cls, limit: Budget | None) -> Budget | None:
-        # "No limit" has one meaning everywhere: None. ``Budget.unlimited()`` is accepted and
-        # stored as None, so no later code has to ask which of the two it was given.
-        return None if limit is None or limit.is_unlimited else limit
-
     @field_validator("composition", mode="before", check_fields=False)
     @classmethod
     def _known_rule(cls, name: Any) -> Any:

@@ -607,3 +607,46 @@ def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> No
     costs = [e.record["cost"]["epsilon"] for e in acc.ledger.entries()]
     assert costs == [0.5, 2.0, 0.5, 2.0]
     assert acc.spent() == Budget(5.0)
+
+
+def test_a_mechanism_with_its_own_equality_is_charged_its_own_cost() -> None:
+    """Review finding: the gate's step cache must go by identity, never by a class's __eq__. A
+    class whose equality ignores what its cost depends on must not borrow another's charge."""
+    from accountant import BudgetExceededError
+    from accountant.budget import Budget as B
+    from mechanisms.base import NumericMechanism
+
+    class Scaled(NumericMechanism):
+        def __init__(self, scale: float, sensitivity: float) -> None:
+            self.scale, self.sensitivity = scale, sensitivity
+            self._cost = B(sensitivity / scale)
+
+        def params(self) -> dict:
+            return {"scale": self.scale}
+
+        def __eq__(self, other: object) -> bool:
+            return isinstance(other, Scaled) and other.scale == self.scale
+
+        def __hash__(self) -> int:
+            return hash(self.scale)
+
+        def _release(self, value, sampler):
+            return value + sampler.laplace(self.scale)
+
+    acc = Accountant(Budget(5.0), rng=0)
+    acc.release(Scaled(1.0, 1.0), 1.0)
+    with pytest.raises(BudgetExceededError):
+        acc.release(Scaled(1.0, 100.0), 1.0)  # declared ε = 100
+    assert acc.spent() == Budget(1.0)
+
+
+def test_a_receipt_cannot_reach_the_gates_state_or_rule() -> None:
+    acc = Accountant(Budget(1.0), rng=0)
+    acc.release(Laplace(1.0), 1.0)
+    receipt = acc.last_receipt
+    assert receipt is not None and receipt.remaining == Budget(0.0)
+    with pytest.raises(AttributeError):
+        receipt.cost = Budget(0.0)  # type: ignore[misc]
+    assert not hasattr(receipt, "state") and not hasattr(receipt, "rule")
+    object.__getattribute__(receipt, "_state")["epsilon"] = 0.0  # even its private copy
+    assert acc.remaining() == Budget(0.0) and not acc.can_afford(Laplace(0.1))

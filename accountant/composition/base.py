@@ -213,6 +213,12 @@ def _budget(data: dict[str, float] | None) -> Budget | None:
 def check_charge(charge: Charge) -> None:
     """Refuse a charge that is not a valid privacy cost: a negative or NaN cost would hand
     budget back, an infinite one would poison the running sums. Written so that NaN fails."""
+    if not charge.parts:  # the common case, on every debit: four comparisons
+        rho, mu = charge.rho, charge.mu
+        if (0.0 <= charge.epsilon < math.inf and 0.0 <= charge.delta < 1.0
+                and (rho is None or 0.0 <= rho < math.inf)
+                and (mu is None or 0.0 <= mu < math.inf)):
+            return
     for part in charge.parts or (charge,):
         if not (0.0 <= part.epsilon < math.inf and 0.0 <= part.delta < 1.0
                 and (part.rho is None or 0.0 <= part.rho < math.inf)

@@ -417,3 +417,34 @@ def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
         acc.release(Laplace(0.5), 1.0)
     assert main(["export", str(acc_db), str(tmp_path / "missing" / "out.jsonl")]) == 2
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("first, second", [("basic", "advanced"), ("advanced", "optimal"),
+                                           ("optimal", "basic"), ("gaussian", "advanced")])
+def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
+    """Review finding (pre-existing): replaying a rule change between rules whose states have
+    different shapes raised KeyError out of the report."""
+    from accountant.composition import make_rule
+    from mechanisms import AnalyticGaussian
+
+    ledger = MemoryLedger()
+    for name in (first, second):
+        rule = make_rule(name, Budget(1.0, 1e-6), Budget(0.1, 1e-8) if name == "optimal" else None)
+        mech = AnalyticGaussian(0.1, 1e-8) if name in ("gaussian", "optimal") else Laplace(0.1)
+        # Forged below the gate: the ledger itself would refuse a state whose shape changes.
+        with ledger.transaction() as tx:
+            prev = tx.account("dataset:d")
+            fresh = prev is None or prev.rule != name
+            state = rule.debit(rule.initial_state() if fresh else prev.state, mech.charge)
+            account = Account("dataset:d", name, rule.describe(), state, 0)
+            text = release_fields(mech, "d", [(rule, account)])
+            seq, head = ledger._head()
+            from accountant.ledger.base import Entry, _utc_now
+            from accountant.ledger.record import assemble, record_hash
+            body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
+                             "time": _utc_now(), "auth": '"sha256"'})
+            ledger._write_entry(Entry(seq + 1, body, record_hash(body)))
+            ledger._write_accounts([account._replace(seq=seq + 1)])
+    report = audit(ledger)
+    assert report.exit_status & EXIT_BITS["limit"]
+    assert any("changed its configuration" in p.message for p in report.problems)

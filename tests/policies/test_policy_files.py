@@ -202,11 +202,12 @@ def test_unreadable_or_unknown_format(tmp_path):
 
 
 def test_infinite_limit_means_no_limit(write):
-    """"No limit" has one meaning: an infinite limit is stored as None, like an omitted one."""
+    """An infinite limit is no limit: its rule enforces none (``rule.limit`` is None, the one
+    meaning of "no limit" inside the library), while the account still records spend."""
     p = load_policy(write('[datasets.adult]\nlimit = { epsilon = inf }'))
-    assert p.datasets["adult"].limit is None
-    assert load_policy(write('[datasets.adult]')).datasets["adult"].limit is None
-    assert DatasetLimit(limit=Budget.unlimited()).limit is None
+    assert p.datasets["adult"].limit.is_unlimited
+    assert p.datasets["adult"].rule().limit is None
+    assert DatasetLimit(limit=None).rule().limit is None
 
 
 def test_direct_construction_keeps_typed_errors():
