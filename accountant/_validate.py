@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 from accountant.errors import InvalidArgumentError, InvalidTypeError, as_value_error
 
@@ -77,7 +80,7 @@ def text(name: str, value: Any, *, optional: bool = False) -> str | None:
     return value
 
 
-def in_model(check: Any, *args: Any) -> Any:
+def in_model(check: Callable[..., T], *args: Any) -> T:
     """``check(*args)`` called from a pydantic validator: a wrong type is re-raised as an
     ``InvalidArgumentError`` (a ``ValueError``) with the same message, because pydantic reports
     a ``ValueError`` with the key's location but lets a ``TypeError`` escape without it."""

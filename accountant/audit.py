@@ -108,11 +108,11 @@ class _Replay:
         # Running counters as plain attributes (pydantic assignment is slow); copied into the
         # report at the end.
         self.records = self.verified = 0
-        self.charges: dict[tuple, Charge] = {}
+        self.charges: dict[tuple[Any, ...], Charge] = {}
         self.head: tuple[int, str] = (0, GENESIS)
         self.first_time: str | None = None
         self.last_time: str | None = None
-        self.tallies: dict[str, dict[Any, list]] = {
+        self.tallies: dict[str, dict[Any, list[Any]]] = {
             g: {} for g in ("analyst", "mechanism", "label", "pipeline", "dataset")}
 
     def problem(self, kind: str, message: str, seq: int | None = None,
@@ -144,7 +144,7 @@ class _Replay:
             self.skip_link = True
             return None
         try:
-            record = json.loads(item.text)
+            record: dict[str, Any] = json.loads(item.text)
             seq, prev, auth = record["seq"], record["prev"], record.get("auth", "sha256")
             if not isinstance(seq, int):
                 raise TypeError("seq is not an integer")

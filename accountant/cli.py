@@ -8,20 +8,24 @@ unreadable ledger or policy; ``audit`` documents its own problem bits (``account
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 import json
 import sys
 from pathlib import Path
 
 from accountant.errors import PolicyError, PrivacyError
-from accountant.ledger import open_ledger
+from accountant.ledger import Ledger, open_ledger
 from accountant.report import budget_rows, budget_table
 from policies.accounts import policy_accounts
 from policies.policy import load_policy, policy_schema
 
+if TYPE_CHECKING:
+    from accountant.audit_report import AuditReport
+
 __all__ = ["main"]
 
 
-def _open_existing(location: str):
+def _open_existing(location: str) -> Ledger:
     if "://" not in location and not Path(location).exists():
         raise PrivacyError(f"no ledger at {location!r}")
     return open_ledger(location, create=False)
@@ -65,17 +69,17 @@ def _policy_check(args: argparse.Namespace) -> int:
                                                   f"than a lifetime limit)"
         print(f"  {spec.key:<32} {spec.rule.name:<9} {text}{window}")
     known = _mechanism_names()
-    for name, limit in policy.datasets.items():
+    for name, dataset in policy.datasets.items():
         extras = []
-        if limit.allowed_mechanisms is not None:
-            extras.append(f"allowed mechanisms {list(limit.allowed_mechanisms)}")
-            unknown = [m for m in limit.allowed_mechanisms if m not in known]
+        if dataset.allowed_mechanisms is not None:
+            extras.append(f"allowed mechanisms {list(dataset.allowed_mechanisms)}")
+            unknown = [m for m in dataset.allowed_mechanisms if m not in known]
             if unknown:
                 print(f"  warning: datasets.{name}.allowed_mechanisms names {unknown}, which "
                       f"this installation does not provide (they admit nothing)")
-        if limit.max_per_query is not None:
-            extras.append(f"max per query {limit.max_per_query}")
-        if limit.other_analysts == "deny":
+        if dataset.max_per_query is not None:
+            extras.append(f"max per query {dataset.max_per_query}")
+        if dataset.other_analysts == "deny":
             extras.append("unlisted analysts denied")
         if extras:
             print(f"  dataset {name}: " + "; ".join(extras))
@@ -117,7 +121,7 @@ def _audit(args: argparse.Namespace) -> int:
     return report.exit_status
 
 
-def _audit_text(report, plot_path: str | None) -> str:
+def _audit_text(report: AuditReport, plot_path: str | None) -> str:
     lines = [f"audit of {report.source}: {report.records} records, {report.verified} verified, "
              f"head {report.head_seq} {report.head_hash}"
              + (" (HMAC-keyed)" if report.keyed else "")]
@@ -175,7 +179,7 @@ def _import(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from dpbudget_examples.demo import main as demo_main
 
-    return demo_main(args.demo_args)
+    return int(demo_main(args.demo_args))
 
 
 def main(argv: list[str] | None = None) -> int:

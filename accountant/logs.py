@@ -42,7 +42,10 @@ class JsonlHandler(logging.FileHandler):
         if entry is None:
             return
         try:
-            self.stream.write(export_line(entry.hash, entry.text) + "\n")
+            stream = self.stream
+            if stream is None:  # closed
+                return
+            stream.write(export_line(entry.hash, entry.text) + "\n")
             self.flush()
         except Exception:  # logging must never break the pipeline it observes
             self.handleError(record)

@@ -163,7 +163,7 @@ class Pipeline:
 
 def pipeline_rule(name: Any, budget: Any, composition: Any, per_query: Any) -> CompositionRule:
     """The child's rule, after checking a pipeline's arguments (before anything is debited)."""
-    valid_name(_validate.text("name", name))  # the same syntax as policy names: it becomes a key
+    valid_name(str(_validate.text("name", name)))  # the same syntax as policy names: it becomes a key
     if not isinstance(budget, Budget):
         raise InvalidTypeError("budget", budget, "a Budget")
     if budget.is_unlimited:

@@ -32,10 +32,11 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
                                            height_ratios=(3, 1))
     for i, acct in enumerate(accounts):
         color = f"C{i % 10}"
-        times = [datetime.fromisoformat(t) for t, _, _ in acct.series]
-        ax_eps.step(times, [e for _, e, _ in acct.series], where="post", color=color,
+        series = acct.series or []
+        times = [datetime.fromisoformat(t) for t, _, _ in series]
+        ax_eps.step(times, [e for _, e, _ in series], where="post", color=color,
                     label=f"{acct.account} ({acct.rule})")
-        ax_delta.step(times, [d for _, _, d in acct.series], where="post", color=color)
+        ax_delta.step(times, [d for _, _, d in series], where="post", color=color)
         if acct.limit is not None:
             ax_eps.axhline(acct.limit["epsilon"], color=color, linestyle="--", linewidth=1)
             ax_delta.axhline(acct.limit["delta"], color=color, linestyle="--", linewidth=1)
@@ -49,9 +50,10 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
         ax_eps.legend(loc="upper left", fontsize="small")
     else:
         ax_eps.text(0.5, 0.5, "no releases recorded", ha="center", transform=ax_eps.transAxes)
-    locator = mdates.AutoDateLocator()
+    locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]  # matplotlib's own
     ax_delta.xaxis.set_major_locator(locator)
-    ax_delta.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    ax_delta.xaxis.set_major_formatter(
+        mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]  # (no stubs)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -40,6 +40,8 @@ class Receipt:
     label: str | None
     mechanism: str
     cost: Budget
+    _rule: CompositionRule
+    _state: dict[str, float]
 
     def __init__(self, seq: int, hash: str, dataset: Any, analyst: str | None,
                  label: str | None, mechanism: str, cost: Budget, rule: CompositionRule,

@@ -57,7 +57,7 @@ class Session:
             InvalidArgumentError, InvalidTypeError: the value is not a finite real number.
         """
         with self._lock:
-            return self._stream.test(value)
+            return bool(self._stream.test(value))
 
     @property
     def receipt(self) -> Receipt:
@@ -67,16 +67,16 @@ class Session:
     @property
     def answered(self) -> int:
         """How many queries the session has answered."""
-        return self._stream.answered
+        return int(self._stream.answered)
 
     @property
     def positives(self) -> int:
         """How many of those answers were ⊤."""
-        return self._stream.positives
+        return int(self._stream.positives)
 
     @property
     def closed(self) -> bool:
-        return self._stream.closed
+        return bool(self._stream.closed)
 
     def close(self) -> None:
         """Stop answering and record the answer counts in the ledger (idempotent)."""
@@ -103,4 +103,5 @@ class NumericSession(Session):
             MechanismExhaustedError, InvalidArgumentError, InvalidTypeError: as :meth:`test`.
         """
         with self._lock:
-            return self._stream.query(value)
+            answer: float | None = self._stream.query(value)
+            return answer

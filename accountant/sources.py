@@ -46,6 +46,7 @@ class Source:
             for entry in self.ledger.entries():
                 yield Item(entry.seq, entry.hash, entry.text)
             return
+        assert self.path is not None  # exactly one of ledger and path is set
         with self.path.open("r", encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, start=1):
                 line = line.rstrip("\n")
@@ -56,6 +57,7 @@ class Source:
         """Approximate number of records (for progress display)."""
         if self.ledger is not None:
             return self.ledger.head()[0]
+        assert self.path is not None
         return max(1, os.path.getsize(self.path) // 600)
 
     def stored_accounts(self) -> list[Account] | None:

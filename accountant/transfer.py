@@ -53,6 +53,8 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
     source = open_source(path)
     try:
         for item in source.items():
+            if item.text is None or item.hash is None:  # verified above: cannot happen
+                raise LedgerCorruptedError(f"line {item.position} is unreadable")
             record = json.loads(item.text)
             entry = Entry(record["seq"], item.text, item.hash)
             for k, acct in (record.get("accounts") or {}).items():

@@ -23,6 +23,8 @@ _SIGMA_MARGIN = 1e-11
 class _GaussianFamily(NumericMechanism):
     """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value."""
 
+    epsilon: float
+    delta: float
     sigma: float
     sensitivity: float
 

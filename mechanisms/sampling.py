@@ -68,7 +68,7 @@ class Sampler:
             if self._generator is None:
                 return int.from_bytes(os.urandom(8), "little")
             return int(self._generator.integers(0, 2 ** 64, dtype=np.uint64))
-        n = math.prod((size,) if isinstance(size, numbers.Integral) else size)
+        n = math.prod((size,) if isinstance(size, int) else size)
         if self._generator is None:
             raw = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
         else:
@@ -103,7 +103,7 @@ class Sampler:
         """
         accept = 2 ** 64 - 2 ** 64 % n
         while True:
-            bits = self._bits(None)
+            bits = int(self._bits(None))
             if bits < accept:
                 return bits % n
 

@@ -127,7 +127,8 @@ class Exponential(_NoisyArgmax):
     """
 
     def _noise(self, sampler: Sampler, n: int) -> np.ndarray:
-        return sampler.gumbel(self.scale, size=n)
+        noise: np.ndarray = sampler.gumbel(self.scale, size=n)
+        return noise
 
 
 class ReportNoisyMax(_NoisyArgmax):
@@ -143,7 +144,8 @@ class ReportNoisyMax(_NoisyArgmax):
     """
 
     def _noise(self, sampler: Sampler, n: int) -> np.ndarray:
-        return sampler.laplace(self.scale, size=n)
+        noise: np.ndarray = sampler.laplace(self.scale, size=n)
+        return noise
 
 
 class PermuteAndFlip(_NoisyArgmax):
@@ -159,7 +161,8 @@ class PermuteAndFlip(_NoisyArgmax):
     """
 
     def _noise(self, sampler: Sampler, n: int) -> np.ndarray:
-        return sampler.exponential(self.scale, size=n)
+        noise: np.ndarray = sampler.exponential(self.scale, size=n)
+        return noise
 
 
 class RandomizedResponse(Mechanism):

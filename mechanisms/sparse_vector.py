@@ -270,4 +270,4 @@ class _NumericSparseStream(_SparseStream):
         """None for ⊥; for ⊤, the value plus fresh Lap(cΔ/ε₃) noise."""
         if not self.test(value):
             return None
-        return float(value) + self._sampler.laplace(self._answer_scale)
+        return float(value) + float(self._sampler.laplace(self._answer_scale))

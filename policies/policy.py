@@ -166,8 +166,9 @@ def policy_error(exc: ValidationError) -> PolicyError:
     path = ".".join(loc)
     cause = (first.get("ctx") or {}).get("error")
     kind = first["type"]
-    if getattr(cause, "expected", None) is not None:
-        message = f"must be {cause.expected}; got {cause.value!r}"
+    expected = getattr(cause, "expected", None)
+    if expected is not None:
+        message = f"must be {expected}; got {getattr(cause, 'value', None)!r}"
     elif kind == "missing":
         message = "is required but missing"
     elif kind == "extra_forbidden":
@@ -215,7 +216,7 @@ def _model_in(annotation: Any) -> tuple[Any, bool]:
     return None, False
 
 
-class _Pairs(list):
+class _Pairs(list[tuple[str, Any]]):
     """A JSON object as parsed, keys in order and duplicates kept (``object_pairs_hook``)."""
 
 

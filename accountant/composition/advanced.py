@@ -119,7 +119,7 @@ class AdvancedComposition(CompositionRule):
 
     def _fits(self, state: State) -> bool:
         within = _numeric.within
-        return ((state["delta"] == 0.0 and within(state["epsilon"], self.limit.epsilon))
+        return ((state["delta"] == 0.0 and within(state["epsilon"], self.bound.epsilon))
                 or (within(state["rho"], self.rho_budget)
                     and within(state["approx"], self.delta_allow)))
 

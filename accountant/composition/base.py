@@ -53,6 +53,13 @@ class CompositionRule(ABC):
         self._description: dict[str, Any] | None = None
         self._spent_cache: tuple[tuple[float, ...], Budget] | None = None
 
+    @property
+    def bound(self) -> Budget:
+        """The limit, in code that only runs when there is one (``_fits``, ``_candidates``)."""
+        if self.limit is None:  # pragma: no cover - callers check first
+            raise RuntimeError(f"the {self.name!r} rule has no limit to check against")
+        return self.limit
+
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "CompositionRule":
         """The rule that ``describe()`` produced ``config`` (as stored in a ledger)."""

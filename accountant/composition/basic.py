@@ -50,7 +50,7 @@ class BasicComposition(CompositionRule):
                 "delta": sum_up(state["delta"], charge.delta, n)}
 
     def _fits(self, state: State) -> bool:
-        limit = self.limit
+        limit = self.bound
         return (_numeric.within(state["epsilon"], limit.epsilon)
                 and _numeric.within(state["delta"], limit.delta))
 
@@ -71,7 +71,7 @@ class BasicComposition(CompositionRule):
         parts = batch.parts
         for part in parts:
             self._admit(part)  # a per-query refusal is final
-        left = _numeric.sub_down(self.limit.delta, state["delta"])
+        left = _numeric.sub_down(self.bound.delta, state["delta"])
         if not left > 0.0:
             raise Refused(self._refusal())
         first = parts[0]

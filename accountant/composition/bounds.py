@@ -15,7 +15,7 @@ when ε' < 1 and understates privacy loss beyond (k=1000, ε=0.5, δ'=1e-5 gives
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -58,7 +58,7 @@ def _cks_slack(alpha: float, log_inv_delta: float) -> float:
     return (log_inv_delta + am1 * math.log1p(-1.0 / alpha) - math.log(alpha)) / am1
 
 
-def _best_alpha(objective, guess: float) -> float:
+def _best_alpha(objective: Callable[[float], float], guess: float) -> float:
     """The α > 1 minimising ``objective(α)``, searched on t = ln(α − 1): a coarse grid around the
     guess picks the basin, bounded Brent refines it. Any α > 1 gives a valid bound, so the search
     only affects tightness, never validity."""

@@ -7,7 +7,7 @@ parameter (charge.mu is None) is refused with ``MechanismNotAllowedError``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from accountant import _numeric
 from accountant.budget import Budget  # noqa: F401 (doctest)
@@ -74,7 +74,8 @@ class GaussianComposition(CompositionRule):
         super()._admit(charge)
 
     def _step(self, state: State, charge: Charge, n: int) -> State:
-        return {"mu2": sum_up(state["mu2"], _numeric.mul_up(charge.mu, charge.mu), n),
+        mu = cast(float, charge.mu)  # _admit refused a step without one
+        return {"mu2": sum_up(state["mu2"], _numeric.mul_up(mu, mu), n),
                 "epsilon": sum_up(state["epsilon"], charge.epsilon, n),
                 "delta": sum_up(state["delta"], charge.delta, n)}
 
@@ -87,4 +88,4 @@ class GaussianComposition(CompositionRule):
     def _candidates(self, state: State) -> list[tuple[float, float]]:
         mu = math.nextafter(math.sqrt(state["mu2"]), math.inf)
         return [(state["epsilon"], state["delta"]),
-                (bounds.gdp_epsilon(mu, self.limit.delta), self.limit.delta)]
+                (bounds.gdp_epsilon(mu, self.bound.delta), self.bound.delta)]

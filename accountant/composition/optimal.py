@@ -69,8 +69,15 @@ class OptimalComposition(CompositionRule):
     def initial_state(self) -> State:
         return {"count": 0}
 
+    @property
+    def cost0(self) -> Budget:
+        """The fixed per-query cost (ε_0, δ_0) every release is charged (set at construction)."""
+        if self.per_query is None:  # pragma: no cover - __init__ refuses it
+            raise RuntimeError("the 'optimal' rule needs per_query")
+        return self.per_query
+
     def _admit(self, charge: Charge) -> None:
-        cap = self.per_query
+        cap = self.cost0
         if charge.epsilon > cap.epsilon or charge.delta > cap.delta:
             raise self._not_allowed(charge, f"it costs more than the fixed per-query cost {cap} "
                                     "this budget was declared with")
@@ -93,14 +100,14 @@ class OptimalComposition(CompositionRule):
     def spent(self, state: State) -> Budget:
         if self.limit is None:  # the basic sums (kε₀, kδ₀)
             k = float(state["count"])
-            e0, d0 = self.per_query.epsilon, self.per_query.delta
+            e0, d0 = self.cost0.epsilon, self.cost0.delta
             return Budget(_numeric.mul_up(k, e0), clip_delta(_numeric.mul_up(k, d0)))
         return super().spent(state)
 
     def _candidates(self, state: State) -> list[tuple[float, float]]:
         k = int(state["count"])
-        e0, d0 = self.per_query.epsilon, self.per_query.delta
+        e0, d0 = self.cost0.epsilon, self.cost0.delta
         out = [(_numeric.mul_up(float(k), e0), _numeric.mul_up(float(k), d0))]
-        if self.limit.delta > 0.0:
-            out.append((bounds.kov_epsilon(k, e0, self.limit.delta, d0), self.limit.delta))
+        if self.bound.delta > 0.0:
+            out.append((bounds.kov_epsilon(k, e0, self.bound.delta, d0), self.bound.delta))
         return out

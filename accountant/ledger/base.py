@@ -55,7 +55,8 @@ class Entry(NamedTuple):
 
     @property
     def record(self) -> dict[str, Any]:
-        return json.loads(self.text)
+        record: dict[str, Any] = json.loads(self.text)
+        return record
 
 
 class Transaction:
@@ -223,7 +224,7 @@ class Ledger(ABC):
 EMPTY_HEAD = (0, GENESIS)
 
 
-_clock: list = [None, ""]  # [whole second, its ISO prefix], reused within the same second
+_clock: list[Any] = [None, ""]  # [whole second, its ISO prefix], reused within the same second
 
 
 def _utc_now() -> str:

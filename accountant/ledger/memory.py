@@ -46,8 +46,8 @@ class MemoryLedger(Ledger):
         self._staged_accounts = {}
 
     def _head(self) -> tuple[int, str]:
-        last = (self._staged_entries or self._entries or [None])[-1]
-        return EMPTY_HEAD if last is None else (last.seq, last.hash)
+        entries = self._staged_entries or self._entries
+        return EMPTY_HEAD if not entries else (entries[-1].seq, entries[-1].hash)
 
     def _read_account(self, key: str) -> Account | None:
         return self._staged_accounts.get(key) or self._accounts.get(key)

@@ -73,7 +73,7 @@ class PostgresLedger(SqlLedger):
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
 
-    def _execute(self, sql: str, args: tuple = ()) -> Any:
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         try:
             return self._conn.execute(sql, args)
         except self._psycopg.Error as exc:

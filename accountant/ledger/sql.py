@@ -37,7 +37,7 @@ class SqlLedger(Ledger):
         self._configs = {}
 
     @abstractmethod
-    def _execute(self, sql: str, args: tuple = ()) -> Any:
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         """Run one statement on the backend's connection, raising ``LedgerError`` on failure."""
 
     @abstractmethod
@@ -119,7 +119,7 @@ class SqlLedger(Ledger):
                     yield Entry(seq, text, digest)
 
 
-def _account(row: tuple) -> Account:
+def _account(row: tuple[Any, ...]) -> Account:
     key, rule, config, state, seq = row
     return Account(key, rule, _parse_config(config), json.loads(state), seq)
 
@@ -128,4 +128,5 @@ def _account(row: tuple) -> Account:
 def _parse_config(text: str) -> dict[str, Any]:
     # A rule's configuration text repeats on every read of its account; parse it once. Callers
     # treat Account.config as read-only.
-    return json.loads(text)
+    config: dict[str, Any] = json.loads(text)
+    return config

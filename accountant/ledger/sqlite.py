@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from typing import Any
 from contextlib import closing
 from pathlib import Path
 
@@ -113,7 +114,7 @@ class SqliteLedger(SqlLedger):
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
-    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         try:
             return self._conn.execute(sql, args)
         except sqlite3.Error as exc:
