@@ -243,6 +243,18 @@ def commit_spy(rng: np.random.Generator) -> Iterator[_CommitSpy]:
         logger.setLevel(level)
 
 
+def assert_immutable(m: Mechanism, names: list[str]) -> None:
+    """Setting any parameter (or the cost) of a constructed mechanism raises, and changes
+    nothing: a mechanism's cost is fixed when it is built."""
+    before = (m.cost, m.params())
+    for name in list(m.params()) + names:
+        with pytest.raises(AttributeError):
+            setattr(m, name, 1e6)
+    with pytest.raises(AttributeError):
+        m.cost = Budget(100.0)  # type: ignore[misc]
+    assert (m.cost, m.params()) == before
+
+
 class MechanismContract:
     """The battery every mechanism passes. Subclasses set:
 
@@ -310,14 +322,7 @@ class MechanismContract:
     # -- immutability -------------------------------------------------------------------------
 
     def test_immutable(self) -> None:
-        m = self.make()
-        before = (m.cost, m.params())
-        for name in list(m.params()) + ["cost_override", "_cost", "epsilon"]:
-            with pytest.raises(AttributeError):
-                setattr(m, name, 1e6)
-        with pytest.raises(AttributeError):
-            m.cost = Budget(100.0)  # type: ignore[misc]
-        assert (m.cost, m.params()) == before
+        assert_immutable(self.make(), ["cost_override", "_cost", "epsilon"])
 
     def test_params_returns_a_copy(self) -> None:
         m = self.make()
@@ -1053,14 +1058,7 @@ class StreamMechanismContract:
     # -- immutability and params ------------------------------------------------------------------
 
     def test_immutable(self) -> None:
-        m = self.make()
-        before = (m.cost, m.params())
-        for name in list(m.params()) + ["epsilon", "max_positives", "query_scale"]:
-            with pytest.raises(AttributeError):
-                setattr(m, name, 1e6)
-        with pytest.raises(AttributeError):
-            m.cost = Budget(100.0)  # type: ignore[misc]
-        assert (m.cost, m.params()) == before
+        assert_immutable(self.make(), ["epsilon", "max_positives", "query_scale"])
 
     def test_params_json_and_public_only(self) -> None:
         m = self.make()
