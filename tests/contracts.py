@@ -255,7 +255,24 @@ def assert_immutable(m: Mechanism, names: list[str]) -> None:
     assert (m.cost, m.params()) == before
 
 
-class MechanismContract:
+class DocumentedAndExported:
+    """Every mechanism class cites its paper, carries a runnable example, and is exported."""
+
+    mechanism_class: ClassVar[type[Mechanism]]
+
+    def test_documented(self) -> None:
+        doc = self.mechanism_class.__doc__ or ""
+        assert len(doc.strip()) > 40
+        assert re.search(r"\b(19|20)\d\d\b", doc), "the docstring must cite its paper (year)"
+        assert ">>>" in doc, "the docstring must carry a runnable example"
+
+    def test_exported(self) -> None:
+        name = self.mechanism_class.__name__
+        assert name in mechanisms.__all__
+        assert getattr(mechanisms, name) is self.mechanism_class
+
+
+class MechanismContract(DocumentedAndExported):
     """The battery every mechanism passes. Subclasses set:
 
     Attributes:
@@ -516,18 +533,6 @@ class MechanismContract:
         assert snapshot(acc.ledger, rng) == before
         assert acc.spent("d") == cost
 
-    # -- documented and exported --------------------------------------------------------------
-
-    def test_documented(self) -> None:
-        doc = self.mechanism_class.__doc__ or ""
-        assert len(doc.strip()) > 40
-        assert re.search(r"\b(19|20)\d\d\b", doc), "the docstring must cite its paper (year)"
-        assert ">>>" in doc, "the docstring must carry a runnable example"
-
-    def test_exported(self) -> None:
-        name = self.mechanism_class.__name__
-        assert name in mechanisms.__all__
-        assert getattr(mechanisms, name) is self.mechanism_class
 
 
 class LedgerContract:
@@ -941,7 +946,7 @@ STREAM_BAD_QUERIES: list[Any] = [
 ]
 
 
-class StreamMechanismContract:
+class StreamMechanismContract(DocumentedAndExported):
     """The battery every sparse-vector mechanism passes. Subclasses set:
 
     Attributes:
@@ -1239,18 +1244,6 @@ class StreamMechanismContract:
             assert acc.ledger.head() == head
             assert session.answered == reference.answered >= 1
 
-    # -- documented and exported -----------------------------------------------------------------
-
-    def test_documented(self) -> None:
-        doc = self.mechanism_class.__doc__ or ""
-        assert len(doc.strip()) > 40
-        assert re.search(r"\b(19|20)\d\d\b", doc), "the docstring must cite its paper (year)"
-        assert ">>>" in doc, "the docstring must carry a runnable example"
-
-    def test_exported(self) -> None:
-        name = self.mechanism_class.__name__
-        assert name in mechanisms.__all__
-        assert getattr(mechanisms, name) is self.mechanism_class
 
 
 # =================================================================================================
