@@ -28,8 +28,7 @@ would forget recorded spend).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from accountant import _validate
 from accountant.budget import Budget
@@ -57,14 +56,13 @@ __all__ = ["Plan", "Planner", "Target"]
 _PLAN_CACHE = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(NamedTuple):
     """One account a step is charged to: its base key, rule, renewal window and record layout."""
 
     key: str
     rule: CompositionRule
     period: Period | None
-    layout: AccountLayout = field(compare=False)
+    layout: AccountLayout
 
     @classmethod
     def of(cls, key: str, rule: CompositionRule, period: Period | None = None) -> "Target":
@@ -75,36 +73,39 @@ class Target:
         return self.key if self.period is None else self.key + self.period.suffix(now)
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     """What a release on ``dataset`` by ``analyst`` is charged to (``targets``, dataset first)
     and checked against (``checks``: the datasets whose policy has stateless checks), plus extra
-    record ``members`` (a pipeline's id) as canonical JSON."""
+    record ``members`` (a pipeline's id). ``fixed``: the record members the plan fixes (analyst,
+    dataset(s), ``members``), encoded once. Build one with ``Plan.make``."""
 
     dataset: str | tuple[str, ...]
     analyst: str | None
     targets: tuple[Target, ...]
     checks: tuple[tuple[str, DatasetLimit], ...]
-    members: Mapping[str, str] = field(default_factory=dict)
-    windowed: bool = False
-    #: The record members fixed by the plan (analyst, dataset(s), ``members``), encoded once.
-    fixed: Mapping[str, str] = field(init=False, compare=False)
+    members: Mapping[str, str]
+    windowed: bool
+    fixed: Mapping[str, str]
 
-    def __post_init__(self) -> None:
-        fixed = {"analyst": canonical(self.analyst)}
-        if isinstance(self.dataset, str):
-            fixed["dataset"] = canonical(self.dataset)
+    @classmethod
+    def make(cls, dataset: str | tuple[str, ...], analyst: str | None,
+             targets: tuple[Target, ...], checks: tuple[tuple[str, DatasetLimit], ...],
+             members: Mapping[str, str] | None = None) -> "Plan":
+        members = dict(members or {})
+        fixed = {"analyst": canonical(analyst)}
+        if isinstance(dataset, str):
+            fixed["dataset"] = canonical(dataset)
         else:  # a join names its first dataset in ``dataset`` and all of them in ``datasets``
-            fixed["dataset"] = canonical(self.dataset[0])
-            fixed["datasets"] = canonical(list(self.dataset))
-        fixed.update(self.members)
-        object.__setattr__(self, "fixed", fixed)
+            fixed["dataset"] = canonical(dataset[0])
+            fixed["datasets"] = canonical(list(dataset))
+        fixed.update(members)
+        return cls(dataset, analyst, targets, checks, members,
+                   any(t.period is not None for t in targets), fixed)
 
     def child(self, target: Target, members: Mapping[str, str]) -> "Plan":
         """The plan of a pipeline opened on this one: charged to ``target`` (its own account)
         only, still subject to the datasets' stateless checks."""
-        return Plan(self.dataset, self.analyst, (target,), self.checks, dict(members),
-                    target.period is not None)
+        return Plan.make(self.dataset, self.analyst, (target,), self.checks, members)
 
     def keys(self, now: float) -> list[str]:
         """The account keys in force at time ``now``."""
@@ -194,8 +195,8 @@ class Planner:
                                       tuple(sorted(policy.analysts)))
         if "global" in self.specs:
             targets.append(self._target(self.specs["global"]))
-        return Plan(names[0] if isinstance(dataset, str) else names, analyst, tuple(targets),
-                    tuple(checks), {}, any(t.period is not None for t in targets))
+        return Plan.make(names[0] if isinstance(dataset, str) else names, analyst,
+                         tuple(targets), tuple(checks))
 
     def _dataset_target(self, name: str, limit: DatasetLimit) -> Target:
         spec = self.specs.get(dataset_key(name))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+from typing import NamedTuple
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from accountant.errors import LedgerError
@@ -21,8 +21,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LINE_PREFIX = '{"hash":"'
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     """One stored record: where it is (``position``: row seq or line number), the hash stored with
     it, and its canonical text (None when the stored form could not be read)."""
 

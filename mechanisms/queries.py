@@ -18,8 +18,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,8 +36,7 @@ class Neighbouring(str, enum.Enum):
     REPLACE = "replace"
 
 
-@dataclass(frozen=True)
-class Query:
+class Query(NamedTuple):
     """A true answer and its sensitivities. Never store or log ``value``: it is the secret.
 
     Attributes:
@@ -52,6 +50,10 @@ class Query:
     l1_sensitivity: float
     l2_sensitivity: float
     neighbouring: Neighbouring
+
+    def __repr__(self) -> str:  # never the value: a repr ends up in logs and notebooks
+        return (f"Query(value=<hidden>, l1_sensitivity={self.l1_sensitivity!r}, "
+                f"l2_sensitivity={self.l2_sensitivity!r}, neighbouring={self.neighbouring!r})")
 
 
 def _data(data: Any, name: str = "data") -> np.ndarray:

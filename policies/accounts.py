@@ -20,7 +20,7 @@ the accountant, ``dpbudget status --policy`` and the load-time rule checks all u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from accountant.composition import CompositionRule, make_rule
 from accountant.errors import PolicyError, PrivacyError
@@ -50,8 +50,7 @@ def pipeline_key(pipeline_id: str) -> str:
     return f"pipeline:{pipeline_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class AccountSpec:
+class AccountSpec(NamedTuple):
     """One limit as an account: its base ``key``, its ``rule``, its renewal window (``period``,
     None for a lifetime limit), the policy key ``path`` it comes from, and its ``dataset`` (None
     for the global and per-analyst accounts)."""
