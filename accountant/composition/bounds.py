@@ -15,6 +15,7 @@ when ε' < 1 and understates privacy loss beyond (k=1000, ε=0.5, δ'=1e-5 gives
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -171,6 +172,11 @@ def kov_delta(k: int, eps0: float, epsilon: float, delta0: float = 0.0) -> float
     epsilon = _validate.non_negative("epsilon", epsilon)
     delta0 = _validate.probability("delta0", delta0)
     if k == 0:
+        return 0.0
+    if delta0 == 0.0 and k * Fraction(eps0) <= Fraction(epsilon):
+        # Pure steps whose total kε₀ is within ε (exactly, in rationals): the privacy loss is
+        # bounded by kε₀ pointwise, so δ_g is exactly 0 — not the subnormal _up(0) would give,
+        # which a pure limit (δ_B = 0) would refuse.
         return 0.0
     log_rr = _log_delta_rr(k, eps0, epsilon)
     if log_rr >= 0.0:  # δ_RR rounds to 1: nothing is guaranteed

@@ -112,14 +112,8 @@ def test_max_releases_is_exact_at_the_tolerance_edge(epsilon: float) -> None:
     assert fill(acc, Laplace(epsilon), 1.0) == predicted
 
 
-# -- the optimal rule under a pure limit (library bug) ---------------------------------------------
+# -- the optimal rule under a pure limit (a fixed library bug) ---------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: under a pure limit (δ_B = 0) the 'optimal' rule admits nothing. "
-    "bounds.kov_delta rounds its exact 0 up to the smallest subnormal (1e-323), which is "
-    "above δ_B = 0, so k_max = 0; yet k ≤ ε_B/ε₀ releases of ε₀-DP steps are exactly "
-    "(ε_B, 0)-DP (KOV Thm 3.3 at δ = 0, and basic composition admits them), and the rule's own "
-    "docstring defines k_max as the largest such k"))
 def test_optimal_rule_under_a_pure_limit_admits_the_exact_count() -> None:
     acc = Accountant(Budget(1.0), composition="optimal", per_query=Budget(0.125), rng=0)
     assert acc.max_releases(Laplace(0.125)) == 8
