@@ -15,6 +15,8 @@ __all__ = [
     "PrivacyError",
     "InvalidArgumentError",
     "InvalidTypeError",
+    "InvalidDataError",
+    "InvalidDataTypeError",
     "UnknownDatasetError",
     "UnknownAnalystError",
     "PolicyError",
@@ -62,6 +64,70 @@ class InvalidTypeError(PrivacyError, TypeError):
         super().__init__(
             f"{argument!r} must be {expected}; got {value!r} of type {type(value).__name__}"
         )
+
+
+def describe(value: Any) -> str:
+    """What a data value is, never what it holds: its type, and its shape and dtype or length.
+
+    Data (a true answer, a score, a category, a row) must never appear in an error message, a repr
+    or a log line: messages end up in notebooks, logs and tickets. Only non-finite floats are
+    named (``nan``, ``inf``), because *that* they are not finite is the complaint.
+
+    >>> describe([1.0, 2.0]), describe(3.5), describe(float("nan"))
+    ('a list of length 2', 'a float', 'a float (nan)')
+    """
+    kind = type(value)
+    name = kind.__name__
+    module = kind.__module__.split(".")[0]
+    prefix = "" if module in ("builtins", "numpy") else f"{module} "
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and not isinstance(value, (int, float, complex)):
+        dtype = getattr(value, "dtype", None)
+        dtypes = "" if dtype is None else f" and dtype {dtype}"
+        if shape == () and dtype is not None:  # a numpy scalar
+            return _scalar(value, f"a numpy {dtype}")
+        return f"{_a(prefix + name)} of shape {shape}{dtypes}"
+    if isinstance(value, float):
+        return _scalar(value, "a float")
+    if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+        return f"a {name} of length {len(value)}"
+    if value is None:
+        return "None"
+    return _a(prefix + name)
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def _scalar(value: Any, what: str) -> str:
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return what
+    return what if x - x == 0.0 else f"{what} ({x!r})"
+
+
+class InvalidDataError(InvalidArgumentError):
+    """A data value (a true answer, a score, a category, a row) that is not allowed. The message
+    names the argument, describes the value (type, shape, where the problem is) and never shows it;
+    ``value`` holds that description, not the data."""
+
+    def __init__(self, argument: str, value: Any, expected: str, where: str = "") -> None:
+        self.argument = argument
+        self.value = describe(value)
+        self.expected = expected
+        Exception.__init__(self, f"{argument!r} must be {expected}; got {self.value}{where}")
+
+
+class InvalidDataTypeError(InvalidTypeError):
+    """A data value of the wrong type; like ``InvalidDataError``, it never shows the value."""
+
+    def __init__(self, argument: str, value: Any, expected: str) -> None:
+        self.argument = argument
+        self.value = describe(value)
+        self.expected = expected
+        Exception.__init__(self, f"{argument!r} must be {expected}; got {self.value}")
 
 
 class UnknownDatasetError(InvalidArgumentError):

@@ -23,7 +23,8 @@ from accountant.composition import CompositionRule, Refused, State, batch_charge
 from accountant.composition.base import check_charge, clip_delta
 from accountant.errors import (
     BudgetExceededError,
-    InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
     InvalidTypeError,
     LedgerConflictError,
     MechanismNotAllowedError,
@@ -169,16 +170,16 @@ class Gate:
     def release_many(self, items: Any, label: str | None, where: Where) -> list[Any]:
         """A batch fixed in advance: every item validated, one debit, then every draw."""
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-            raise InvalidTypeError("items", items, "a sequence of (mechanism, value) pairs")
+            raise InvalidDataTypeError("items", items, "a sequence of (mechanism, value) pairs")
         pairs = tuple(items)
         if not pairs:
-            raise InvalidArgumentError("items", items, "a non-empty sequence of (mechanism, "
-                                       "value) pairs")
+            raise InvalidDataError("items", items, "a non-empty sequence of (mechanism, value) "
+                                   "pairs")
         prepared = []
         plan: Plan | None = None
         for i, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise InvalidTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
+                raise InvalidDataTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
             plan = self.validate(pair[0], label, where if plan is None else plan)
             prepared.append(pair[0].prepare(pair[1]))
         assert plan is not None  # pairs is non-empty

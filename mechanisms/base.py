@@ -20,7 +20,12 @@ import numpy as np
 
 from accountant.budget import Budget
 from accountant.charge import Charge
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
+    InvalidTypeError,
+)
 from mechanisms.sampling import Sampler
 
 __all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
@@ -135,29 +140,29 @@ class NumericMechanism(Mechanism):
             try:
                 x = float(value)
             except OverflowError:  # an int beyond the largest double
-                raise InvalidArgumentError("value", value, "a finite number") from None
+                raise InvalidDataError("value", value, "a finite number") from None
             if not np.isfinite(x):
-                raise InvalidArgumentError("value", value, "a finite number")
+                raise InvalidDataError("value", value, "a finite number")
             return x
         if isinstance(value, (np.ndarray, list, tuple)):
             try:
                 arr = np.asarray(value)
             except ValueError:  # a ragged nested list
-                raise InvalidTypeError("value", value, "a rectangular array of real numbers") \
+                raise InvalidDataTypeError("value", value, "a rectangular array of real numbers") \
                     from None
             if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
                                          and not np.issubdtype(arr.dtype, np.complexfloating)):
-                raise InvalidTypeError("value", value, "a real number or an array of real numbers")
+                raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
             arr = arr.astype(np.float64)
             if arr.size == 0:
-                raise InvalidArgumentError("value", value, "a non-empty array")
+                raise InvalidDataError("value", value, "a non-empty array")
             bad = ~np.isfinite(arr)
             if bad.any():
                 index = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise InvalidArgumentError("value", value, f"finite everywhere (entry {index} is "
-                                           f"{arr[index]!r})")
+                raise InvalidDataError("value", value, "finite everywhere",
+                                       f"; value{list(index)} is {float(arr[index])!r}")
             return arr
-        raise InvalidTypeError("value", value, "a real number or an array of real numbers")
+        raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
 
 
 class StreamMechanism(Mechanism):

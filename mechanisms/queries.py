@@ -23,7 +23,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from accountant import _validate
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
+)
 from mechanisms.laplace import Laplace
 
 __all__ = ["Neighbouring", "Query", "clamped_sum", "count", "histogram", "noisy_mean"]
@@ -57,14 +61,16 @@ class Query(NamedTuple):
 
 
 def _data(data: Any, name: str = "data") -> np.ndarray:
-    arr = np.asarray(data)
+    try:
+        arr = np.asarray(data)
+    except ValueError:  # ragged
+        raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers") from None
     if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
-        raise InvalidTypeError(name, data, "a one-dimensional sequence of numbers")
+        raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers")
     arr = arr.astype(np.float64)
     nan = np.flatnonzero(np.isnan(arr))
     if nan.size:
-        raise InvalidArgumentError(name, f"<{arr.size} values>",
-                                   f"free of NaN (row {int(nan[0])} is NaN)")
+        raise InvalidDataError(name, data, "free of NaN", f"; {name}[{int(nan[0])}] is nan")
     return arr
 
 
@@ -97,7 +103,7 @@ def count(data: Sequence[Any], *, neighbouring: Neighbouring = Neighbouring.ADD_
         raise InvalidArgumentError("neighbouring", neighbouring, "'add/remove' for a count",
                                    "Under replace-one neighbours the row count is public.")
     if not hasattr(data, "__len__"):
-        raise InvalidTypeError("data", data, "a sized collection of rows")
+        raise InvalidDataTypeError("data", data, "a sized collection of rows")
     return Query(float(len(data)), 1.0, 1.0, Neighbouring.ADD_REMOVE)
 
 
@@ -153,8 +159,8 @@ def histogram(data: Sequence[Any], categories: Sequence[Any], *,
     for row, value in enumerate(data):
         i = index.get(value)
         if i is None:
-            raise InvalidArgumentError("data", f"<row {row}>",
-                                       f"a value among the declared categories (row {row} is not)")
+            raise InvalidDataError("data", data, "values among the declared categories",
+                                   f"; data[{row}] is not one of them")
         counts[i] += 1.0
     if relation is Neighbouring.ADD_REMOVE:
         return Query(counts, 1.0, 1.0, relation)
@@ -197,7 +203,7 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     if relation is Neighbouring.REPLACE:
         n = float(len(data))
         if n == 0:
-            raise InvalidArgumentError("data", data, "non-empty under replace neighbours")
+            raise InvalidDataError("data", data, "non-empty under replace neighbours")
         noisy_n, sum_eps = n, eps
     else:
         n_query = count(data)

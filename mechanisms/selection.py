@@ -17,7 +17,12 @@ import numpy as np
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
+    InvalidTypeError,
+)
 from mechanisms.base import Mechanism
 from mechanisms.sampling import Sampler
 
@@ -82,22 +87,22 @@ class _NoisyArgmax(Mechanism):
             InvalidArgumentError: the wrong length, or a NaN / infinite score.
         """
         if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-            raise InvalidTypeError("scores", value, "a sequence with one real score per candidate")
+            raise InvalidDataTypeError("scores", value, "a sequence with one real score per candidate")
         try:
             arr = np.asarray(value)
         except ValueError:  # a ragged nested sequence
-            raise InvalidTypeError("scores", value, "a flat sequence of real numbers") from None
+            raise InvalidDataTypeError("scores", value, "a flat sequence of real numbers") from None
         if (arr.dtype == bool or not np.issubdtype(arr.dtype, np.number)
                 or np.issubdtype(arr.dtype, np.complexfloating)):
-            raise InvalidTypeError("scores", value, "a sequence of real numbers")
+            raise InvalidDataTypeError("scores", value, "a sequence of real numbers")
         if arr.shape != (len(self.candidates),):
-            raise InvalidArgumentError("scores", value, f"one score per candidate, shape "
-                                       f"({len(self.candidates)},); got shape {arr.shape}")
+            raise InvalidDataError("scores", value, f"one score per candidate, shape "
+                                   f"({len(self.candidates)},)")
         arr = arr.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
-            raise InvalidArgumentError("scores", value,
-                                       f"finite everywhere (entry {bad[0]} is {arr[bad[0]]!r})")
+            raise InvalidDataError("scores", value, "finite everywhere",
+                                   f"; scores[{bad[0]}] is {float(arr[bad[0]])!r}")
         return arr
 
     def _release(self, value: np.ndarray, sampler: Sampler) -> Any:
@@ -202,10 +207,10 @@ class RandomizedResponse(Mechanism):
             InvalidArgumentError: not one of the categories.
         """
         if not isinstance(value, Hashable):
-            raise InvalidTypeError("value", value, "one of the categories")
+            raise InvalidDataTypeError("value", value, "one of the categories")
         index = self._index.get(value)
         if index is None:
-            raise InvalidArgumentError("value", value, f"one of the {len(self.categories)} "
+            raise InvalidDataError("value", value, f"one of the {len(self.categories)} "
                                        f"categories")
         return index
 

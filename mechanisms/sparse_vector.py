@@ -13,12 +13,18 @@ debit.
 from __future__ import annotations
 
 import math
+import numbers
 from fractions import Fraction
 from typing import Any
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidTypeError, MechanismExhaustedError
+from accountant.errors import (
+    InvalidDataError,
+    InvalidDataTypeError,
+    InvalidTypeError,
+    MechanismExhaustedError,
+)
 from mechanisms.base import StreamMechanism
 from mechanisms.sampling import Sampler
 
@@ -207,11 +213,14 @@ def _shares(epsilon: float, weights: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def _real(value: Any) -> float:
-    """A query value as a float (the slow path: ints, numpy scalars, Fractions, ...)."""
+    """A query value as a float (the slow path: ints, numpy scalars, Fractions, ...). A query's
+    value is data: errors describe it, never show it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidDataTypeError("value", value, "a real number")
     try:
-        return _validate.real("value", value)
+        return float(value)
     except OverflowError:  # an int beyond the double range
-        raise InvalidArgumentError("value", value, "a finite number") from None
+        raise InvalidDataError("value", value, "a finite number") from None
 
 
 class _SparseStream:
@@ -240,7 +249,7 @@ class _SparseStream:
             raise self._exhausted()
         x = value if type(value) is float else _real(value)
         if x - x != 0.0:  # NaN or infinite; the stream has not advanced
-            raise InvalidArgumentError("value", value, "a finite number")
+            raise InvalidDataError("value", value, "a finite number")
         self.answered += 1
         if x + next(self._noise) >= self._noisy_threshold:
             self._left -= 1

@@ -1,0 +1,129 @@
+"""No data in any error, repr or log line: a canary value is fed through every path where a true
+value, a score, a category or a row can be refused, and must never come back out — not in the
+message, the repr, the arguments or the attributes of the error, not in the log, not in the ledger.
+
+Parameters (ε, δ, bounds, names) may be shown; data values may not. Errors describe the data
+instead: its type, shape, dtype and where the problem is (``value[1] is nan``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from accountant import Accountant, Budget, PrivacyError
+from mechanisms import (
+    AboveThreshold,
+    AnalyticGaussian,
+    Exponential,
+    Gaussian,
+    Laplace,
+    NumericSparse,
+    PermuteAndFlip,
+    RandomizedResponse,
+    ReportNoisyMax,
+    Sparse,
+    clamped_sum,
+    count,
+    histogram,
+    noisy_mean,
+)
+
+CANARY = 987654.321
+TEXT = "CANARY-7f3a"
+MARKS = ("987654", TEXT)  # any rendering of the canary float contains its leading digits
+NAN, INF = float("nan"), float("inf")
+HUGE = int("987654" * 60)  # beyond float range: its digits are the canary too
+
+NUMERIC_BAD = [[CANARY, NAN], np.array([CANARY, INF]), np.array([[CANARY, 1.0], [NAN, 2.0]]),
+               TEXT, [TEXT], [[CANARY], [1.0, 2.0]], {"k": CANARY}, [CANARY, None],
+               complex(CANARY, 1.0), HUGE, [HUGE, 1.0], {CANARY, 1.0}, np.array([TEXT]),
+               [TEXT, CANARY]]
+SCORES_BAD = [[CANARY, NAN], [CANARY], TEXT, [[CANARY], [1.0, 2.0]], np.array([CANARY] * 3),
+              [TEXT, CANARY], [CANARY, INF], [CANARY, None]]
+
+
+def _cases() -> list[Any]:
+    cases: list[Any] = []
+    for mech in (Laplace(1.0), Gaussian(0.5, 1e-6), AnalyticGaussian(1.0, 1e-6)):
+        for i, bad in enumerate(NUMERIC_BAD):
+            cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
+                                      id=f"{mech.name}-{i}"))
+    for cls in (Exponential, ReportNoisyMax, PermuteAndFlip):
+        for i, bad in enumerate(SCORES_BAD):
+            cases.append(pytest.param(
+                lambda acc, c=cls, v=bad: acc.release(c(1.0, ["a", "b"]), v),
+                id=f"{cls.__name__}-{i}"))
+    for i, bad in enumerate([TEXT, [CANARY], CANARY, {TEXT}]):
+        cases.append(pytest.param(
+            lambda acc, v=bad: acc.release(RandomizedResponse(1.0, ["a", "b"]), v), id=f"rr-{i}"))
+
+    def session(cls: Callable[..., Any], value: Any, numeric: bool = False) -> Callable[..., Any]:
+        def run(acc: Accountant) -> Any:
+            with acc.session(cls(epsilon=0.5, threshold=0.0, **({} if cls is AboveThreshold
+                                                               else {"max_positives": 1}))) as s:
+                return s.query(value) if numeric else s.test(value)
+        return run
+
+    for i, bad in enumerate([TEXT, [CANARY], complex(CANARY, 1), HUGE, None]):
+        cases.append(pytest.param(session(AboveThreshold, bad), id=f"svt-test-{i}"))
+        cases.append(pytest.param(session(Sparse, bad), id=f"sparse-test-{i}"))
+        cases.append(pytest.param(session(NumericSparse, bad, True), id=f"numeric-query-{i}"))
+    helpers: list[Callable[[Accountant], Any]] = [
+        lambda acc: clamped_sum([CANARY, NAN], 0.0, 1.0),
+        lambda acc: clamped_sum(TEXT, 0.0, 1.0),
+        lambda acc: clamped_sum([[CANARY], [1.0, 2.0]], 0.0, 1.0),
+        lambda acc: clamped_sum(np.array([[CANARY, 1.0]]), 0.0, 1.0),
+        lambda acc: histogram([TEXT, "a"], ["a", "b"]),
+        lambda acc: histogram([CANARY], [1.0, 2.0]),
+        lambda acc: count(CANARY),
+        lambda acc: noisy_mean(acc, [CANARY, NAN], 0.0, 1.0, epsilon=0.5),
+        lambda acc: acc.release_many([(Laplace(0.1), CANARY, TEXT)]),
+        lambda acc: acc.release_many([(Laplace(0.1), [CANARY, NAN])]),
+        lambda acc: acc.release_many(TEXT),
+        lambda acc: acc.release(Laplace(5.0), CANARY),  # refused: over the budget
+        lambda acc: acc.release(Laplace(0.1), CANARY, dataset="unknown"),
+    ]
+    for i, call in enumerate(helpers):
+        cases.append(pytest.param(call, id=f"helper-{i}"))
+    return cases
+
+
+def _leaks(text: str) -> bool:
+    return any(mark in text for mark in MARKS)
+
+
+@pytest.mark.parametrize("call", _cases())
+def test_the_canary_never_leaks(call: Callable[[Accountant], Any],
+                                caplog: pytest.LogCaptureFixture) -> None:
+    acc = Accountant(limits={"default": Budget(1.0, 1e-6)}, rng=0)
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(PrivacyError) as info:
+            call(acc)
+    err = info.value
+    rendered = [str(err), repr(err), *map(repr, err.args),
+                *(repr(v) for v in vars(err).values())]
+    assert not any(_leaks(r) for r in rendered), rendered
+    assert not _leaks(caplog.text)
+    assert not any(_leaks(e.text) for e in acc.ledger.entries())
+
+
+def test_the_canary_test_can_fail() -> None:
+    """Negative control: an error that does show its value is caught by the same check."""
+    from accountant import InvalidArgumentError
+
+    err = InvalidArgumentError("value", CANARY, "anything")  # the parameter form shows values
+    assert _leaks(str(err))
+
+
+def test_errors_still_say_where_the_problem_is() -> None:
+    acc = Accountant(Budget(1.0), rng=0)
+    with pytest.raises(PrivacyError, match=r"value\[1\] is nan") as info:
+        acc.release(Laplace(0.5), [CANARY, NAN])
+    assert "a list of length 2" in str(info.value)
+    with pytest.raises(PrivacyError, match=r"shape \(2, 2\) and dtype float64"):
+        acc.release(Laplace(0.5), np.array([[CANARY, 1.0], [NAN, 2.0]]))
