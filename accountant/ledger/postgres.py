@@ -11,10 +11,13 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 
 from __future__ import annotations
 
+import math
+import os
 import zlib
 from typing import Any
 
 from accountant.errors import LedgerError
+from accountant.ledger.base import Account
 from accountant.ledger.sql import SqlLedger
 
 __all__ = ["PostgresLedger"]
@@ -42,6 +45,8 @@ class PostgresLedger(SqlLedger):
 
     Args:
         dsn: a libpq connection string or URL.
+        timeout: seconds to wait for another writer's lock, for a connection, or for a server
+            that stopped answering, before a typed ``LedgerError`` (nothing is written).
         hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
             variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
 
@@ -53,25 +58,62 @@ class PostgresLedger(SqlLedger):
     _P = "%s"
     _T = "dpbudget_"
 
-    def __init__(self, dsn: str, *, hmac_key: bytes | str | None = None) -> None:
+    def __init__(self, dsn: str, *, timeout: float = 30.0,
+                 hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
         try:
             import psycopg
         except ImportError:
             raise LedgerError("the PostgreSQL ledger needs psycopg 3: "
                               'pip install "dpbudget[postgres]"') from None
+        if not (isinstance(timeout, (int, float)) and 0.0 < timeout < math.inf):
+            raise LedgerError(f"timeout must be a finite number of seconds > 0; got {timeout!r}")
         self._psycopg = psycopg
         self.dsn = dsn
         self.url = dsn
+        self.timeout = float(timeout)
         try:
-            self._conn = psycopg.connect(dsn, autocommit=True)
-            self._conn.execute("SET synchronous_commit = on")
+            self._connect()
             with self._conn.transaction():
                 self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
                 self._conn.execute(_SCHEMA)
                 self._check_format()
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
+
+    def _connect(self) -> None:
+        """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
+        wait for another writer's lock; ``tcp_user_timeout`` and keepalives bound a wait on a
+        server that stopped answering (a frozen server), where a server-side timeout cannot."""
+        ms = max(1, int(self.timeout * 1000))
+        self._conn = self._psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=max(2, math.ceil(self.timeout)),
+            keepalives=1, keepalives_idle=max(1, math.ceil(self.timeout / 3)),
+            keepalives_interval=max(1, math.ceil(self.timeout / 9)), keepalives_count=3,
+            tcp_user_timeout=ms)
+        self._conn.execute("SET synchronous_commit = on")
+        self._conn.execute(f"SET lock_timeout = {ms}")
+        self._pid = os.getpid()
+
+    def _usable(self) -> None:
+        """Make sure the session is this process's and alive, before a transaction or a read
+        outside one (never inside a transaction: a new session would not be in it).
+
+        After ``fork()`` the child never touches its parent's session: the parent's connection
+        object is kept (so that its finaliser cannot end the parent's session from here) and the
+        child opens its own. A session lost since its last use (a server restart, a dropped
+        connection) is replaced; nothing was in flight on it."""
+        if self._pid != os.getpid():
+            _INHERITED.append(self._conn)
+            self._reconnect()
+        elif self._conn.closed or self._conn.broken:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        try:
+            self._connect()
+        except self._psycopg.Error as exc:
+            raise LedgerError(f"PostgreSQL ledger: cannot reconnect: {exc}") from exc
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         try:
@@ -80,9 +122,16 @@ class PostgresLedger(SqlLedger):
             raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
 
     def _begin(self) -> None:
+        self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
-        self._execute("BEGIN")
+        try:
+            self._conn.execute("BEGIN")
+        except self._psycopg.OperationalError:
+            # The session died since its last use and only BEGIN found out: nothing has run in
+            # this transaction yet, so a new session can start it afresh.
+            self._reconnect()
+            self._execute("BEGIN")
         self._execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
 
     def _rollback(self) -> None:
@@ -91,10 +140,31 @@ class PostgresLedger(SqlLedger):
         except self._psycopg.Error:
             pass  # the connection is broken; nothing was committed
 
+    def account(self, key: str) -> Account | None:
+        with self._lock:
+            self._usable()
+            return self._read_account(key)
+
+    def accounts(self) -> list[Account]:
+        with self._lock:
+            self._usable()
+        return super().accounts()
+
+    def head(self) -> tuple[int, str]:
+        with self._lock:
+            self._usable()
+            return self._head()
+
     def _reader(self) -> Any:
-        return self._psycopg.connect(self.dsn, autocommit=True)
+        return self._psycopg.connect(self.dsn, autocommit=True,
+                                     connect_timeout=max(2, math.ceil(self.timeout)))
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            if self._pid == os.getpid():  # a forked child leaves its parent's session alone
+                self._conn.close()
 
+
+# Sessions inherited through fork(): kept referenced so that their finalisers never run in the
+# child (which would end the parent's session).
+_INHERITED: list[Any] = []
