@@ -77,6 +77,9 @@ class AdvancedComposition(CompositionRule):
     """
 
     name = "advanced"
+    #: ρ_B and the δ allowance are derived from it: a share changed mid-stream (after seeing
+    #: results) would re-price everything already spent, which no proof covers.
+    state_params = ("conversion_share",)
 
     def __init__(self, limit: Budget | None, per_query: Budget | None = None, *,
                  conversion_share: float = 1.0) -> None:

@@ -332,3 +332,18 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     report = audit(ledger)
     assert report.exit_status & EXIT_BITS["limit"]
     assert any("per_query" in p.message for p in report.problems)
+
+
+def test_advanced_conversion_share_cannot_change_mid_stream(tmp_path) -> None:
+    """An 'advanced' ledger recorded with conversion_share = 1.0 used to reopen under 0.5 without
+    complaint, re-pricing what was spent (ρ_B and the δ allowance change)."""
+    from accountant import LedgerConflictError
+    from policies import DatasetLimit
+
+    url = tmp_path / "a.db"
+    with Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced")},
+                    ledger=url, rng=0) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="d")
+    with pytest.raises(LedgerConflictError, match="conversion_share"):
+        Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced",
+                                             conversion_share=0.5)}, ledger=url, rng=0)
