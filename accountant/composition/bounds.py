@@ -324,6 +324,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     return _numeric.bisect(lambda e: _log_gdp_delta(mu, e) <= target, 0.0, hi)[1]
 
 
+_GDP_MU_MARGIN = 1e-10
+
+
 def gdp_mu(epsilon: float, delta: float) -> float:
     """The largest μ such that μ-GDP is (ε, δ)-DP (δ(ε) of μ-GDP increases with μ;
     Dong–Roth–Su 2019, Cor. 2.13), by bisection; the lower end is returned (safe side).
@@ -339,4 +342,7 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     hi = 1.0
     while _log_gdp_delta(hi, epsilon) <= target:
         hi *= 2.0
-    return _numeric.bisect(lambda m: _log_gdp_delta(m, epsilon) > target, 0.0, hi)[0]
+    mu = _numeric.bisect(lambda m: _log_gdp_delta(m, epsilon) > target, 0.0, hi)[0]
+    # The log-space δ(μ) carries rounding error (measured up to ~2e-12 relative in μ at the
+    # root); μ_B must never be above the exact root, so step down by a margin 50× that.
+    return math.nextafter(mu * (1.0 - _GDP_MU_MARGIN), 0.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import mpmath
 import pytest
@@ -93,3 +94,23 @@ def test_bad_arguments_are_typed():
         bounds.cks_epsilon(0.5, float("nan"))
     with pytest.raises(InvalidArgumentError, match="'eps0'"):
         bounds.kov_epsilon(10, -0.1, 1e-5)
+
+
+def test_gdp_mu_budget_is_never_above_the_exact_root() -> None:
+    """μ_B (the gaussian rule's budget) is a derived budget: it must round to the safe side. At
+    every grid point the exact δ(ε_B) of μ_B-GDP, in 50-digit arithmetic, is within δ_B."""
+    import mpmath
+
+    from accountant.composition.bounds import gdp_mu
+
+    mpmath.mp.dps = 50
+
+    def exact_delta(mu: float, eps: float) -> Any:
+        m, e = mpmath.mpf(mu), mpmath.mpf(eps)
+        return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+
+    for eps in (0.05, 0.1, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0):
+        for delta in (1e-3, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12):
+            mu = gdp_mu(eps, delta)
+            assert exact_delta(mu, eps) <= delta, (eps, delta, mu)
+            assert exact_delta(mu * (1 + 1e-8), eps) > delta  # and is tight to 1e-8
