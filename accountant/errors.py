@@ -80,16 +80,24 @@ def describe(value: Any) -> str:
     name = kind.__name__
     module = kind.__module__.split(".")[0]
     prefix = "" if module in ("builtins", "numpy") else f"{module} "
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple) and not isinstance(value, (int, float, complex)):
+    try:  # a hostile object's own properties may raise with data in the message
+        shape = getattr(value, "shape", None)
         dtype = getattr(value, "dtype", None)
-        dtypes = "" if dtype is None else f" and dtype {dtype}"
+    except Exception:
+        shape = dtype = None
+    if isinstance(shape, tuple) and not isinstance(value, (int, float, complex)):
+        # A string dtype's item size (<U11) is the longest string's length: kind only.
+        kind_char = getattr(dtype, "kind", "")
+        shown = {"U": "str", "S": "bytes"}.get(kind_char, str(dtype)) if dtype is not None else ""
+        dtypes = "" if dtype is None else f" and dtype {shown}"
         if shape == () and dtype is not None:  # a numpy scalar
             return _scalar(value, f"a numpy {dtype}")
         return f"{_a(prefix + name)} of shape {shape}{dtypes}"
     if isinstance(value, float):
         return _scalar(value, "a float")
-    if isinstance(value, (str, bytes, list, tuple, dict, set, frozenset)):
+    if isinstance(value, (str, bytes)):  # its length could identify the value
+        return f"a {name}"
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
         return f"a {name} of length {len(value)}"
     if value is None:
         return "None"
@@ -97,7 +105,7 @@ def describe(value: Any) -> str:
 
 
 def _a(noun: str) -> str:
-    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+    return ("an " if noun[:1] in "aeiou" or noun.startswith("nd") else "a ") + noun
 
 
 def _scalar(value: Any, what: str) -> str:
@@ -105,7 +113,7 @@ def _scalar(value: Any, what: str) -> str:
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         return what
-    return what if x - x == 0.0 else f"{what} ({x!r})"
+    return what if x - x == 0.0 else f"{what} ({'nan' if x != x else 'inf'})"
 
 
 class InvalidDataError(InvalidArgumentError):

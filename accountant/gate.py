@@ -291,8 +291,13 @@ class Gate:
         fields = self._fields(step, plan, r.label, '"session-close"', [])
         fields.update(cost=ZERO_COST, session=str(r.seq), answered=str(session.answered),
                       positives=str(session.positives))
-        with self.ledger.transaction() as tx:
-            tx.append(fields, [])
+        scope = self.ledger.transaction()
+        try:
+            scope.begin().append(fields, [])
+            scope.commit()
+        except BaseException:
+            scope.abandon()
+            raise
 
     # -- validation and reading -----------------------------------------------------------------
 

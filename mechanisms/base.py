@@ -147,7 +147,7 @@ class NumericMechanism(Mechanism):
         if isinstance(value, (np.ndarray, list, tuple)):
             try:
                 arr = np.asarray(value)
-            except ValueError:  # a ragged nested list
+            except Exception:  # a ragged nested list (or an object whose conversion fails)
                 raise InvalidDataTypeError("value", value, "a rectangular array of real numbers") \
                     from None
             if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
@@ -160,7 +160,7 @@ class NumericMechanism(Mechanism):
             if bad.any():
                 index = tuple(int(i) for i in np.argwhere(bad)[0])
                 raise InvalidDataError("value", value, "finite everywhere",
-                                       f"; value{list(index)} is {float(arr[index])!r}")
+                                       f"; value{list(index)} is not finite")
             return arr
         raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
 

@@ -63,7 +63,7 @@ class Query(NamedTuple):
 def _data(data: Any, name: str = "data") -> np.ndarray:
     try:
         arr = np.asarray(data)
-    except ValueError:  # ragged
+    except Exception:  # ragged (or an object whose conversion fails)
         raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers") from None
     if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
         raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers")

@@ -90,7 +90,7 @@ class _NoisyArgmax(Mechanism):
             raise InvalidDataTypeError("scores", value, "a sequence with one real score per candidate")
         try:
             arr = np.asarray(value)
-        except ValueError:  # a ragged nested sequence
+        except Exception:  # a ragged nested sequence (or an object whose conversion fails)
             raise InvalidDataTypeError("scores", value, "a flat sequence of real numbers") from None
         if (arr.dtype == bool or not np.issubdtype(arr.dtype, np.number)
                 or np.issubdtype(arr.dtype, np.complexfloating)):
@@ -102,7 +102,7 @@ class _NoisyArgmax(Mechanism):
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
             raise InvalidDataError("scores", value, "finite everywhere",
-                                   f"; scores[{bad[0]}] is {float(arr[bad[0]])!r}")
+                                   f"; scores[{bad[0]}] is not finite")
         return arr
 
     def _release(self, value: np.ndarray, sampler: Sampler) -> Any:

@@ -107,6 +107,13 @@ def test_an_interrupt_at_any_line_of_a_sqlite_debit_leaves_the_ledger_usable(tmp
     interrupted = 0
     for n in range(1, positions + 1):
         interrupted += _release_interrupted_at(acc, n)
+        # Another thread on the same accountant gets the ledger's lock at once (a lock left held
+        # by the interrupted thread would block it, though that thread could go on re-entering).
+        worker = threading.Thread(target=acc.release, args=(Laplace(0.01), 1.0),
+                                  kwargs={"dataset": "d"})
+        worker.start()
+        worker.join(5.0)
+        assert not worker.is_alive(), f"the ledger's lock was left held after line {n}"
         acc.release(Laplace(0.01), 1.0, dataset="d")  # the same accountant goes on at once
         other_acc.release(Laplace(0.01), 1.0, dataset="d")  # and so does another writer
     # Every position but the few that only some releases run (a new second's timestamp) fired.

@@ -3,7 +3,7 @@ value, a score, a category or a row can be refused, and must never come back out
 message, the repr, the arguments or the attributes of the error, not in the log, not in the ledger.
 
 Parameters (ε, δ, bounds, names) may be shown; data values may not. Errors describe the data
-instead: its type, shape, dtype and where the problem is (``value[1] is nan``).
+instead: its type, shape, dtype and where the problem is (``value[1] is not finite``).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def test_the_canary_test_can_fail() -> None:
 
 def test_errors_still_say_where_the_problem_is() -> None:
     acc = Accountant(Budget(1.0), rng=0)
-    with pytest.raises(PrivacyError, match=r"value\[1\] is nan") as info:
+    with pytest.raises(PrivacyError, match=r"value\[1\] is not finite") as info:
         acc.release(Laplace(0.5), [CANARY, NAN])
     assert "a list of length 2" in str(info.value)
     with pytest.raises(PrivacyError, match=r"shape \(2, 2\) and dtype float64"):

@@ -150,3 +150,15 @@ def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="deleted or replaced"):
         acc.release(Laplace(0.1), 1.0)
     acc.close()
+
+
+def test_a_relative_ledger_path_survives_a_chdir(tmp_path: Path, monkeypatch: Any) -> None:
+    """Review finding: the deleted-or-replaced check must not refuse a ledger opened by a
+    relative path once the process changes directory (as notebooks do)."""
+    monkeypatch.chdir(tmp_path)
+    acc = Accountant(Budget(1.0), ledger="budget.db", rng=0)
+    acc.release(Laplace(0.1), 1.0)
+    monkeypatch.chdir(tmp_path.parent)
+    acc.release(Laplace(0.1), 1.0)
+    assert acc.spent().epsilon == pytest.approx(0.2)
+    acc.close()

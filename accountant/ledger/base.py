@@ -238,6 +238,17 @@ def _utc_now() -> str:
     return f'"{_clock[1]}.{micros:06d}+00:00"'
 
 
+def _release_all(ledger: Ledger) -> None:
+    """Release the ledger's lock as many times as this thread holds it, even if an interrupt
+    lands in between (each pass re-checks ownership, so the lock is never left held)."""
+    lock = ledger._lock
+    while lock._is_owned():  # type: ignore[attr-defined]
+        try:
+            lock.release()
+        except KeyboardInterrupt:
+            continue
+
+
 class _Scope:
     """``Ledger.transaction()``: a context manager, or explicit ``begin``/``commit``/``abandon``.
 
@@ -251,16 +262,15 @@ class _Scope:
     interrupt outside these handlers may still have left open, before it begins.
     """
 
-    __slots__ = ("_ledger", "_tx", "_held")
+    __slots__ = ("_ledger", "_tx")
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._tx: Transaction | None = None
-        self._held = False
 
     def begin(self) -> Transaction:
         ledger = self._ledger
-        self._held = ledger._lock.acquire()
+        ledger._lock.acquire()
         ledger._begin()
         self._tx = Transaction(ledger)
         return self._tx
@@ -273,8 +283,7 @@ class _Scope:
         except BaseException:
             self.abandon()
             raise
-        self._held = False
-        ledger._lock.release()
+        _release_all(ledger)
         if _LOG.isEnabledFor(logging.INFO) and self._tx is not None:
             for entry in self._tx.appended:  # committed: now the logs may see them
                 _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
@@ -283,9 +292,12 @@ class _Scope:
         """Roll back the open transaction (if any) and release the lock (if held), even if
         interrupted again while doing so: the interrupt that brought us here is already on its
         way to the caller. Idempotent."""
-        if not self._held:
-            return
         ledger = self._ledger
+        # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
+        # thread rolls back only what it owns (never another thread's transaction), and releases
+        # every level it holds (the gate never nests transactions).
+        if not ledger._lock._is_owned():  # type: ignore[attr-defined]
+            return
         try:
             while True:
                 try:
@@ -296,8 +308,7 @@ class _Scope:
                 except Exception:
                     break  # the connection is broken: nothing uncommitted survives it
         finally:
-            self._held = False
-            ledger._lock.release()
+            _release_all(ledger)
 
     def __enter__(self) -> Transaction:
         try:

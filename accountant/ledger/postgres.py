@@ -17,7 +17,7 @@ import zlib
 from typing import Any
 
 from accountant.errors import LedgerError
-from accountant.ledger.base import Account
+from accountant.ledger.base import Account, Entry
 from accountant.ledger.sql import SqlLedger
 
 __all__ = ["PostgresLedger"]
@@ -154,6 +154,11 @@ class PostgresLedger(SqlLedger):
         with self._lock:
             self._usable()
             return self._head()
+
+    def entry(self, seq: int) -> Entry | None:
+        with self._lock:
+            self._usable()
+        return super().entry(seq)
 
     def _reader(self) -> Any:
         return self._psycopg.connect(self.dsn, autocommit=True,

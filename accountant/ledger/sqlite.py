@@ -54,7 +54,8 @@ class SqliteLedger(SqlLedger):
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  create: bool = True, hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
-        self.path = Path(path)
+        # Absolute: the identity check must find the same file after the caller's chdir.
+        self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
