@@ -103,7 +103,8 @@ class Step(NamedTuple):
             key, step = None, None
         if step is None:
             step = cls(mechanism.name, mechanism.cost, charge,
-                       step_fragments(mechanism.name, params, charge))
+                       {**step_fragments(mechanism.name, params, charge),
+                        "noise": canonical(mechanism.noise)})
             if key is not None:
                 if len(_BY_VALUE) > 4096:
                     _BY_VALUE.clear()
@@ -122,7 +123,9 @@ class Step(NamedTuple):
         charge = batch_charge(tuple(m.charge for m in mechanisms))
         params = {"items": [{"name": m.name, "params": m.params()} for m in mechanisms]}
         cost = Budget(charge.epsilon, clip_delta(charge.delta))
-        return cls("batch", cost, charge, step_fragments("batch", params, charge))
+        noise = "float" if any(m.noise == "float" for m in mechanisms) else "exact"
+        return cls("batch", cost, charge, {**step_fragments("batch", params, charge),
+                                           "noise": canonical(noise)})
 
     @classmethod
     def allocation(cls, budget: Budget, rule: CompositionRule) -> "Step":
@@ -272,8 +275,7 @@ class Gate:
             accounts.append(Account(key, rule.name, rule.describe(), new, 0))
         return accounts
 
-    @staticmethod
-    def _fields(step: Step, plan: Plan, label: str | None, kind: str,
+    def _fields(self, step: Step, plan: Plan, label: str | None, kind: str,
                 accounts: list[Account]) -> dict[str, str]:
         """A record's members as canonical JSON (ledger/record.py documents the format)."""
         if len(accounts) == 1:  # the common case, without sorting or a layout lookup
@@ -282,8 +284,12 @@ class Gate:
         else:
             text = assemble({a.key: t.layout.text(a.state)
                              for t, a in zip(plan.targets, accounts)})
-        return {"kind": kind, "label": "null" if label is None else canonical(label),
-                **step.members, "accounts": text, **plan.fixed}
+        fields = {"kind": kind, "label": "null" if label is None else canonical(label),
+                  **step.members, "accounts": text, **plan.fixed}
+        noise = step.members.get("noise")
+        if noise is not None:  # "exact-csprng", "exact-seeded", "float-csprng" or "float-seeded"
+            fields["noise"] = noise[:-1] + "-" + self.sampler.source + '"'
+        return fields
 
     def _close_session(self, session: Session, step: Step, plan: Plan) -> None:
         """Append the zero-cost record of a session's answer counts; no account changes."""

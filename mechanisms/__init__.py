@@ -1,6 +1,12 @@
 """Mechanisms: one class per family, each declaring its privacy cost; samplers; query helpers."""
 
 from mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
+from mechanisms.discrete import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    discrete_gaussian_delta,
+    discrete_gaussian_sigma,
+)
 from mechanisms.gaussian import (
     AnalyticGaussian,
     Gaussian,
@@ -19,9 +25,11 @@ from mechanisms.selection import (
 from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
 
 __all__ = [
-    "AboveThreshold", "AnalyticGaussian", "Exponential", "Gaussian", "Laplace", "Mechanism",
+    "AboveThreshold", "AnalyticGaussian", "DiscreteGaussian", "DiscreteLaplace", "Exponential",
+    "Gaussian", "Laplace", "Mechanism",
     "Neighbouring", "NumericMechanism", "NumericSparse", "PermuteAndFlip", "Query",
     "RandomizedResponse", "ReportNoisyMax", "Sampler", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
+    "discrete_gaussian_delta", "discrete_gaussian_sigma",
     "clamped_sum", "count", "histogram", "noisy_mean",
 ]

@@ -28,7 +28,20 @@ from accountant.errors import (
 )
 from mechanisms.sampling import Sampler
 
-__all__ = ["Mechanism", "NumericMechanism", "StreamMechanism"]
+__all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "noise_kind"]
+
+# "exact": noise from the exact integer samplers, released on a grid (the default);
+# "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).
+NOISE_KINDS = ("exact", "float")
+
+
+def noise_kind(noise: Any) -> str:
+    """Validate a mechanism's ``noise`` argument."""
+    if noise not in NOISE_KINDS or not isinstance(noise, str):
+        raise InvalidArgumentError("noise", noise, "'exact' (the default: exact integer noise on "
+                                   "a grid) or 'float' (textbook float noise, open to the "
+                                   "floating-point attacks; an explicit opt-out)")
+    return str(noise)
 
 
 class _Frozen(ABCMeta):
@@ -93,6 +106,12 @@ class Mechanism(ABC, metaclass=_Frozen):
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    @property
+    def noise(self) -> str:
+        """How the noise is drawn: ``"exact"`` (exact samplers) or ``"float"`` (textbook float
+        samplers). Written into every release record; a mechanism that does not say is "float"."""
+        return "float"
 
     @property
     def charge(self) -> Charge:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from accountant import _numeric, _validate
 from accountant.budget import Budget
-from mechanisms.base import NumericMechanism
+from accountant.errors import InvalidDataError
+from mechanisms.base import NumericMechanism, noise_kind
+from mechanisms.grid import LaplaceGrid
 from mechanisms.sampling import Sampler
 
 __all__ = ["Laplace"]
@@ -19,9 +23,16 @@ class Laplace(NumericMechanism):
     2014, Thm 3.6. For a vector value, ``sensitivity`` is the L1 sensitivity of the whole vector.
     The scale is rounded up.
 
+    The noise is exact by default: the value is rounded to a grid of 2^k ≈ scale/2^40 and exact
+    discrete Laplace noise is added in grid steps, with the sensitivity widened by the rounding so
+    that the cost is still exactly (ε, 0) (``mechanisms.grid``; Mironov, CCS 2012, for why textbook
+    float noise leaks; Canonne–Kamath–Steinke 2020 for the sampler). Values beyond
+    ``grid.limit`` in magnitude are refused. ``noise="float"`` keeps the textbook float sampler.
+
     Args:
         epsilon: ε > 0, finite.
         sensitivity: the query's L1 sensitivity Δ₁ > 0 under the neighbour relation in use.
+        noise: ``"exact"`` (default) or ``"float"`` (an explicit, recorded opt-out).
 
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad ε or Δ₁.
@@ -33,16 +44,38 @@ class Laplace(NumericMechanism):
     4.0
     """
 
-    def __init__(self, epsilon: float, sensitivity: float = 1.0) -> None:
+    def __init__(self, epsilon: float, sensitivity: float = 1.0, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
+        self._noise = noise_kind(noise)
+        self.grid = LaplaceGrid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
         self._cost = Budget(self.epsilon)
 
+    @property
+    def noise(self) -> str:
+        return self._noise
+
     def params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale}
+        return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale,
+                "noise": self._noise}
+
+    def prepare(self, value: Any) -> Any:
+        x = super().prepare(value)
+        if self.grid is not None and not _within(x, self.grid.limit):
+            raise InvalidDataError("value", value, f"at most {self.grid.limit:.6g} in magnitude "
+                                   "(the noise grid of this scale cannot represent more)")
+        return x
 
     def _release(self, value: Any, sampler: Sampler) -> Any:
+        if self.grid is not None:
+            return self.grid.release(sampler.bits, value)
         if isinstance(value, float):
             return value + sampler.laplace(self.scale)
         return value + sampler.laplace(self.scale, size=value.shape)
+
+
+def _within(x: Any, limit: float) -> bool:
+    if isinstance(x, float):
+        return -limit <= x <= limit
+    return bool(np.all(np.abs(x) <= limit))

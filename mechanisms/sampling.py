@@ -1,21 +1,21 @@
-"""Every noise draw in dpbudget goes through ``Sampler``, so that the source of randomness and the
-sampling algorithms can be replaced in one place (exact integer samplers are planned here).
+"""Every noise draw in dpbudget goes through ``Sampler``: the source of random bits
+(``mechanisms.bits.RandomBits``) is chosen in one place and handed to every mechanism.
 
 Randomness is injected: ``Sampler(None)`` reads the operating system's CSPRNG (``os.urandom``);
 ``Sampler(numpy.random.Generator)`` or ``Sampler(seed)`` is reproducible and is for tests and
 examples only, never for a real release.
 
-All distributions are built from 64 random bits per draw by inverse-CDF transforms, the same way for
-both sources. These are floating-point samplers: like every textbook implementation they are exposed
-to the attacks on the set of reachable doubles (Mironov, CCS 2012; Jin et al., S&P 2022); see
-docs/theory.md §4.
+The mechanisms draw their noise from ``sampler.bits`` with the exact samplers (``mechanisms.exact``,
+``mechanisms.grid``). The float methods below (inverse-CDF transforms of 64 random bits) remain only
+for the explicit ``noise="float"`` opt-out: like every textbook implementation they are exposed to
+the attacks on the set of reachable doubles (Mironov, CCS 2012; Jin et al., S&P 2022); see
+docs/exact-noise.md.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from accountant.errors import InvalidArgumentError, InvalidTypeError
+from mechanisms.bits import RandomBits
 
 __all__ = ["Sampler"]
 
@@ -44,36 +45,37 @@ class Sampler:
     """
 
     def __init__(self, rng: Any = None) -> None:
+        generator: np.random.Generator | None
         if rng is None:
-            self._generator = None
+            generator = None
         elif isinstance(rng, np.random.Generator):
-            self._generator = rng
+            generator = rng
         elif isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
             if rng < 0:
                 raise InvalidArgumentError("rng", rng, "a seed >= 0")
-            self._generator = np.random.default_rng(int(rng))
+            generator = np.random.default_rng(int(rng))
         else:
             raise InvalidTypeError("rng", rng, "None (OS CSPRNG), a numpy.random.Generator or an "
                                    "int seed")
+        self.bits = RandomBits(generator)
 
     @property
     def is_cryptographic(self) -> bool:
         """True when draws come from the operating system's CSPRNG."""
-        return self._generator is None
+        return self.bits.is_cryptographic
+
+    @property
+    def source(self) -> str:
+        """``"csprng"`` or ``"seeded"``: written into every release record."""
+        return "csprng" if self.bits.is_cryptographic else "seeded"
 
     def _bits(self, size: int | tuple[int, ...] | None) -> Any:
         """64 random bits per draw: a Python ``int`` when ``size`` is None (the fast scalar path),
         else a ``uint64`` array of that shape. The transforms below accept either."""
         if size is None:
-            if self._generator is None:
-                return int.from_bytes(os.urandom(8), "little")
-            return int(self._generator.integers(0, 2 ** 64, dtype=np.uint64))
+            return self.bits.word()
         n = math.prod((size,) if isinstance(size, int) else size)
-        if self._generator is None:
-            raw = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
-        else:
-            raw = self._generator.integers(0, 2 ** 64, size=n, dtype=np.uint64)
-        return raw.reshape(size)
+        return self.bits.words(n).reshape(size)
 
     def laplace(self, scale: float, size: int | tuple[int, ...] | None = None) -> Any:
         """Laplace(0, scale): sign from the lowest bit, magnitude −scale·ln U from the top 53."""
@@ -98,14 +100,8 @@ class Sampler:
         return _open_unit(self._bits(size))
 
     def index(self, n: int) -> int:
-        """A uniform integer in ``[0, n)``, exactly: rejection sampling on 64 random bits, so no
-        residue class is favoured (``bits % n`` alone would be biased when n does not divide 2^64).
-        """
-        accept = 2 ** 64 - 2 ** 64 % n
-        while True:
-            bits = int(self._bits(None))
-            if bits < accept:
-                return bits % n
+        """A uniform integer in ``[0, n)``, exactly (``RandomBits.below``)."""
+        return self.bits.below(n)
 
     def laplace_stream(self, scale: float) -> Iterator[float]:
         """An endless stream of independent Laplace(0, scale) Python floats, drawn in blocks.

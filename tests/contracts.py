@@ -196,7 +196,7 @@ TOLERANCE = 1e-9
 # The members a ledger record carries (accountant/ledger/record.py documents the format).
 CHAIN_MEMBERS = {"v", "seq", "time", "auth", "prev"}
 RELEASE_MEMBERS = CHAIN_MEMBERS | {"kind", "dataset", "analyst", "label", "mechanism", "cost",
-                                   "accounts"}
+                                   "accounts", "noise"}
 SESSION_CLOSE_MEMBERS = RELEASE_MEMBERS | {"session", "answered", "positives"}
 
 
@@ -473,6 +473,8 @@ class MechanismContract(DocumentedAndExported):
         assert cost["rho"] == m.rho and cost["mu"] == m.mu
         assert record["mechanism"] == {"name": self.mechanism_class.__name__,
                                        "params": m.params()}
+        # Which noise was drawn, from which source (a seeded generator here): never left unsaid.
+        assert record["noise"] == f"{m.noise}-seeded" and m.noise in ("exact", "float")
         state = record["accounts"]["dataset:d"]["state"]
         assert (state["epsilon"], state["delta"]) == (m.cost.epsilon, m.cost.delta)
         assert acc.spent("d") == m.cost

@@ -29,7 +29,7 @@ def test_scale_and_cost() -> None:
     assert m.cost == Budget(0.5, 0.0)
     assert m.rho is None and m.mu is None
     assert Laplace(0.25).sensitivity == 1.0  # the documented default
-    assert m.params() == {"epsilon": 0.5, "sensitivity": 2.0, "scale": m.scale}
+    assert m.params() == {"epsilon": 0.5, "sensitivity": 2.0, "scale": m.scale, "noise": "exact"}
 
 
 @settings(max_examples=300, deadline=None)

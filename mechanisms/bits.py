@@ -1,0 +1,107 @@
+"""The one source of random bits behind every noise draw: uniformly random 64-bit words.
+
+``RandomBits(None)`` reads the operating system's CSPRNG (``os.urandom``); ``RandomBits(generator)``
+reads a seeded ``numpy.random.Generator`` and is for tests and examples only. The exact samplers
+(``mechanisms.exact``) turn these words into noise using integer comparisons only, so both sources
+run the same algorithms on different bits.
+
+The OS source keeps a small buffer of words so that a scalar release does not pay a system call
+per word. The buffer is emptied in a child process after ``fork`` (``os.register_at_fork``):
+parent and child must never release noise built from the same words.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RandomBits"]
+
+_BUFFER_WORDS = 256
+_LIVE: "weakref.WeakSet[RandomBits]" = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for source in list(_LIVE):
+        source._buffer = []
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class RandomBits:
+    """Uniform random 64-bit words and exact uniform integers below any bound.
+
+    Args:
+        generator: ``None`` for the OS CSPRNG, else a seeded ``numpy.random.Generator``.
+
+    Thread-safe: a word handed to one caller is never handed to another (``list.pop`` is atomic).
+    """
+
+    __slots__ = ("_generator", "_buffer", "__weakref__")
+
+    def __init__(self, generator: np.random.Generator | None) -> None:
+        self._generator = generator
+        self._buffer: list[int] = []
+        if generator is None:
+            _LIVE.add(self)
+
+    @property
+    def is_cryptographic(self) -> bool:
+        return self._generator is None
+
+    def word(self) -> int:
+        """One uniformly random integer in [0, 2^64)."""
+        if self._generator is not None:
+            return int(self._generator.integers(0, 2 ** 64, dtype=np.uint64))
+        try:
+            return self._buffer.pop()
+        except IndexError:
+            self._buffer = np.frombuffer(os.urandom(8 * _BUFFER_WORDS), dtype=np.uint64).tolist()
+            return self.word()
+
+    def words(self, n: int) -> Any:
+        """``n`` uniformly random words as a ``uint64`` array."""
+        if self._generator is not None:
+            return self._generator.integers(0, 2 ** 64, size=n, dtype=np.uint64)
+        return np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
+
+    def below(self, m: int) -> int:
+        """A uniform integer in [0, m) for any integer m >= 1, exactly.
+
+        Rejection sampling: take w = 64·⌈bitlength(m)/64⌉ random bits as an integer r and accept it
+        when r < 2^w − (2^w mod m), so that every residue mod m is equally likely (``r % m`` alone
+        would favour the small residues); the expected number of tries is below 2.
+        """
+        if m <= 1 << 64:
+            limit = (1 << 64) - (1 << 64) % m
+            while True:
+                r = self.word()
+                if r < limit:
+                    return r % m
+        chunks = (m.bit_length() + 63) // 64
+        span = 1 << (64 * chunks)
+        limit = span - span % m
+        while True:
+            r = 0
+            for _ in range(chunks):
+                r = (r << 64) | self.word()
+            if r < limit:
+                return r % m
+
+    def below_array(self, m: int, n: int) -> Any:
+        """``n`` uniform integers in [0, m), exactly, as an ``int64`` array; 1 <= m <= 2^63."""
+        limit = (1 << 64) - (1 << 64) % m
+        out = np.empty(n, dtype=np.int64)
+        todo = np.arange(n)
+        modulus = np.uint64(m)
+        while todo.size:
+            r = self.words(todo.size)
+            ok = r < np.uint64(limit) if limit < 1 << 64 else np.ones(todo.size, dtype=bool)
+            out[todo[ok]] = (r[ok] % modulus).view(np.int64)
+            todo = todo[~ok]
+        return out
