@@ -5,8 +5,8 @@ reads a seeded ``numpy.random.Generator`` and is for tests and examples only. Th
 (``mechanisms.exact``) turn these words into noise using integer comparisons only, so both sources
 run the same algorithms on different bits.
 
-The OS source keeps a small buffer of words so that a scalar release does not pay a system call
-per word. The buffer is emptied in a child process after ``fork`` (``os.register_at_fork``):
+Each source keeps a small buffer of words so that a scalar release does not pay a system call
+(or a numpy call) per word. The buffer is emptied in a child process after ``fork`` (``os.register_at_fork``):
 parent and child must never release noise built from the same words.
 """
 
@@ -47,8 +47,7 @@ class RandomBits:
     def __init__(self, generator: np.random.Generator | None) -> None:
         self._generator = generator
         self._buffer: list[int] = []
-        if generator is None:
-            _LIVE.add(self)
+        _LIVE.add(self)
 
     @property
     def is_cryptographic(self) -> bool:
@@ -56,12 +55,10 @@ class RandomBits:
 
     def word(self) -> int:
         """One uniformly random integer in [0, 2^64)."""
-        if self._generator is not None:
-            return int(self._generator.integers(0, 2 ** 64, dtype=np.uint64))
         try:
             return self._buffer.pop()
         except IndexError:
-            self._buffer = np.frombuffer(os.urandom(8 * _BUFFER_WORDS), dtype=np.uint64).tolist()
+            self._buffer = self.words(_BUFFER_WORDS).tolist()
             return self.word()
 
     def words(self, n: int) -> Any:

@@ -1,0 +1,92 @@
+"""The floating-point attack (Mironov, CCS 2012), tried on our releases as an attacker would.
+
+For two neighbouring inputs x = 0 and x = 1 (Δ = 1, ε = 1), draw many releases of each and look at
+events on the bits of the output double. For each event E the Clopper–Pearson bounds (α = 1e-6 per
+bound) give a lower bound on ln(P_0(E)/P_1(E)) (and the reverse). An ε-DP release keeps every such
+bound at or below ε; the textbook float sampler (the ``noise="float"`` opt-out, our negative
+control) must be caught far above it. The event "output below 0" has a true loss of exactly ε = 1:
+the bound reaching ~0.9 on it shows the test has the power to see a loss near ε.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from accountant import Accountant, Budget
+from mechanisms import DiscreteLaplace, Laplace
+
+ALPHA = 1e-6
+N = 60_000
+EPSILON = 1.0
+
+
+def _multiple_of(x: float, k: int) -> bool:
+    return math.ldexp(x, k) == math.floor(math.ldexp(x, k))
+
+
+EVENTS: dict[str, Callable[[float], bool]] = {
+    "in (0, 0.5), not a multiple of 2^-53": lambda o: 0.0 < o < 0.5 and not _multiple_of(o, 53),
+    "in (-1, 1), not a multiple of 2^-52": lambda o: -1.0 < o < 1.0 and not _multiple_of(o, 52),
+    "in (0, 1), not a multiple of 2^-45": lambda o: 0.0 < o < 1.0 and not _multiple_of(o, 45),
+    "lowest mantissa bit set": lambda o: o != 0.0 and math.frexp(o)[0] * 2 ** 53 % 2 == 1,
+    "below 0": lambda o: o < 0.0,
+}
+
+
+def _lower_bound_loss(hits_a: int, hits_b: int, n: int) -> float:
+    """A lower bound (confidence 1 − 2α) on ln(P_a(E)/P_b(E)) from hit counts out of n each."""
+    if hits_a == 0:
+        return 0.0
+    low_a = stats.beta.ppf(ALPHA, hits_a, n - hits_a + 1)
+    high_b = 1.0 if hits_b == n else stats.beta.ppf(1 - ALPHA, hits_b + 1, n - hits_b)
+    return max(0.0, math.log(low_a / high_b))
+
+
+def measured_losses(release: Callable[[float], float]) -> dict[str, float]:
+    outs = {x: [release(x) for _ in range(N)] for x in (0.0, 1.0)}
+    losses = {}
+    for name, event in EVENTS.items():
+        hits = {x: sum(map(event, outs[x])) for x in outs}
+        losses[name] = max(_lower_bound_loss(hits[0.0], hits[1.0], N),
+                           _lower_bound_loss(hits[1.0], hits[0.0], N))
+    return losses
+
+
+def test_exact_laplace_leaks_no_more_than_its_epsilon() -> None:
+    acc = Accountant(None, rng=20261122)
+    m = Laplace(EPSILON)
+    losses = measured_losses(lambda x: acc.release(m, x))
+    assert max(losses.values()) <= EPSILON, losses
+    assert losses["below 0"] > 0.8, losses  # power: a true loss of exactly ε is seen
+
+
+def test_the_float_opt_out_is_caught() -> None:
+    """Negative control: the textbook float sampler, released through the same API."""
+    acc = Accountant(None, rng=20261122)
+    m = Laplace(EPSILON, noise="float")
+    losses = measured_losses(lambda x: acc.release(m, x))
+    assert losses["in (0, 0.5), not a multiple of 2^-53"] > 4 * EPSILON, losses
+
+
+def test_every_exact_output_is_on_the_grid() -> None:
+    """Whatever the input, every output is a multiple of the grid step: the set of reachable
+    doubles does not depend on the data."""
+    acc = Accountant(None, rng=7)
+    m = Laplace(EPSILON)
+    g = m.grid.granularity
+    for x in (0.0, 1.0, 0.1, -3.3, 1e6 + 0.123456789):
+        outs = acc.release(m, np.full(2000, x))
+        assert np.all(outs / g == np.floor(outs / g)), x
+
+
+@pytest.mark.parametrize("value", [0, 1])
+def test_discrete_laplace_outputs_integers(value: int) -> None:
+    acc = Accountant(None, rng=3)
+    out = acc.release(DiscreteLaplace(EPSILON), np.full(1000, value))
+    assert out.dtype == np.int64
+    assert type(acc.release(DiscreteLaplace(EPSILON), value)) is int
