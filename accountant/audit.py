@@ -113,7 +113,7 @@ class _Replay:
         self.first_time: str | None = None
         self.last_time: str | None = None
         self.tallies: dict[str, dict[Any, list[Any]]] = {
-            g: {} for g in ("analyst", "mechanism", "label", "pipeline", "dataset")}
+            g: {} for g in ("analyst", "mechanism", "label", "pipeline", "dataset", "noise")}
 
     def problem(self, kind: str, message: str, seq: int | None = None,
                 position: int | None = None) -> None:
@@ -278,7 +278,9 @@ class _Replay:
         t = self.tallies
         names = [("analyst", record.get("analyst")),
                  ("mechanism", (record.get("mechanism") or {}).get("name")),
-                 ("label", record.get("label")), ("pipeline", record.get("pipeline"))]
+                 ("label", record.get("label")), ("pipeline", record.get("pipeline")),
+                 ("noise", record.get("noise") or ("unrecorded" if record.get("mechanism")
+                                                   else None))]
         names += [("dataset", d) for d in record.get("datasets") or [record.get("dataset")]]
         for group, name in names:
             if name is not None:

@@ -34,6 +34,9 @@ EXIT_BITS: dict[str, int] = {"head": 4, "chain": 8, "malformed": 16, "state": 32
                              "auth": 128}
 
 
+SECURE_NOISE = "exact-csprng"
+
+
 class Problem(BaseModel):
     """One finding: its kind, the record number (``seq``) or line/row (``position``), and what."""
 
@@ -85,6 +88,9 @@ class AuditReport(BaseModel):
     by_mechanism: dict[str, Tally] = {}
     by_label: dict[str, Tally] = {}
     by_pipeline: dict[str, Tally] = {}
+    #: Releases by the noise their record says was drawn: ``exact-csprng`` (the only secure kind),
+    #: ``exact-seeded``, ``float-csprng``, ``float-seeded``, or ``unrecorded`` (older records).
+    by_noise: dict[str, Tally] = {}
     problems: list[Problem] = []
     problem_count: int = 0
     #: Every kind of problem found, however many problems there were (``problems`` keeps only
@@ -94,6 +100,11 @@ class AuditReport(BaseModel):
     @property
     def ok(self) -> bool:
         return self.problem_count == 0
+
+    @property
+    def insecure_releases(self) -> int:
+        """Releases whose noise was not exact noise from the OS CSPRNG."""
+        return sum(t.releases for kind, t in self.by_noise.items() if kind != SECURE_NOISE)
 
     @property
     def exit_status(self) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from accountant.errors import PolicyError, PrivacyError
 from accountant.ledger import Ledger, open_ledger
+from accountant.audit_report import SECURE_NOISE
 from accountant.report import budget_rows, budget_table
 from policies.accounts import policy_accounts
 from policies.policy import load_policy, policy_schema
@@ -37,7 +38,7 @@ def _status(args: argparse.Namespace) -> int:
         seq, head = ledger.head()
         if args.json:
             out = {"ledger": ledger.url, "records": seq, "head": head,
-                   "accounts": budget_rows(ledger, policy)}
+                   "accounts": budget_rows(ledger, policy), "noise": _noise_counts(ledger)}
             if policy is not None:
                 out["policy"] = args.policy
             print(json.dumps(out, indent=2))
@@ -46,6 +47,7 @@ def _status(args: argparse.Namespace) -> int:
         if policy is not None:
             print(f"reported against the limits of the policy {args.policy}")
         print(budget_table(ledger, policy))
+        print(_noise_line(_noise_counts(ledger)))
         if policy is not None:
             over = [r["account"] for r in budget_rows(ledger, policy) if r["over_limit"]]
             if over:
@@ -121,6 +123,31 @@ def _audit(args: argparse.Namespace) -> int:
     return report.exit_status
 
 
+def _noise_line(by_noise: dict[str, Any]) -> str:
+    """How many releases drew exact noise from the OS CSPRNG, and how many did not (and how)."""
+    def n(kind: str) -> int:
+        t = by_noise.get(kind, 0)
+        return t if isinstance(t, int) else t.releases
+
+    secure = n(SECURE_NOISE)
+    others = {k: n(k) for k in sorted(by_noise) if k != SECURE_NOISE and n(k)}
+    line = f"noise: {secure} release(s) with exact noise from the OS CSPRNG"
+    if others:
+        line += (f"; {sum(others.values())} WITHOUT secure noise ("
+                 + ", ".join(f"{k} {v}" for k, v in others.items()) + ")")
+    return line
+
+
+def _noise_counts(ledger: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for entry in ledger.entries():
+        record = entry.record
+        if record.get("kind") in ("release", "session"):  # (a batch is one release record)
+            kind = record.get("noise") or "unrecorded"
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
 def _audit_text(report: AuditReport, plot_path: str | None) -> str:
     lines = [f"audit of {report.source}: {report.records} records, {report.verified} verified, "
              f"head {report.head_seq} {report.head_hash}"
@@ -144,6 +171,8 @@ def _audit_text(report: AuditReport, plot_path: str | None) -> str:
             for name, t in sorted(table.items()):
                 lines.append(f"  {name:<34} {t.releases:>7} releases  Σε={t.epsilon:.6g} "
                              f"Σδ={t.delta:.3g}")
+    if report.by_noise:
+        lines.append("\n" + _noise_line(report.by_noise))
     if report.problems:
         lines.append(f"\nPROBLEMS ({report.problem_count}):")
         lines += [f"  [{p.kind}] {p.message}" for p in report.problems[:50]]

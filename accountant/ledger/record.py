@@ -16,7 +16,9 @@ Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`
 ``auth`` (``"sha256"`` or ``"hmac-sha256"``), ``kind`` (``"release"``), ``dataset``, ``analyst``, ``label``, ``mechanism`` (``name`` and public
 ``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge), ``accounts``
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
-and ``prev``.
+``noise`` (which noise was drawn: ``exact-csprng``, ``exact-seeded``, ``float-csprng`` or
+``float-seeded``; a batch with any float member says float; records written before this member
+existed have none, and the audit counts them as ``unrecorded``), and ``prev``.
 
 Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
