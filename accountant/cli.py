@@ -8,7 +8,7 @@ unreadable ledger or policy; ``audit`` documents its own problem bits (``account
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 import json
 import sys
 from pathlib import Path
