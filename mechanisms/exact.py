@@ -26,6 +26,8 @@ __all__ = ["bernoulli_exp", "bernoulli_exp_array", "discrete_gaussian", "discret
 
 # Integers handled in int64 arrays stay below 2^62, so that no sum or comparison can overflow.
 _SMALL = 1 << 62
+# Below this many draws, the Python-integer algorithm is faster than the bulk one.
+_BULK = 64
 
 
 # -- Python integers (exact at any size) --------------------------------------------------------
@@ -143,6 +145,8 @@ def _geometric_array(bits: RandomBits, n: int) -> Any:
 def discrete_laplace_array(bits: RandomBits, s: int, t: int, n: int) -> Any:
     """``n`` independent draws of :func:`discrete_laplace` (an int64 array, or an object array of
     Python ints if some draw does not fit in 62 bits)."""
+    if n < _BULK:  # a few draws: the Python loop beats the numpy calls' fixed cost
+        return _int_array([discrete_laplace(bits, s, t) for _ in range(n)])
     if s >= _SMALL or t >= _SMALL >> 8:
         return _object_array([discrete_laplace(bits, s, t) for _ in range(n)])
     out: Any = np.empty(n, dtype=np.int64)
@@ -176,7 +180,9 @@ def discrete_gaussian_array(bits: RandomBits, num: int, den: int, n: int) -> Any
     """
     t = math.isqrt(num // den) + 1
     scale = 2 * num * den * t * t
-    if scale >= _SMALL >> 20 or t >= 1 << 24:
+    if n < _BULK:
+        return _int_array([discrete_gaussian(bits, num, den) for _ in range(n)])
+    if scale >= _SMALL >> 4 or t >= 1 << 24:
         return _object_array([discrete_gaussian(bits, num, den) for _ in range(n)])
     reach = (math.isqrt(_SMALL) - num) // (t * den)  # |Y| up to this keeps the square in int64
     out: Any = np.empty(n, dtype=np.int64)
@@ -195,6 +201,13 @@ def discrete_gaussian_array(bits: RandomBits, num: int, den: int, n: int) -> Any
         out[todo[ok]] = y[ok]
         todo = todo[~ok]
     return out
+
+
+def _int_array(values: list[int]) -> Any:
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return _object_array(values)
 
 
 def _object_array(values: list[int]) -> Any:

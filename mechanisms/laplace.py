@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,7 @@ class Laplace(NumericMechanism):
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
         self._noise = noise_kind(noise)
-        self.grid = LaplaceGrid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
+        self.grid = _grid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
         self._cost = Budget(self.epsilon)
 
     @property
@@ -73,6 +74,13 @@ class Laplace(NumericMechanism):
         if isinstance(value, float):
             return value + sampler.laplace(self.scale)
         return value + sampler.laplace(self.scale, size=value.shape)
+
+
+@functools.lru_cache(maxsize=1024)
+def _grid(epsilon: float, sensitivity: float) -> LaplaceGrid:
+    """Grids are immutable and costly to build (exact rationals): one per parameter pair, shared
+    by every mechanism built with it (a new ``Laplace`` per release is the common usage)."""
+    return LaplaceGrid(epsilon, sensitivity)
 
 
 def _within(x: Any, limit: float) -> bool:
