@@ -84,6 +84,12 @@ class LaplaceGrid:
         steps, P(Z = z) ∝ exp(−|z|/t)."""
         return _ceil((self._sensitivity / self._g + n) / self._epsilon)
 
+    def release_scalar(self, bits: RandomBits, value: float, t: int) -> float:
+        """One float (|x| <= ``limit``) plus grid Laplace noise of integer parameter ``t`` (for a
+        caller whose sensitivity accounting needs a ``t`` other than ``noise_parameter(1)``)."""
+        return _to_float(round(value / self.granularity) + discrete_laplace(bits, 1, t),
+                         self.granularity)
+
     def release(self, bits: RandomBits, value: Any) -> Any:
         """``value`` (a float, or a float64 array with |x| <= ``limit``) plus grid Laplace noise."""
         g = self.granularity

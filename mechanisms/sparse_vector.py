@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from fractions import Fraction
 from typing import Any
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
 from accountant.errors import (
+    InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
     MechanismExhaustedError,
 )
-from mechanisms.base import StreamMechanism
+from mechanisms.base import StreamMechanism, noise_kind
+from mechanisms.exact import discrete_laplace, discrete_laplace_array
+from mechanisms.grid import LaplaceGrid, ceil_log2
 from mechanisms.sampling import Sampler
 
 __all__ = ["AboveThreshold", "NumericSparse", "Sparse", "above_threshold_accuracy"]
@@ -53,6 +57,15 @@ class Sparse(StreamMechanism):
         monotonic: True only if, between any two neighbours, all queries move in the same direction.
         split: relative shares ``(w₁, w₂)`` of ε for the threshold and the queries (positive,
             finite; e.g. ``(1, 1)`` halves ε), or None for the default.
+        noise: ``"exact"`` (default) or ``"float"`` (the textbook float sampler, an opt-out).
+
+    Exact noise: the threshold and every query are rounded to a grid g = 2^⌈log₂(b/2^40)⌉ (b the
+    smaller of the two scales), so a query moves at most D = ⌊Δ/g⌋ + 1 grid steps between
+    neighbours; ρ and ν_i are discrete Laplace with integer parameters t₁ = ⌈D/ε₁⌉ and
+    t₂ = ⌈2cD/ε₂⌉ (⌈cD/ε₂⌉ monotonic), and the comparison is on integers. Lyu–Su–Li's proof
+    (shift ρ by D and each ⊤ query's ν_i by 2D, D when monotonic) only uses pmf ratios of integer
+    shifts, which the discrete Laplace bounds the same way (docs/exact-noise.md). A query beyond
+    ``limit`` in magnitude is refused before the stream advances.
 
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad argument (NaN threshold, c < 1, ...).
@@ -69,7 +82,7 @@ class Sparse(StreamMechanism):
 
     def __init__(self, epsilon: float, threshold: float, max_positives: int,
                  sensitivity: float = 1.0, monotonic: bool = False,
-                 split: tuple[float, ...] | None = None) -> None:
+                 split: tuple[float, ...] | None = None, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.threshold = _validate.finite("threshold", threshold)
         self.max_positives = _validate.positive_int("max_positives", max_positives)
@@ -84,8 +97,26 @@ class Sparse(StreamMechanism):
         self.threshold_scale = _numeric.div_up(delta, shares[0])
         self.query_scale = _numeric.div_up(_numeric.mul_up(c if monotonic else 2 * c, delta),
                                            shares[1])
+        self._noise_kind = noise_kind(noise)
+        spread = c if monotonic else 2 * c
+        low = min(Fraction(delta) / Fraction(shares[0]), spread * Fraction(delta) / Fraction(shares[1]))
+        k = ceil_log2(low / 2 ** 40)
+        if not -1074 <= k <= 1023:
+            raise OverflowError("the noise grid is not a finite, non-zero double")
+        self._g = math.ldexp(1.0, k)
+        reach = math.floor(Fraction(delta) / Fraction(2) ** k) + 1  # D, in grid steps
+        self._t_threshold = math.ceil(reach / Fraction(shares[0]))
+        self._t_query = math.ceil(spread * reach / Fraction(shares[1]))
+        self.limit = sys.float_info.max * min(self._g, 1.0) / 4.0
+        if self._noise_kind == "exact" and abs(self.threshold) > self.limit:
+            raise InvalidArgumentError("threshold", threshold, f"at most {self.limit:.6g} in "
+                                       "magnitude for this noise scale")
         self._more_scales(shares)
         self._cost = Budget(self.epsilon)
+
+    @property
+    def noise(self) -> str:
+        return self._noise_kind
 
     def _default_split(self) -> tuple[float, ...]:
         c = self.max_positives
@@ -99,7 +130,7 @@ class Sparse(StreamMechanism):
                 "max_positives": self.max_positives, "sensitivity": self.sensitivity,
                 "monotonic": self.monotonic, "epsilon_threshold": self.epsilon_threshold,
                 "epsilon_queries": self.epsilon_queries, "threshold_scale": self.threshold_scale,
-                "query_scale": self.query_scale}
+                "query_scale": self.query_scale, "noise": self._noise_kind}
 
     def accuracy(self, k: int, beta: float) -> float:
         """An α such that, with probability ≥ 1 − β over a session of ``k`` queries, every ⊤ query
@@ -121,6 +152,8 @@ class Sparse(StreamMechanism):
                 + self.query_scale * math.log(2.0 * k / beta))
 
     def _open(self, sampler: Sampler) -> "_SparseStream":
+        if self._noise_kind == "exact":
+            return _ExactSparseStream(self, sampler)
         return _SparseStream(self, sampler)
 
 
@@ -140,8 +173,9 @@ class AboveThreshold(Sparse):
     (4.0, 8.0, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, epsilon: float, threshold: float, sensitivity: float = 1.0) -> None:
-        super().__init__(epsilon, threshold, 1, sensitivity, split=(1.0, 1.0))
+    def __init__(self, epsilon: float, threshold: float, sensitivity: float = 1.0,
+                 noise: str = "exact") -> None:
+        super().__init__(epsilon, threshold, 1, sensitivity, split=(1.0, 1.0), noise=noise)
 
 
 class NumericSparse(Sparse):
@@ -169,12 +203,18 @@ class NumericSparse(Sparse):
         self.epsilon_answers = shares[2]
         self.answer_scale = _numeric.div_up(
             _numeric.mul_up(self.max_positives, self.sensitivity), shares[2])
+        # Each ⊤ value: grid Laplace on scale cΔ/ε₃, with t = ⌈c(Δ/g + 1)/ε₃⌉ so that each of the
+        # at most c answers costs ε₃/c on the rounded value (basic composition: ε₃ in all).
+        self._answer_grid = LaplaceGrid(shares[2], self.max_positives * self.sensitivity)
+        self._t_answer = self._answer_grid.noise_parameter(self.max_positives)
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "epsilon_answers": self.epsilon_answers,
                 "answer_scale": self.answer_scale}
 
-    def _open(self, sampler: Sampler) -> "_NumericSparseStream":
+    def _open(self, sampler: Sampler) -> "_SparseStream":
+        if self._noise_kind == "exact":
+            return _ExactNumericSparseStream(self, sampler)
         return _NumericSparseStream(self, sampler)
 
 
@@ -280,3 +320,64 @@ class _NumericSparseStream(_SparseStream):
         if not self.test(value):
             return None
         return float(value) + float(self._sampler.laplace(self._answer_scale))
+
+
+class _ExactSparseStream(_SparseStream):
+    """The stream on the grid: integer threshold, integer query noise, integer comparisons."""
+
+    __slots__ = ("_g", "_limit", "_mechanism")
+
+    def __init__(self, mechanism: Sparse, sampler: Sampler) -> None:
+        bits = sampler.bits
+        self._name = mechanism.name
+        self._g = mechanism._g
+        self._limit = mechanism.limit
+        self._noisy_threshold = round(mechanism.threshold / self._g) + discrete_laplace(
+            bits, 1, mechanism._t_threshold)
+        self._noise = _integer_stream(bits, mechanism._t_query)
+        self._left = self._max = mechanism.max_positives
+        self.answered = 0
+        self.positives = 0
+        self.closed = False
+        self._sampler = sampler
+        self._mechanism: Any = mechanism
+
+    def test(self, value: Any) -> bool:
+        if self._left <= 0:
+            raise self._exhausted()
+        x = value if type(value) is float else _real(value)
+        if not -self._limit <= x <= self._limit:  # NaN, infinite or off the grid: not advanced
+            raise InvalidDataError("value", value, f"a finite number of magnitude at most "
+                                   f"{self._limit:.6g}")
+        self.answered += 1
+        if round(x / self._g) + next(self._noise) >= self._noisy_threshold:
+            self._left -= 1
+            self.positives += 1
+            return True
+        return False
+
+
+class _ExactNumericSparseStream(_ExactSparseStream):
+    __slots__ = ()
+
+    def query(self, value: Any) -> float | None:
+        """None for ⊥; for ⊤, the value released on the answer grid with fresh exact noise."""
+        if self._left <= 0:
+            raise self._exhausted()
+        m: NumericSparse = self._mechanism
+        x = value if type(value) is float else _real(value)
+        if not abs(x) <= m._answer_grid.limit:  # checked before the stream advances
+            raise InvalidDataError("value", value, f"a finite number of magnitude at most "
+                                   f"{m._answer_grid.limit:.6g}")
+        if not self.test(x):
+            return None
+        answer: float = m._answer_grid.release_scalar(self._sampler.bits, x, m._t_answer)
+        return answer
+
+
+def _integer_stream(bits: Any, t: int) -> Any:
+    """Endless independent discrete Laplace(t) draws as Python ints, drawn in growing blocks."""
+    block = 16
+    while True:
+        yield from discrete_laplace_array(bits, 1, t, block).tolist()
+        block = min(2 * block, 4096)

@@ -22,6 +22,19 @@ def sampler(seed: int) -> Sampler:
     return Sampler(np.random.default_rng(seed))
 
 
+def grid_step(mechanism) -> float:
+    """Exact streams hold their noise in grid steps (integers); float streams in real units."""
+    return mechanism._g if mechanism.noise == "exact" else 1.0
+
+
+def threshold_noise(stream, mechanism) -> float:
+    """ρ in real units: the noisy threshold less the (rounded) public threshold."""
+    if mechanism.noise == "exact":
+        g = mechanism._g
+        return (stream._noisy_threshold - round(mechanism.threshold / g)) * g
+    return stream._noisy_threshold - mechanism.threshold
+
+
 @pytest.mark.parametrize("mechanism", [
     AboveThreshold(epsilon=0.5, threshold=10.0, sensitivity=2.0),
     Sparse(epsilon=1.0, threshold=0.0, max_positives=5),
@@ -29,7 +42,7 @@ def sampler(seed: int) -> Sampler:
 ], ids=["above-threshold", "sparse", "sparse-monotonic"])
 def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
     s = sampler(101)
-    rho = np.array([mechanism._open(s)._noisy_threshold for _ in range(N)]) - mechanism.threshold
+    rho = np.array([threshold_noise(mechanism._open(s), mechanism) for _ in range(N)])
     ks_with_power(rho, laplace_cdf, mechanism.threshold_scale)
 
 
@@ -40,7 +53,7 @@ def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
 ], ids=["above-threshold", "sparse", "sparse-monotonic"])
 def test_query_noise_is_laplace_with_c(mechanism):
     stream = mechanism._open(sampler(202))
-    nu = np.array([next(stream._noise) for _ in range(N)])
+    nu = np.array([next(stream._noise) for _ in range(N)]) * grid_step(mechanism)
     c, eps2, delta = mechanism.max_positives, mechanism.epsilon_queries, mechanism.sensitivity
     expected = (c if mechanism.monotonic else 2 * c) * delta / eps2
     assert mechanism.query_scale == pytest.approx(expected, rel=1e-9)
@@ -78,6 +91,6 @@ def test_accuracy_bound_holds_empirically():
     failures = 0
     for _ in range(n):
         stream = m._open(s)
-        worst = max(abs(next(stream._noise)) for _ in range(k))
-        failures += abs(stream._noisy_threshold) + worst > alpha
+        worst = max(abs(next(stream._noise)) for _ in range(k)) * grid_step(m)
+        failures += abs(threshold_noise(stream, m)) + worst > alpha
     assert stats.binomtest(failures, n, beta, alternative="greater").pvalue > 1e-6
