@@ -37,6 +37,8 @@ def _unit(bits: RandomBits, n: int, d: int, k: int = 1) -> bool:
 
     K ← 1; while Bernoulli(γ/K): K ← K + 1; return K odd. P(K odd) = Σ_m (−γ)^m/m! = e^{−γ}.
     """
+    if k == 1 and n == d:  # Bernoulli(γ/1) with γ = 1 always succeeds: no word needed
+        k = 2
     while bits.below(d * k) < n:
         k += 1
     return k % 2 == 1
