@@ -19,6 +19,8 @@ from accountant import Accountant, Budget, PrivacyError
 from mechanisms import (
     AboveThreshold,
     AnalyticGaussian,
+    DiscreteGaussian,
+    DiscreteLaplace,
     Exponential,
     Gaussian,
     Laplace,
@@ -53,6 +55,25 @@ def _cases() -> list[Any]:
         for i, bad in enumerate(NUMERIC_BAD):
             cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
                                       id=f"{mech.name}-{i}"))
+    integer_bad = [CANARY, [CANARY, 1], np.array([CANARY]), TEXT, [TEXT], True, [[1], [1, 2]],
+                   np.array([987654 * 10 ** 13]), [987654 * 10 ** 13, 1], [HUGE]]
+    for mech in (DiscreteLaplace(1.0), DiscreteGaussian(1.0, 1e-6)):
+        for i, bad in enumerate(integer_bad):
+            cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
+                                      id=f"{mech.name}-{i}"))
+    # Values beyond the noise grid of a tiny scale: refused, never shown.
+    tiny = 1e-290
+    cases.append(pytest.param(lambda acc: acc.release(Laplace(1.0, sensitivity=tiny), CANARY * 1e290),
+                              id="laplace-off-grid"))
+    cases.append(pytest.param(lambda acc: acc.release(
+        ReportNoisyMax(1.0, ["a", "b"], sensitivity=tiny), [CANARY * 1e290, 0.0]),
+        id="rnm-off-grid"))
+
+    def off_grid(acc: Accountant) -> Any:
+        with acc.session(Sparse(epsilon=0.5, threshold=0.0, max_positives=1,
+                                sensitivity=tiny)) as s:
+            return s.test(CANARY * 1e290)
+    cases.append(pytest.param(off_grid, id="sparse-off-grid"))
     for cls in (Exponential, ReportNoisyMax, PermuteAndFlip):
         for i, bad in enumerate(SCORES_BAD):
             cases.append(pytest.param(
