@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ _LIVE: "weakref.WeakSet[RandomBits]" = weakref.WeakSet()
 def _forget_after_fork() -> None:
     for source in list(_LIVE):
         source._buffer = []
+        source._pools = {}
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
@@ -42,11 +44,12 @@ class RandomBits:
     Thread-safe: a word handed to one caller is never handed to another (``list.pop`` is atomic).
     """
 
-    __slots__ = ("_generator", "_buffer", "__weakref__")
+    __slots__ = ("_generator", "_buffer", "_pools", "__weakref__")
 
     def __init__(self, generator: np.random.Generator | None) -> None:
         self._generator = generator
         self._buffer: list[int] = []
+        self._pools: dict[Any, list[Any]] = {}
         _LIVE.add(self)
 
     @property
@@ -60,6 +63,22 @@ class RandomBits:
         except IndexError:
             self._buffer = self.words(_BUFFER_WORDS).tolist()
             return self.word()
+
+    def pooled(self, key: Any, refill: Callable[[], list[Any]]) -> Any:
+        """One draw from a pool of independent draws made ahead in bulk by ``refill`` (which must
+        depend on public parameters only, named by ``key``). A scalar release then pays for a
+        share of one bulk draw instead of a whole Python-level one. Pools are emptied after
+        ``fork`` like the word buffer; each draw is handed out once (``list.pop``)."""
+        pool = self._pools.get(key)
+        if pool:
+            try:
+                return pool.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        if len(self._pools) > 64:  # many distinct parameters: stay bounded
+            self._pools = {}
+        self._pools[key] = pool = refill()
+        return pool.pop()
 
     def words(self, n: int) -> Any:
         """``n`` uniformly random words as a ``uint64`` array."""

@@ -33,6 +33,7 @@ __all__ = ["LaplaceGrid", "ceil_log2"]
 
 _PRECISION_BITS = 40
 _EXACT_FLOAT = float(2 ** 53)
+_POOL = 256  # scalar draws made ahead in one bulk call
 
 
 def ceil_log2(r: Fraction) -> int:
@@ -94,8 +95,10 @@ class LaplaceGrid:
         """``value`` (a float, or a float64 array with |x| <= ``limit``) plus grid Laplace noise."""
         g = self.granularity
         if isinstance(value, float):
-            exact = round(value / g) + discrete_laplace(bits, 1, self._t1)
-            return _to_float(exact, g)
+            t = self._t1
+            z = bits.pooled(("discrete_laplace", t),
+                            lambda: discrete_laplace_array(bits, 1, t, _POOL).tolist())
+            return _to_float(round(value / g) + z, g)
         flat = value.ravel()
         z = discrete_laplace_array(bits, 1, self.noise_parameter(flat.size), flat.size)
         q = np.rint(flat / g)

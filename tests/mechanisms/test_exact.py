@@ -207,3 +207,20 @@ def test_fork_child_does_not_reuse_the_parents_buffered_words() -> None:
     os.waitpid(pid, 0)
     child = int.from_bytes(os.read(read, 8), "little")
     assert child != bits.word()  # the parent's next buffered word is not the child's
+
+
+def test_fork_child_does_not_reuse_the_parents_pooled_draws() -> None:
+    """Scalar releases draw from a pool made ahead; a forked child must not release the parent's
+    next draws (same pid-independent pool, same noise: the two releases would cancel)."""
+    import os
+    bits = RandomBits(None)
+    refill = lambda: list(range(1000))  # noqa: E731 - a recognisable pool
+    bits.pooled("k", refill)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, str(bits.pooled("k", lambda: [-1])).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"-1"  # the child refilled; it never saw the parent's pool
+    assert bits.pooled("k", refill) == 998
