@@ -330,10 +330,10 @@ class MechanismContract(DocumentedAndExported):
     def test_declared_cost_is_what_is_debited(self) -> None:
         m = self.make()
         acc = Accountant(m.cost, rng=SEED)
-        acc.release(m, 1.0, dataset="d")
+        acc.release(m, self.value, dataset="d")
         assert acc.spent("d") == m.cost
         with pytest.raises(BudgetExceededError) as info:
-            acc.release(m, 1.0, dataset="d")
+            acc.release(m, self.value, dataset="d")
         assert info.value.requested == m.cost and info.value.dataset == "d"
 
     # -- immutability -------------------------------------------------------------------------
@@ -395,7 +395,7 @@ class MechanismContract(DocumentedAndExported):
         value, error = bad_value
         rng = np.random.default_rng(SEED)
         acc = Accountant(Budget(100.0, 0.5), rng=rng)
-        acc.release(self.make(), 1.0, dataset="d")
+        acc.release(self.make(), self.value, dataset="d")
         before = snapshot(acc.ledger, rng)
         with pytest.raises(error):
             acc.release(self.make(), value, dataset="d")
@@ -446,7 +446,7 @@ class MechanismContract(DocumentedAndExported):
             return original(value, sampler)
 
         object.__setattr__(m, "_release", spy)
-        acc.release(m, 1.0)
+        acc.release(m, self.value)
         assert seen == [1]
 
     def test_refusal_draws_nothing(self) -> None:
@@ -454,7 +454,7 @@ class MechanismContract(DocumentedAndExported):
         acc = Accountant(Budget(self.expected_cost.epsilon / 2), rng=rng)
         before = snapshot(acc.ledger, rng)
         with pytest.raises(BudgetExceededError):
-            acc.release(self.make(), 1.0)
+            acc.release(self.make(), self.value)
         assert snapshot(acc.ledger, rng) == before
 
     # -- the debit, read back; bad values and refusals leave no trace (public API only) -------
