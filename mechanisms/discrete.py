@@ -121,7 +121,7 @@ class DiscreteGaussian(_IntegerMechanism):
     Canonne, Kamath, Steinke, NeurIPS 2020: σ is the smallest with δ(σ) ≤ δ for the exact δ of
     their Thm 7 (:func:`discrete_gaussian_sigma`), then σ² is rounded up to a dyadic rational with
     about 20 significant bits and re-checked (``sigma`` is that σ, up to 1e-6 above the minimum);
-    sampled exactly with their Alg. 3. ρ = Δ²/(2σ²) (their Thm 14, the
+    sampled exactly with their Alg. 3. ρ = Δ²/(2σ²) (their Prop. 5; Thm 14 multivariate; the
     same as the continuous Gaussian's). It has no Gaussian-DP μ of its own that we can cite, so the
     ``gaussian`` composition rule refuses it.
 
@@ -149,7 +149,7 @@ class DiscreteGaussian(_IntegerMechanism):
 
     @property
     def rho(self) -> float:
-        """ρ = Δ²/(2σ²), rounded up (CKS 2020, Thm 14)."""
+        """ρ = Δ²/(2σ²), rounded up (CKS 2020, Prop. 5: the discrete Gaussian is ρ-zCDP)."""
         exact = Fraction(self.sensitivity ** 2 * self._den, 2 * self._num)
         return _numeric.mul_up(float(exact), 1.0 + 2.0 ** -52)
 

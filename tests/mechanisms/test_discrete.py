@@ -156,3 +156,11 @@ def test_gaussian_rule_refuses_the_discrete_gaussian() -> None:
         acc.release(DiscreteGaussian(0.5, 1e-6), 3)
     assert "mu" in str(info.value)
     assert acc.spent() == Budget(0.0)
+
+
+def test_the_discrete_gaussian_is_not_mu_gdp_at_the_continuous_mu() -> None:
+    """Why no μ is declared: at σ² = 1, ε = 0.1 (Δ = 1) the discrete Gaussian's δ (CKS Thm 7)
+    exceeds the continuous one (Balle–Wang), which μ = Δ/σ-GDP would forbid."""
+    from mechanisms import analytic_gaussian_delta
+    assert discrete_gaussian_delta(1.0, 0.1) == pytest.approx(0.3673, abs=1e-4)
+    assert analytic_gaussian_delta(1.0, 0.1) == pytest.approx(0.3523, abs=1e-4)
