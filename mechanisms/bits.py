@@ -7,7 +7,9 @@ run the same algorithms on different bits.
 
 Each source keeps a small buffer of words so that a scalar release does not pay a system call
 (or a numpy call) per word. The buffer is emptied in a child process after ``fork`` (``os.register_at_fork``):
-parent and child must never release noise built from the same words.
+parent and child must never release noise built from the same words (for the OS source; a
+seeded generator's child still continues the parent's sequence: seeded sources are for tests).
+A copy or pickle of a source starts with an empty buffer and empty pools.
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class RandomBits:
         self._buffer: list[int] = []
         self._pools: dict[Any, list[Any]] = {}
         _LIVE.add(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy or a pickle (multiprocessing with spawn/forkserver) must never carry the buffered
+        # words or pooled draws: two holders would release the same noise, and the difference of
+        # their releases would be noise-free. A copy starts empty (and is fork-guarded).
+        return (RandomBits, (self._generator,))
 
     @property
     def is_cryptographic(self) -> bool:

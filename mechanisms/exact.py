@@ -206,10 +206,11 @@ def discrete_gaussian_array(bits: RandomBits, num: int, den: int, n: int) -> Any
 
 
 def _int_array(values: list[int]) -> Any:
-    try:
+    """int64 when every draw stays below 2^62 (the bound the bulk path keeps, so that adding a
+    value below 2^61 cannot wrap), else Python ints."""
+    if all(-_SMALL < v < _SMALL for v in values):
         return np.array(values, dtype=np.int64)
-    except OverflowError:
-        return _object_array(values)
+    return _object_array(values)
 
 
 def _object_array(values: list[int]) -> Any:

@@ -224,3 +224,20 @@ def test_fork_child_does_not_reuse_the_parents_pooled_draws() -> None:
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"-1"  # the child refilled; it never saw the parent's pool
     assert bits.pooled("k", refill) == 998
+
+
+def test_a_copied_or_pickled_source_never_repeats_the_originals_noise() -> None:
+    import copy
+    import pickle
+    bits = RandomBits(None)
+    bits.word()
+    bits.pooled("k", lambda: list(range(100)))
+    for clone in (copy.copy(bits), copy.deepcopy(bits), pickle.loads(pickle.dumps(bits))):
+        assert clone._buffer == [] and clone._pools == {} and clone.is_cryptographic
+        assert clone.word() != bits.word()
+
+
+def test_small_draws_beyond_2_62_are_python_ints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exact, "discrete_laplace", lambda bits, s, t: 2 ** 62)
+    out = exact.discrete_laplace_array(RandomBits(None), 1, 5, 3)
+    assert out.dtype == object and out.tolist() == [2 ** 62] * 3
