@@ -2,15 +2,15 @@
 
 Rows (10^6-element vectors unless noted, noise from the OS CSPRNG):
 
-* dpbudget discrete Laplace (scale 10), discrete Gaussian (σ = 10), and ``Laplace`` on floats
-  released on its grid (scale 10): the exact samplers;
+* dpbudget discrete Laplace (scale 10), discrete Gaussian (σ = 10), and ``Laplace`` (scale 10)
+  and ``AnalyticGaussian`` (σ = 10) on floats released on their grids: the exact samplers;
 * the floor: numpy's ``Generator.laplace`` / ``normal`` (PCG64, insecure, float) and the raw
   ``os.urandom`` bytes the exact samplers consume;
 * OpenDP's secure samplers when installed (``pip install -e ".[bench]"``): ``make_laplace`` on a
   float vector, ``make_gaussian`` on a float vector, ``make_laplace`` on an integer vector
   (discrete Laplace) and ``make_gaussian`` on an integer vector (discrete Gaussian);
-* scalar ``Accountant.release(Laplace(1e-9), 1.0)`` in memory (exact noise) against
-  ``noise="float"``.
+* scalar ``Accountant.release(Laplace(1e-9), 1.0)`` and ``release(AnalyticGaussian(...), 1.0)``
+  in memory (exact noise) against ``noise="float"``.
 
 Each row is the median of ``--rounds`` timings (rows interleaved per round). Usage::
 
@@ -29,7 +29,8 @@ from collections.abc import Callable
 import numpy as np
 
 from accountant import Accountant, Budget
-from mechanisms import Laplace
+from mechanisms import AnalyticGaussian, Laplace
+from mechanisms.base import Mechanism
 from mechanisms.bits import RandomBits
 from mechanisms.exact import discrete_gaussian_array, discrete_laplace_array
 from mechanisms.sampling import Sampler
@@ -59,14 +60,16 @@ def _opendp_rows(n: int) -> dict[str, Callable[[], object]]:
 
 def _scalar_rows(k: int) -> dict[str, Callable[[], object]]:
     rows = {}
-    for noise in ("exact", "float"):
-        acc = Accountant(Budget(1e9))
-        m = Laplace(1e-9, noise=noise)
+    for kind in ("Laplace", "AnalyticGaussian"):
+        for noise in ("exact", "float"):
+            acc = Accountant(Budget(1e9, 0.5))
+            m = (Laplace(1e-9, noise=noise) if kind == "Laplace" else
+                 AnalyticGaussian(1e-9, 1e-15, noise=noise))
 
-        def run(acc: Accountant = acc, m: Laplace = m) -> None:
-            for _ in range(k):
-                acc.release(m, 1.0)
-        rows[f"scalar release(Laplace), noise={noise!r} ({k:,} releases)"] = run
+            def run(acc: Accountant = acc, m: Mechanism = m) -> None:
+                for _ in range(k):
+                    acc.release(m, 1.0)
+            rows[f"scalar release({kind}), noise={noise!r} ({k:,} releases)"] = run
     return rows
 
 
@@ -79,12 +82,15 @@ def main() -> None:
     n = args.n
     bits = RandomBits(None)
     grid = Laplace(1.0, sensitivity=10.0)
+    gauss = AnalyticGaussian(1.0, 1e-5, sensitivity=10.0 / AnalyticGaussian(1.0, 1e-5).sigma)
     zeros = np.zeros(n)
     generator = np.random.default_rng()
     rows: dict[str, Callable[[], object]] = {
         "dpbudget discrete Laplace (scale 10)": lambda: discrete_laplace_array(bits, 1, 10, n),
         "dpbudget discrete Gaussian (sigma 10)": lambda: discrete_gaussian_array(bits, 100, 1, n),
         "dpbudget Laplace on floats, grid (scale 10)": lambda: grid._release(zeros, Sampler(None)),
+        "dpbudget AnalyticGaussian on floats, grid (sigma 10)":
+            lambda: gauss._release(zeros, Sampler(None)),
         "floor: numpy Generator.laplace (insecure float)": lambda: generator.laplace(0, 10, n),
         "floor: numpy Generator.normal (insecure float)": lambda: generator.normal(0, 10, n),
         "floor: os.urandom, 8 bytes per sample": lambda: os.urandom(8 * n),
@@ -105,8 +111,9 @@ def main() -> None:
         rate = n / statistics.median(times[name])
         print(f"| {name} | {rate:,.0f} | {rate / base:.2f} |")
     print()
-    exact_rate = args.scalar / statistics.median(times[next(iter(scalar))])
     for name in scalar:
+        exact = name.replace("noise='float'", "noise='exact'")
+        exact_rate = args.scalar / statistics.median(times[exact])
         rate = args.scalar / statistics.median(times[name])
         print(f"| {name} | {rate:,.0f} releases/s | {rate / exact_rate:.2f} × exact |")
 

@@ -119,13 +119,24 @@ class RandomBits:
 
     def below_array(self, m: int, n: int) -> Any:
         """``n`` uniform integers in [0, m), exactly, as an ``int64`` array; 1 <= m <= 2^63."""
-        limit = (1 << 64) - (1 << 64) % m
+        # Half-words when m fits in 32 bits: the OS CSPRNG's bytes are most of the samplers' cost.
+        width, words = (32, self._half_words) if m <= 1 << 32 else (64, self.words)
+        dtype = np.uint32 if width == 32 else np.uint64
+        limit = (1 << width) - (1 << width) % m
         out = np.empty(n, dtype=np.int64)
         todo = np.arange(n)
-        modulus = np.uint64(m)
+        modulus = dtype(m % (1 << width)) if m < 1 << width else None
         while todo.size:
-            r = self.words(todo.size)
-            ok = r < np.uint64(limit) if limit < 1 << 64 else np.ones(todo.size, dtype=bool)
-            out[todo[ok]] = (r[ok] % modulus).view(np.int64)
+            r = words(todo.size)
+            if modulus is None:  # m = 2^width: every word is accepted as it is
+                out[todo] = r.astype(np.int64) if width == 32 else r.view(np.int64)
+                break
+            ok = r < dtype(limit) if limit < 1 << width else np.ones(todo.size, dtype=bool)
+            out[todo[ok]] = (r[ok] % modulus).astype(np.int64)
             todo = todo[~ok]
         return out
+
+    def _half_words(self, n: int) -> Any:
+        if self._generator is not None:
+            return self._generator.integers(0, 2 ** 32, size=n, dtype=np.uint32)
+        return np.frombuffer(os.urandom(4 * n), dtype=np.uint32)

@@ -27,7 +27,7 @@ from mechanisms.exact import (
     discrete_laplace,
     discrete_laplace_array,
 )
-from mechanisms.gaussian import analytic_gaussian_sigma
+from mechanisms.calibration import analytic_gaussian_sigma
 from mechanisms.sampling import Sampler
 
 __all__ = ["DiscreteGaussian", "DiscreteLaplace", "discrete_gaussian_delta",

@@ -22,7 +22,7 @@ import numpy as np
 from mechanisms.bits import RandomBits
 
 __all__ = ["bernoulli_exp", "bernoulli_exp_array", "discrete_gaussian", "discrete_gaussian_array",
-           "discrete_laplace", "discrete_laplace_array"]
+           "discrete_laplace", "discrete_laplace_array", "wide_gaussian", "wide_gaussian_array"]
 
 # Integers handled in int64 arrays stay below 2^62, so that no sum or comparison can overflow.
 _SMALL = 1 << 62
@@ -95,6 +95,37 @@ def discrete_gaussian(bits: RandomBits, num: int, den: int) -> int:
         y = discrete_laplace(bits, 1, t)
         a = abs(y) * t * den - num
         if bernoulli_exp(bits, a * a, scale):
+            return y
+
+
+def _unit_square(bits: RandomBits, r: int, s: int, k: int = 1) -> bool:
+    """Bernoulli(exp(−(r/s)²)) for 0 <= r <= s: Alg. 1 with γ = (r/s)², each Bernoulli(γ/K)
+    drawn as the conjunction of two independent ones, Bernoulli(r/s) and Bernoulli(r/(sK)), so
+    that no integer is larger than s·K (γ's own numerator r² would be twice as wide)."""
+    while bits.below(s) < r and bits.below(s * k) < r:
+        k += 1
+    return k % 2 == 1
+
+
+def _square_accept(bits: RandomBits, x: int, s: int) -> bool:
+    """Bernoulli(exp(−(x/s)²)) for an integer x >= 0: with x = qs + r, (x/s)² = q² + 2qr/s +
+    (r/s)², and exp(−(x/s)²) is the product of three independent Bernoulli(exp(−·)) draws."""
+    q, r = divmod(x, s)
+    return (bernoulli_exp(bits, q * q, 1) and bernoulli_exp(bits, 2 * q * r, s)
+            and _unit_square(bits, r, s))
+
+
+def wide_gaussian(bits: RandomBits, s: int) -> int:
+    """One draw with P(Y = y) ∝ exp(−y²/s²), the discrete Gaussian of σ² = s²/2, for even s >= 2.
+
+    CKS 2020 Alg. 3 with the proposal's scale t = s/2 instead of ⌊σ⌋ + 1 (any t > 0 is valid:
+    exp(−|y|/t) · exp(−(|y| − σ²/t)²/(2σ²)) ∝ exp(−y²/(2σ²))). With t = s/2, σ²/t = s is an
+    integer, so the acceptance exponent is (x/s)² for the integer x = ||y| − s|, and every
+    integer stays below ~40·s: wide noise (σ ~ 2^38, the Gaussian grid's) runs in int64.
+    """
+    while True:
+        y = discrete_laplace(bits, 1, s // 2)
+        if _square_accept(bits, abs(abs(y) - s), s):
             return y
 
 
@@ -200,6 +231,58 @@ def discrete_gaussian_array(bits: RandomBits, num: int, den: int, n: int) -> Any
             ok[i] = bernoulli_exp(bits, ai * ai, scale)
         if far[ok].any():
             out = out.astype(object)
+        out[todo[ok]] = y[ok]
+        todo = todo[~ok]
+    return out
+
+
+def _unit_square_array(bits: RandomBits, r: Any, s: int) -> Any:
+    """``_unit_square`` in bulk, for an int64 array 0 <= r_i <= s."""
+    out = np.empty(r.shape, dtype=bool)
+    todo = np.arange(r.size)
+    k = 1
+    while todo.size:
+        if s * k >= _SMALL:  # (never in practice: K grows past 2^22 with probability ~0)
+            for i in todo.tolist():
+                out[i] = _unit_square(bits, int(r[i]), s, k)
+            break
+        going = bits.below_array(s, todo.size) < r[todo]
+        both = np.flatnonzero(going)
+        going[both] = bits.below_array(s * k, both.size) < r[todo[both]]
+        out[todo[~going]] = k % 2 == 1
+        todo = todo[going]
+        k += 1
+    return out
+
+
+# Entries with x >= _FAR·s (|y| beyond ~65σ·√2: probability below e^{-4000}) are decided on
+# Python integers, so that 2qr stays far below 2^62 in the bulk path.
+_FAR = 64
+
+
+def wide_gaussian_array(bits: RandomBits, s: int, n: int) -> Any:
+    """``n`` independent draws of :func:`wide_gaussian` (int64; even s < 2^40 in bulk)."""
+    if n < _BULK or s >= 1 << 40:
+        return _int_array([wide_gaussian(bits, s) for _ in range(n)])
+    out: Any = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        y = discrete_laplace_array(bits, 1, s // 2, todo.size)
+        if y.dtype == object:  # (never in practice) a proposal beyond 2^62
+            ok = np.array([_square_accept(bits, abs(abs(int(v)) - s), s) for v in y.tolist()])
+            out = out.astype(object)
+        else:
+            x = np.abs(np.abs(y) - s)
+            q, r = np.divmod(x, s)
+            ok = np.ones(todo.size, dtype=bool)
+            far = np.flatnonzero(q >= _FAR)
+            ok[far] = [_square_accept(bits, int(x[i]), s) for i in far.tolist()]
+            near = np.flatnonzero((q > 0) & (q < _FAR))
+            ok[near] = bernoulli_exp_array(bits, q[near] * q[near], 1)
+            near = near[ok[near]]
+            ok[near] = bernoulli_exp_array(bits, 2 * q[near] * r[near], s)
+            live = np.flatnonzero(ok & (q < _FAR))
+            ok[live] = _unit_square_array(bits, r[live], s)
         out[todo[ok]] = y[ok]
         todo = todo[~ok]
     return out

@@ -2,48 +2,88 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
-from scipy.special import log_ndtr
+import numpy as np
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError
-from mechanisms.base import NumericMechanism
+from accountant.errors import InvalidArgumentError, InvalidDataError
+from mechanisms.base import NumericMechanism, noise_kind
+from mechanisms.calibration import analytic_gaussian_delta, analytic_gaussian_sigma
+from mechanisms.gaussian_grid import GaussianGrid
 from mechanisms.sampling import Sampler
 
 __all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_gaussian_sigma"]
 
-# Relative margin added above the bisection's root so that floating-point error in evaluating δ(σ)
-# (about 1e-13 relative at worst on the tested range) can never leave σ on the unsafe side.
-_SIGMA_MARGIN = 1e-11
-
-
 class _GaussianFamily(NumericMechanism):
-    """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value."""
+    """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value.
+
+    Exact by default (``mechanisms.gaussian_grid``): the value is rounded to a grid of 2^k ≈
+    σ/2^38 and exact discrete Gaussian noise is added in grid steps, with σ in grid steps
+    calibrated for the widened sensitivity Δ₂/g + √n and the discrete noise's distance to a
+    rounded Gaussian, so that the cost is still exactly (ε, δ) and ρ. The exact noise has no
+    Gaussian-DP μ we can prove (it is within a tiny total variation of a μ-GDP mechanism, which is
+    not GDP), so ``mu`` is None and the ``gaussian`` rule refuses it: compose under ``advanced``
+    (which uses ρ) or opt out with ``noise="float"``.
+    """
 
     epsilon: float
     delta: float
     sigma: float
     sensitivity: float
+    grid: GaussianGrid | None
+
+    def _setup(self, noise: str) -> None:
+        self._noise = noise_kind(noise)
+        self.grid = (_grid(self.epsilon, self.delta, self.sensitivity, self.sigma)
+                     if self._noise == "exact" else None)
+        self._cost = Budget(self.epsilon, self.delta)
+
+    @property
+    def noise(self) -> str:
+        return self._noise
 
     @property
     def rho(self) -> float:
         """ρ = Δ²/(2σ²): the Gaussian mechanism is ρ-zCDP (Bun–Steinke 2016, Prop. 1.6)."""
-        mu = self.mu  # rounded up, so mu² (rounded up) is never below (Δ/σ)²; halving is exact
+        # Δ/σ rounded up, so its square (rounded up) is never below (Δ/σ)²; halving is exact. With
+        # exact noise the grid's σ_g >= σ·Δ_g/Δ keeps the discrete Gaussian's ρ = Δ_g²/(2σ_g²)
+        # (CKS 2020, Thm 14) at most this.
+        mu = _numeric.div_up(self.sensitivity, self.sigma)
         return _numeric.mul_up(mu, mu) / 2.0
 
     @property
-    def mu(self) -> float:
-        """μ = Δ/σ: the Gaussian mechanism is μ-GDP (Dong, Roth, Su 2019, Thm 2.7)."""
+    def mu(self) -> float | None:
+        """μ = Δ/σ with ``noise="float"``: the Gaussian mechanism is μ-GDP (Dong, Roth, Su 2019,
+        Thm 2.7). None with exact noise (see the class docstring)."""
+        if self.grid is not None:
+            return None
         return _numeric.div_up(self.sensitivity, self.sigma)
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "sensitivity": self.sensitivity,
-                "sigma": self.sigma}
+                "sigma": self.sigma, "noise": self._noise}
+
+    def prepare(self, value: Any) -> Any:
+        x = super().prepare(value)
+        if self.grid is None:
+            return x
+        if not _within(x, self.grid.limit):
+            raise InvalidDataError("value", value, f"at most {self.grid.limit:.6g} in magnitude "
+                                   "(the noise grid of this scale cannot represent more)")
+        if not self.grid.fits(1 if isinstance(x, float) else x.size):
+            raise InvalidDataError("value", value, f"fewer entries for exact Gaussian noise at "
+                                   f"delta={self.delta!r} (the grid's rounding term would take "
+                                   "more than half of delta): release it in parts, or use "
+                                   "noise='float'")
+        return x
 
     def _release(self, value: Any, sampler: Sampler) -> Any:
+        if self.grid is not None:
+            return self.grid.release(sampler.bits, value)
         if isinstance(value, float):
             return value + sampler.gaussian(self.sigma)
         return value + sampler.gaussian(self.sigma, size=value.shape)
@@ -60,13 +100,16 @@ class Gaussian(_GaussianFamily):
         epsilon: 0 < ε < 1.
         delta: 0 < δ < 1.
         sensitivity: L2 sensitivity Δ₂ > 0.
+        noise: ``"exact"`` (default: grid + exact discrete Gaussian, see ``_GaussianFamily``) or
+            ``"float"`` (the textbook float sampler, an explicit and recorded opt-out).
 
     >>> m = Gaussian(epsilon=0.5, delta=1e-5)
     >>> round(m.sigma, 6)
     9.689611
     """
 
-    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0) -> None:
+    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0,
+                 noise: str = "exact") -> None:
         eps = _validate.positive("epsilon", epsilon)
         if not eps < 1.0:
             raise InvalidArgumentError(
@@ -79,7 +122,7 @@ class Gaussian(_GaussianFamily):
         self.sigma = _numeric.div_up(
             _numeric.mul_up(self.sensitivity, math.sqrt(2.0 * math.log(1.25 / self.delta))),
             self.epsilon)
-        self._cost = Budget(self.epsilon, self.delta)
+        self._setup(noise)
 
 
 class AnalyticGaussian(_GaussianFamily):
@@ -94,100 +137,28 @@ class AnalyticGaussian(_GaussianFamily):
         epsilon: ε > 0.
         delta: 0 < δ < 1.
         sensitivity: L2 sensitivity Δ₂ > 0.
+        noise: ``"exact"`` (default) or ``"float"``, as for :class:`Gaussian`.
 
     >>> round(AnalyticGaussian(epsilon=1.0, delta=1e-5).sigma, 6)
     3.730632
     """
 
-    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0) -> None:
+    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0,
+                 noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
-        self._cost = Budget(self.epsilon, self.delta)
+        self._setup(noise)
 
 
-def _log_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """ln δ(σ) for the Balle–Wang condition, evaluated with ``log_ndtr`` so that tiny tails keep
-    their relative precision; ``-inf`` when δ(σ) <= 0."""
-    r = sensitivity / sigma
-    log_a = log_ndtr(r / 2.0 - epsilon / r)
-    log_b = epsilon + log_ndtr(-r / 2.0 - epsilon / r)
-    if log_b >= log_a:
-        return -math.inf
-    # ln(Φ(a) − e^ε Φ(b)) = ln Φ(a) + ln(1 − e^{lb − la}); expm1 keeps the small-difference case exact.
-    return float(log_a + math.log(-math.expm1(log_b - log_a)))
+@functools.lru_cache(maxsize=1024)
+def _grid(epsilon: float, delta: float, sensitivity: float, sigma: float) -> GaussianGrid:
+    """One immutable grid per parameter set, shared by every mechanism built with it."""
+    return GaussianGrid(epsilon, delta, sensitivity, sigma)
 
 
-# Relative accuracy assumed of one log_ndtr evaluation and of forming its argument, in units of
-# the double rounding unit: generous on purpose (scipy's log_ndtr is accurate to a few ulps).
-_EVAL_ULPS = 16.0
-_ULP = 2.0 ** -53
-
-
-def _log_delta_upper(sigma: float, epsilon: float, sensitivity: float) -> float:
-    """An upper bound on ln δ(σ) that holds despite the rounding in evaluating it.
-
-    ``_log_delta`` computes ln Φ(a) + ln(1 − e^{lb − la}); when δ is tiny next to Φ(a) (small ε,
-    large σ), lb − la is close to 0 and its absolute rounding error, though only ~1e-15, is a
-    large *relative* error in 1 − e^{lb − la}. So bound the error of ln Φ(a) and ln e^εΦ(b) (a few
-    ulps of each, plus x²·ulp from rounding the argument x, since d ln Φ/dx ≈ |x| in the lower
-    tail) and evaluate at the worst end. Where the gap cannot be certified at all, the result is
-    +inf (not safe), so the calibration moves to a larger σ instead of trusting noise.
-    """
-    r = sensitivity / sigma
-    x_a, x_b = r / 2.0 - epsilon / r, -r / 2.0 - epsilon / r
-    log_a = float(log_ndtr(x_a))
-    log_b = epsilon + float(log_ndtr(x_b))
-    err = _EVAL_ULPS * _ULP * (1.0 + abs(log_a) + abs(log_b) + x_a * x_a + x_b * x_b + epsilon)
-    gap = log_b - log_a - 2.0 * err  # the most negative the true lb − la can be
-    if gap >= 0.0:
-        return math.inf
-    return log_a + err + math.log(-math.expm1(gap))
-
-
-def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
-    """The exact δ at which N(0, σ²) noise on L2-sensitivity Δ is (ε, δ)-DP (Balle–Wang Thm 8).
-
-    >>> round(analytic_gaussian_delta(3.730631635, 1.0), 12)
-    1e-05
-    """
-    s = _validate.positive("sigma", sigma)
-    e = _validate.non_negative("epsilon", epsilon)
-    d = _validate.positive("sensitivity", sensitivity)
-    return math.exp(_log_delta(s, e, d))
-
-
-def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """The smallest σ with δ(σ) <= δ (Balle–Wang 2018, Thm 8), rounded to the safe side.
-
-    δ(σ) decreases in σ (Balle–Wang, Lemma 7 and the proof of Thm 8), so bisection on ln σ finds
-    the root of an *upper bound* on δ(σ) that includes the evaluation's own rounding error (see
-    ``_log_delta_upper``); the returned σ is the bracket's upper end times ``1 + 1e-11``,
-    re-checked, so it is never below the exact value even where δ(σ) suffers cancellation. Unlike the seed blog's code it uses sqrt(X² + ε) (not + 1) and
-    returns a standard deviation (numpy's ``normal`` takes a standard deviation, not a variance).
-
-    >>> round(analytic_gaussian_sigma(0.1, 1e-6), 6)
-    36.30469
-    """
-    eps = _validate.positive("epsilon", epsilon)
-    target = math.log(_validate.probability("delta", delta, low_open=True))
-    sens = _validate.positive("sensitivity", sensitivity)
-
-    def safe(sigma: float) -> bool:
-        return _log_delta_upper(sigma, eps, sens) <= target
-
-    hi = sens
-    while not safe(hi):
-        hi *= 2.0
-    lo = hi
-    while safe(lo):
-        lo /= 2.0
-    sigma = _numeric.bisect(safe, lo, hi, geometric=True)[1] * (1.0 + _SIGMA_MARGIN)
-    # The computed bound is monotone in σ only up to rounding: step up until it certifies again.
-    for _ in range(200):
-        if safe(sigma):
-            return sigma
-        sigma *= 1.0 + 1e-9
-    raise InvalidArgumentError("epsilon", epsilon, "a value whose analytic Gaussian noise can be "
-                               f"certified in double precision at delta={delta!r}")
+def _within(x: Any, limit: float) -> bool:
+    if isinstance(x, float):
+        return -limit <= x <= limit
+    return bool(np.all(np.abs(x) <= limit))

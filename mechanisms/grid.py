@@ -29,7 +29,7 @@ import numpy as np
 from mechanisms.bits import RandomBits
 from mechanisms.exact import discrete_laplace, discrete_laplace_array
 
-__all__ = ["LaplaceGrid", "ceil_log2"]
+__all__ = ["LaplaceGrid", "ceil_log2", "to_float"]
 
 _PRECISION_BITS = 40
 _EXACT_FLOAT = float(2 ** 53)
@@ -88,7 +88,7 @@ class LaplaceGrid:
     def release_scalar(self, bits: RandomBits, value: float, t: int) -> float:
         """One float (|x| <= ``limit``) plus grid Laplace noise of integer parameter ``t`` (for a
         caller whose sensitivity accounting needs a ``t`` other than ``noise_parameter(1)``)."""
-        return _to_float(round(value / self.granularity) + discrete_laplace(bits, 1, t),
+        return to_float(round(value / self.granularity) + discrete_laplace(bits, 1, t),
                          self.granularity)
 
     def release(self, bits: RandomBits, value: Any) -> Any:
@@ -98,13 +98,13 @@ class LaplaceGrid:
             t = self._t1
             z = bits.pooled(("discrete_laplace", t),
                             lambda: discrete_laplace_array(bits, 1, t, _POOL).tolist())
-            return _to_float(round(value / g) + z, g)
+            return to_float(round(value / g) + z, g)
         flat = value.ravel()
         z = discrete_laplace_array(bits, 1, self.noise_parameter(flat.size), flat.size)
         q = np.rint(flat / g)
         if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
             # (never in practice) a draw beyond 2^53 would be rounded on conversion: Python ints
-            out = np.array([_to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
+            out = np.array([to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
         else:
             # q and z are integers held exactly, so q + z is the correctly rounded exact sum.
             with np.errstate(over="ignore"):
@@ -112,7 +112,7 @@ class LaplaceGrid:
         return out.reshape(value.shape)
 
 
-def _to_float(exact: int, g: float) -> float:
+def to_float(exact: int, g: float) -> float:
     """The double nearest the integer ``exact``, times the power of two g (exact unless it
     overflows): a function of ``exact`` alone."""
     try:

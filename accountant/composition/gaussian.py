@@ -29,8 +29,9 @@ class GaussianComposition(CompositionRule):
     largest μ with δ_μ(ε_B) ≤ δ_B, δ_μ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong–Roth–Su
     Cor. 2.13; :func:`~accountant.composition.bounds.gdp_mu`), computed once, rounded down.
 
-    A step whose mechanism has no GDP parameter (Laplace, ...) is refused with
-    ``MechanismNotAllowedError``: GDP of a pure-DP step would have to go through a lossy
+    A step whose mechanism has no GDP parameter (Laplace, DiscreteGaussian, and the Gaussians with
+    their default exact noise, which declare ρ but no μ: docs/exact-noise.md) is refused with
+    ``MechanismNotAllowedError``: GDP of such a step would have to go through a lossy
     conversion, which the "advanced" rule does better.
 
     **State** (O(1)): ``mu2`` Σμ_i², and the basic sums ``epsilon``, ``delta`` of the declared costs.
@@ -70,7 +71,9 @@ class GaussianComposition(CompositionRule):
     def _admit(self, charge: Charge) -> None:
         if charge.mu is None:
             raise self._not_allowed(charge, "it has no Gaussian-DP parameter mu (only "
-                                    "Gaussian-family mechanisms compose under this rule)")
+                                    "Gaussian-family mechanisms with noise='float' compose "
+                                    "under this rule; exact-noise Gaussians declare zCDP rho: "
+                                    "use the 'advanced' rule)")
         super()._admit(charge)
 
     def _step(self, state: State, charge: Charge, n: int) -> State:

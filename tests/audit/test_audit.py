@@ -63,7 +63,7 @@ def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_replay_reproduces_each_rules_spend(rule):
-    mech = AnalyticGaussian(0.05, 1e-8)
+    mech = AnalyticGaussian(0.05, 1e-8, noise="float" if rule == "gaussian" else "exact")
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=mech.cost, rng=2)
     for _ in range(7):
         acc.release(mech, 1.0, dataset="d")
@@ -324,7 +324,9 @@ def test_sparse_vector_session_records_replay():
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_batches_replay_under_each_rule(rule):
-    items = [(AnalyticGaussian(0.05, 1e-9), 1.0), (AnalyticGaussian(0.02, 1e-9), 2.0)] * 3
+    noise = "float" if rule == "gaussian" else "exact"
+    items = [(AnalyticGaussian(0.05, 1e-9, noise=noise), 1.0),
+             (AnalyticGaussian(0.02, 1e-9, noise=noise), 2.0)] * 3
     per_query = items[0][0].cost
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=per_query, rng=5)
     acc.release_many(items, dataset="d")
@@ -430,7 +432,7 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
     ledger = MemoryLedger()
     for name in (first, second):
         rule = make_rule(name, Budget(1.0, 1e-6), Budget(0.1, 1e-8) if name == "optimal" else None)
-        mech = AnalyticGaussian(0.1, 1e-8) if name in ("gaussian", "optimal") else Laplace(0.1)
+        mech = AnalyticGaussian(0.1, 1e-8, noise="float") if name in ("gaussian", "optimal") else Laplace(0.1)
         # Forged below the gate: the ledger itself would refuse a state whose shape changes.
         with ledger.transaction() as tx:
             prev = tx.account("dataset:d")

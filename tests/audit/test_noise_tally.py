@@ -21,7 +21,8 @@ def _ledger(tmp_path: Path, rng: object) -> str:
         acc.release(Laplace(0.1), [1.0, 2.0])
         acc.release(DiscreteLaplace(0.1), 3)
         acc.release(Laplace(0.1, noise="float"), 1.0)
-        acc.release(AnalyticGaussian(0.1, 1e-6), 1.0)  # still a float sampler: said so
+        acc.release(AnalyticGaussian(0.1, 1e-6), 1.0)  # exact by default too
+        acc.release(AnalyticGaussian(0.1, 1e-6, noise="float"), 1.0)
         acc.release_many([(Laplace(0.1), 1.0), (Laplace(0.1, noise="float"), 2.0)])
     return location
 
@@ -29,15 +30,15 @@ def _ledger(tmp_path: Path, rng: object) -> str:
 def test_audit_counts_noise_kinds(tmp_path: Path) -> None:
     report = audit(_ledger(tmp_path, None))
     counts = {k: t.releases for k, t in report.by_noise.items()}
-    assert counts == {"exact-csprng": 3, "float-csprng": 3}
+    assert counts == {"exact-csprng": 4, "float-csprng": 3}
     assert report.insecure_releases == 3 and report.ok
 
 
 def test_seeded_noise_is_not_secure(tmp_path: Path) -> None:
     report = audit(_ledger(tmp_path, 5))
     assert {k: t.releases for k, t in report.by_noise.items()} == {
-        "exact-seeded": 3, "float-seeded": 3}
-    assert report.insecure_releases == 6
+        "exact-seeded": 4, "float-seeded": 3}
+    assert report.insecure_releases == 7
 
 
 def test_status_and_audit_show_the_count(tmp_path: Path,
@@ -45,9 +46,9 @@ def test_status_and_audit_show_the_count(tmp_path: Path,
     location = _ledger(tmp_path, None)
     assert main(["status", location]) == 0
     out = capsys.readouterr().out
-    assert "noise: 3 release(s) with exact noise from the OS CSPRNG; 3 WITHOUT secure noise " \
+    assert "noise: 4 release(s) with exact noise from the OS CSPRNG; 3 WITHOUT secure noise " \
            "(float-csprng 3)" in out
     assert main(["status", "--json", location]) == 0
-    assert json.loads(capsys.readouterr().out)["noise"] == {"exact-csprng": 3, "float-csprng": 3}
+    assert json.loads(capsys.readouterr().out)["noise"] == {"exact-csprng": 4, "float-csprng": 3}
     assert main(["audit", location]) == 0
     assert "3 WITHOUT secure noise" in capsys.readouterr().out

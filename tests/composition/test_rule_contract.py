@@ -81,9 +81,9 @@ class TestOptimalRuleContract(CompositionRuleContract):
 class TestGaussianRuleContract(CompositionRuleContract):
     rule = "gaussian"
     steps = [
-        (AnalyticGaussian(0.3, 1e-8), 1.0),
-        (AnalyticGaussian(0.05, 1e-9, sensitivity=0.5), 1.0),
-        (Gaussian(0.5, 1e-7), 1.0),
+        (AnalyticGaussian(0.3, 1e-8, noise="float"), 1.0),
+        (AnalyticGaussian(0.05, 1e-9, sensitivity=0.5, noise="float"), 1.0),
+        (Gaussian(0.5, 1e-7, noise="float"), 1.0),
     ]
     bad_arguments = [
         (Budget(1.0), None, {}, InvalidArgumentError, "limit"),

@@ -275,6 +275,10 @@ def test_why_classic_is_refused_at_eps_ten() -> None:
 ])
 def test_rho_and_mu_declared_on_the_safe_side(make) -> None:
     m = make()
+    assert m.noise == "exact" and m.mu is None and m.charge.mu is None  # no provable GDP
+    exact_rho = m.rho
+    m = type(m)(m.epsilon, m.delta, m.sensitivity, noise="float")
+    assert m.rho == exact_rho
     s, d = Fraction(m.sigma), Fraction(m.sensitivity)
     assert m.rho is not None and m.mu is not None
     assert Fraction(m.rho) >= d * d / (2 * s * s)  # ρ = Δ²/(2σ²), Bun–Steinke Prop 1.6
@@ -288,7 +292,7 @@ def test_rho_and_mu_declared_on_the_safe_side(make) -> None:
 @settings(max_examples=200, deadline=None)
 @given(sens=st.floats(1e-3, 1e3), sigma_factor=st.floats(0.01, 1e4))
 def test_rho_never_below_exact(sens: float, sigma_factor: float) -> None:
-    m = AnalyticGaussian(1.0, 1e-5, sens)
+    m = AnalyticGaussian(1.0, 1e-5, sens, noise="float")
     object.__setattr__(m, "sigma", sens * sigma_factor)  # exercise the formula at many σ
     s, d = Fraction(m.sigma), Fraction(m.sensitivity)
     assert Fraction(m.rho) >= d * d / (2 * s * s)

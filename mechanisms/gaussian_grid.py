@@ -1,0 +1,157 @@
+"""Floating-point-safe Gaussian noise on real values: round to a grid of 2^k, add exact discrete
+Gaussian noise in grid steps, convert to a double last (docs/exact-noise.md, "The Gaussian grid").
+
+Why it keeps the declared (ε, δ). Let q(x) = round(x/g) ∈ Z^n (entrywise): for neighbours,
+‖q(x) − q(x')‖₂ ≤ Δ₂/g + √n =: Δ_g, since rounding moves each entry by at most ½. We release
+q(x) + Y with Y_j ~ N_Z(0, σ_g²) independent (CKS 2020, Alg. 3, drawn exactly). Compare with
+q(x) + round(G), G ~ N(0, σ_g² I): that is round(q(x) + G) (q is integer), a post-processing of the
+Gaussian mechanism on a query of L2 sensitivity Δ_g, so it is (ε, δ_BW(σ_g, Δ_g, ε))-DP with
+δ_BW Balle–Wang's exact δ (ICML 2018, Thm 8). And the two noises are close: for σ_g >= 2,
+
+    TV(N_Z(0, σ²), round(N(0, σ²))) <= 1/(5σ²)                                   (Lemma G)
+
+per entry, so TV <= n/(5σ_g²) =: η for the vector (TV is subadditive over independent entries).
+Hockey-stick divergences move by at most the TV on each side, H_ε(P‖Q) <= H_ε(P'‖Q') + η + e^ε η,
+so our release is (ε, δ_BW + (1 + e^ε)η)-DP. ``sigma_for`` picks σ_g so that this is at most the
+declared δ, and at least σ·Δ_g/Δ₂ so that the zCDP cost ρ = Δ_g²/(2σ_g²) of the discrete Gaussian
+(CKS 2020, Thm 14, exact) never exceeds the declared ρ = Δ₂²/(2σ²).
+
+Proof of Lemma G. Write φ for the N(0, σ²) density and θ = Σ_k e^{−k²/2σ²} = √(2π)σ(1 + c) with
+0 <= c <= 2τ, τ = Σ_{m>=1} e^{−2π²σ²m²} (Poisson summation, as in CKS 2020 §2). Then
+P_D(k) = φ(k)/(1 + c) and P_R(k) = ∫_{k−½}^{k+½} φ = φ(k)·r_k with r_k = ∫_{−½}^{½} e^{x(u)} du,
+x(u) = −(2ku + u²)/(2σ²), |x| <= b_k = (|k| + ¼)/(2σ²). From 0 <= e^x − 1 − x <= x²e^{|x|}/2 and
+∫x du = −1/(24σ²): |r_k − 1| <= 1/(24σ²) + b_k²e^{b_k}/2. So 2·TV <= Σ_k φ(k)(|r_k − 1| + c) and,
+with Σ_k φ(k) = 1 + c, y² <= (4σ²/e²)e^{y/σ} (y >= 0) and Σ_k φ(k − a)e^{k/σ} <= e^{a/σ + ½}(1 + 2τ)
+(complete the square, then Poisson summation again), Σ_k φ(k)b_k²e^{b_k}/2 <=
+e^{1/(4σ²) + 3/(4σ) − 3/2}(1 + 2τ)/σ². For σ >= 2 (τ < 1e-34) this gives
+2·TV <= (1/24 + e^{−1.0625})·(1 + 2τ)/σ² + 3τ <= 0.3874/σ² + 3τ < 0.4/σ², so TV < 1/(5σ²).  ∎
+(The true value is about 0.02/σ²: tests/mechanisms/test_gaussian_grid.py computes it.)
+
+The grid is g = 2^⌈log₂(σ/2^39)⌉ for the continuous σ, so σ_g ≈ 2^38–2^39 grid steps: the
+widening costs a relative √n·g/Δ₂ (≈ 2^-38·√n·σ/Δ₂) of extra noise, η is below n·2^-78, and the
+sampler's integers stay in int64 (``mechanisms.exact.wide_gaussian``, s = √2·σ_g < 2^40).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from accountant import _numeric
+from mechanisms.bits import RandomBits
+from mechanisms.calibration import analytic_gaussian_sigma
+from mechanisms.exact import wide_gaussian_array
+from mechanisms.grid import ceil_log2, to_float
+
+__all__ = ["GaussianGrid", "tv_bound"]
+
+_PRECISION_BITS = 39
+_POOL = 4096
+_EXACT_FLOAT = float(2 ** 53)
+
+
+def tv_bound(sigma: float, n: int) -> float:
+    """An upper bound on the total variation distance between n independent N_Z(0, σ²) draws and
+    n independent rounded N(0, σ²) draws: n/(5σ²) for σ >= 2 (Lemma G in the module docstring),
+    rounded up."""
+    if not sigma >= 2.0:
+        raise ValueError("Lemma G needs sigma >= 2")
+    return _numeric.div_up(float(n), _numeric.mul_up(5.0 * sigma, sigma) * (1.0 - 2.0 ** -50))
+
+
+class GaussianGrid:
+    """The grid and the per-size noise of an exact Gaussian release of continuous scale σ.
+
+    Attributes:
+        granularity: g = 2^k (a double, exact).
+        limit: the largest |x| accepted.
+
+    >>> grid = GaussianGrid(1.0, 1e-5, 1.0, 3.730631634853837)
+    >>> grid.granularity == 2.0 ** -37, grid.sigma_for(1) / 2 ** 37 > 3.7306316
+    (True, True)
+    """
+
+    __slots__ = ("_delta", "_epsilon", "_inv_g", "_sensitivity", "_sigma", "granularity", "limit")
+
+    def __init__(self, epsilon: float, delta: float, sensitivity: float, sigma: float) -> None:
+        self._epsilon, self._delta, self._sensitivity, self._sigma = (
+            epsilon, delta, sensitivity, sigma)
+        k = ceil_log2(Fraction(sigma) / 2 ** _PRECISION_BITS)
+        if not -1074 <= k <= 1023:
+            raise OverflowError("the noise grid is not a finite, non-zero double")
+        self.granularity = math.ldexp(1.0, k)
+        self._inv_g = Fraction(2) ** -k
+        self.limit = sys.float_info.max * min(self.granularity, 1.0) / 4.0
+
+    def fits(self, n: int) -> bool:
+        """Whether a value of ``n`` entries can be released: false only when the TV term
+        (1 + e^ε)·n/(5σ_g²) would take more than half of δ (n beyond ~δ·2^76)."""
+        return self._even_s(n)[0] > 0
+
+    def sigma_for(self, n: int) -> float:
+        """σ_g in grid steps (approximately; the sampler uses ``noise_s``) for ``n`` entries: at
+        least σ·Δ_g/Δ₂, and large enough that δ_BW(σ_g, Δ_g, ε) + (1 + e^ε)·n/(5σ_g²) <= δ."""
+        return self._even_s(n)[1]
+
+    def noise_s(self, n: int) -> int:
+        """The sampler's even integer s, σ_g² = s²/2 (``wide_gaussian``), for ``n`` entries."""
+        s = self._even_s(n)[0]
+        if s == 0:
+            raise ValueError("too many entries for this delta (prepare checks fits())")
+        return s
+
+    def _even_s(self, n: int) -> tuple[int, float]:
+        return _calibrate(self._epsilon, self._delta, self._sensitivity, self._sigma,
+                          self._inv_g, n)
+
+    def release(self, bits: RandomBits, value: Any) -> Any:
+        """``value`` (a float, or a float64 array with |x| <= ``limit``) plus grid Gaussian noise."""
+        g = self.granularity
+        if isinstance(value, float):
+            s = self.noise_s(1)
+            z = bits.pooled(("wide_gaussian", s),
+                            lambda: wide_gaussian_array(bits, s, _POOL).tolist())
+            return to_float(round(value / g) + z, g)
+        flat = value.ravel()
+        z = wide_gaussian_array(bits, self.noise_s(flat.size), flat.size)
+        q = np.rint(flat / g)
+        if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
+            out = np.array([to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
+        else:
+            # q and z are integers held exactly, so q + z is the correctly rounded exact sum.
+            with np.errstate(over="ignore"):
+                out = (q + z.astype(np.float64)) * g
+        return out.reshape(value.shape)
+
+
+@functools.lru_cache(maxsize=1024)
+def _calibrate(epsilon: float, delta: float, sensitivity: float, sigma: float, inv_g: Fraction,
+               n: int) -> tuple[int, float]:
+    reach = _up(Fraction(sensitivity) * inv_g)  # Δ₂/g
+    root_n = math.sqrt(n)
+    if root_n * root_n < n:
+        root_n = math.nextafter(root_n, math.inf)
+    d_g = _numeric.add_up(reach, root_n)  # Δ_g, rounded up
+    floor = _numeric.mul_up(_up(Fraction(sigma) * inv_g), _numeric.div_up(d_g, reach))
+    slack = _numeric.mul_up(1.0 + math.exp(epsilon) * (1.0 + 2.0 ** -50), tv_bound(floor, n))
+    if not slack <= delta / 2.0:
+        return 0, 0.0
+    target = _numeric.sub_down(delta, slack)
+    sigma_g = max(floor, _numeric.mul_up(d_g, analytic_gaussian_sigma(epsilon, target, 1.0)))
+    two_var = 2 * Fraction(sigma_g) ** 2
+    s = math.isqrt(math.ceil(two_var))
+    while s * s < two_var:
+        s += 1
+    s += s % 2
+    return s, s / math.sqrt(2.0)
+
+
+def _up(r: Fraction) -> float:
+    """The double nearest r, moved up if it fell below r."""
+    x = float(r)
+    return x if Fraction(x) >= r else math.nextafter(x, math.inf)
