@@ -24,11 +24,12 @@ class Laplace(NumericMechanism):
     2014, Thm 3.6. For a vector value, ``sensitivity`` is the L1 sensitivity of the whole vector.
     The scale is rounded up.
 
-    The noise is exact by default: the value is rounded to a grid of 2^k ≈ scale/2^40 and exact
+    The noise is exact by default: the value is rounded to a grid of 2^k ≈ scale/2^40 (2^6 finer
+    for vectors of 64 entries or more) and exact
     discrete Laplace noise is added in grid steps, with the sensitivity widened by the rounding so
     that the cost is still exactly (ε, 0) (``mechanisms.grid``; Mironov, CCS 2012, for why textbook
     float noise leaks; Canonne–Kamath–Steinke 2020 for the sampler). Values beyond
-    ``grid.limit`` in magnitude are refused. ``noise="float"`` keeps the textbook float sampler.
+    ``grid.limit_for(n)`` in magnitude are refused. ``noise="float"`` keeps the textbook float sampler.
 
     Args:
         epsilon: ε > 0, finite.
@@ -63,8 +64,10 @@ class Laplace(NumericMechanism):
 
     def prepare(self, value: Any) -> Any:
         x = super().prepare(value)
-        if self.grid is not None and not _within(x, self.grid.limit):
-            raise InvalidDataError("value", value, f"at most {self.grid.limit:.6g} in magnitude "
+        limit = None if self.grid is None else self.grid.limit_for(
+            1 if isinstance(x, float) else x.size)
+        if limit is not None and not _within(x, limit):
+            raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "
                                    "(the noise grid of this scale cannot represent more)")
         return x
 
