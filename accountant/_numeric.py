@@ -56,7 +56,8 @@ def bisect(pred: Callable[[float], bool], lo: float, hi: float, *,
     magnitude), otherwise at the midpoint.
     """
     for _ in range(2100):  # enough to reach adjacent doubles from any finite bracket
-        mid = math.sqrt(lo * hi) if geometric else 0.5 * (lo + hi)
+        # sqrt(lo)·sqrt(hi), not sqrt(lo·hi): the product under- or overflows beyond 1e±154.
+        mid = math.sqrt(lo) * math.sqrt(hi) if geometric else 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             break
         if pred(mid):

@@ -115,14 +115,24 @@ def _square_accept(bits: RandomBits, x: int, s: int) -> bool:
             and _unit_square(bits, r, s))
 
 
+def _check_even(s: int) -> None:
+    if not (isinstance(s, int) and s >= 2 and s % 2 == 0):
+        raise ValueError("wide_gaussian needs an even integer s >= 2")
+
+
 def wide_gaussian(bits: RandomBits, s: int) -> int:
     """One draw with P(Y = y) ∝ exp(−y²/s²), the discrete Gaussian of σ² = s²/2, for even s >= 2.
 
     CKS 2020 Alg. 3 with the proposal's scale t = s/2 instead of ⌊σ⌋ + 1 (any t > 0 is valid:
     exp(−|y|/t) · exp(−(|y| − σ²/t)²/(2σ²)) ∝ exp(−y²/(2σ²))). With t = s/2, σ²/t = s is an
-    integer, so the acceptance exponent is (x/s)² for the integer x = ||y| − s|, and every
-    integer stays below ~40·s: wide noise (σ ~ 2^38, the Gaussian grid's) runs in int64.
+    integer, so the acceptance exponent is (x/s)² for the integer x = ||y| − s|, and the bulk
+    version's integers (s·K, 2qr with q < 64) stay far below 2^62: wide noise (σ ~ 2^38, the
+    Gaussian grid's) runs in int64.
+
+    Raises:
+        ValueError: s odd or below 2 (the law would not be the one stated).
     """
+    _check_even(s)
     while True:
         y = discrete_laplace(bits, 1, s // 2)
         if _square_accept(bits, abs(abs(y) - s), s):
@@ -255,14 +265,16 @@ def _unit_square_array(bits: RandomBits, r: Any, s: int) -> Any:
     return out
 
 
-# Entries with x >= _FAR·s (|y| beyond ~65σ·√2: probability below e^{-4000}) are decided on
-# Python integers, so that 2qr stays far below 2^62 in the bulk path.
+# Entries with x >= _FAR·s are decided on Python integers, so that 2qr stays far below 2^62 in
+# the bulk path: a proposal gets there with probability about e^{-126}, an output never in practice.
 _FAR = 64
 
 
 def wide_gaussian_array(bits: RandomBits, s: int, n: int) -> Any:
-    """``n`` independent draws of :func:`wide_gaussian` (int64; even s < 2^40 in bulk)."""
-    if n < _BULK or s >= 1 << 40:
+    """``n`` independent draws of :func:`wide_gaussian` (int64 when s < 2^47; Python ints
+    beyond, the same algorithm)."""
+    _check_even(s)
+    if n < _BULK or s >= 1 << 47:
         return _int_array([wide_gaussian(bits, s) for _ in range(n)])
     out: Any = np.empty(n, dtype=np.int64)
     todo = np.arange(n)

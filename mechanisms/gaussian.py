@@ -22,7 +22,8 @@ class _GaussianFamily(NumericMechanism):
     """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value.
 
     Exact by default (``mechanisms.gaussian_grid``): the value is rounded to a grid of 2^k ≈
-    σ/2^38 and exact discrete Gaussian noise is added in grid steps, with σ in grid steps
+    σ/2^38 (finer where a vector or an extreme ε or δ needs it) and exact discrete
+    Gaussian noise is added in grid steps, with σ in grid steps
     calibrated for the widened sensitivity Δ₂/g + √n and the discrete noise's distance to a
     rounded Gaussian, so that the cost is still exactly (ε, δ) and ρ. The exact noise has no
     Gaussian-DP μ we can prove (it is within a tiny total variation of a μ-GDP mechanism, which is
@@ -71,14 +72,16 @@ class _GaussianFamily(NumericMechanism):
         x = super().prepare(value)
         if self.grid is None:
             return x
-        if not _within(x, self.grid.limit):
-            raise InvalidDataError("value", value, f"at most {self.grid.limit:.6g} in magnitude "
+        n = 1 if isinstance(x, float) else x.size
+        if not self.grid.fits(n):
+            raise InvalidDataError("value", value, f"a value this mechanism can release with exact "
+                                   f"noise: at epsilon={self.epsilon!r}, delta={self.delta!r} no "
+                                   "double grid keeps the discrete noise's distance to a Gaussian "
+                                   "within delta; use noise='float'")
+        limit = self.grid.limit_for(n)
+        if not _within(x, limit):
+            raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "
                                    "(the noise grid of this scale cannot represent more)")
-        if not self.grid.fits(1 if isinstance(x, float) else x.size):
-            raise InvalidDataError("value", value, f"fewer entries for exact Gaussian noise at "
-                                   f"delta={self.delta!r} (the grid's rounding term would take "
-                                   "more than half of delta): release it in parts, or use "
-                                   "noise='float'")
         return x
 
     def _release(self, value: Any, sampler: Sampler) -> Any:

@@ -12,8 +12,9 @@ import pytest
 from scipy import stats
 
 from accountant import Accountant, Budget
-from accountant.errors import InvalidDataError, MechanismNotAllowedError
+from accountant.errors import InvalidArgumentError, InvalidDataError, MechanismNotAllowedError
 from mechanisms import AnalyticGaussian, Gaussian
+from mechanisms import exact
 from mechanisms.bits import RandomBits
 from mechanisms.exact import wide_gaussian, wide_gaussian_array
 from mechanisms.gaussian_grid import tv_bound
@@ -65,6 +66,14 @@ def _delta_bw(sigma: mpmath.mpf, sens: mpmath.mpf, eps: float) -> mpmath.mpf:
     (lambda: AnalyticGaussian(1.0, 1e-14), 10 ** 8, 1e-3),
     (lambda: Gaussian(0.5, 1e-6, 2.0), 1, 1e-9),
     (lambda: Gaussian(0.9, 1e-5), 4096, 1e-7),
+    # extreme parameters take a finer grid: the extra noise stays small
+    (lambda: Gaussian(1e-12, 1e-5), 1, 2e-5),
+    (lambda: AnalyticGaussian(1e-9, 1e-10), 10 ** 6, 2e-5),
+    (lambda: AnalyticGaussian(1.0, 1e-23), 1, 2e-5),
+    (lambda: AnalyticGaussian(1.0, 1e-300), 1, 2e-5),
+    (lambda: AnalyticGaussian(45.0, 1e-5), 1, 2e-5),
+    (lambda: AnalyticGaussian(710.0, 0.4), 1, 1e-4),
+    (lambda: AnalyticGaussian(1.0, 1e-5, 1e-200), 3, 2e-5),
 ])
 def test_calibration_keeps_the_declared_cost(make, n: int, extra: float) -> None:
     """Recomputed independently at 60 digits from the sampler's integer s: the grid release of n
@@ -75,10 +84,10 @@ def test_calibration_keeps_the_declared_cost(make, n: int, extra: float) -> None
     s = m.grid.noise_s(n)
     assert s % 2 == 0
     with mpmath.workdps(60):
-        g = mpf(m.grid.granularity)
+        g = mpf(m.grid.granularity_for(n))
         sigma_g = mpf(s) / mpmath.sqrt(2)
         d_g = mpf(m.sensitivity) / g + mpmath.sqrt(n)
-        delta = _delta_bw(sigma_g, d_g, m.epsilon) + (1 + mpmath.exp(m.epsilon)) * n / (
+        delta = _delta_bw(sigma_g, d_g, mpf(m.epsilon)) + (1 + mpmath.exp(m.epsilon)) * n / (
             5 * sigma_g ** 2)
         assert delta <= mpf(m.delta)
         assert d_g ** 2 / (2 * sigma_g ** 2) <= mpf(m.rho)
@@ -86,23 +95,37 @@ def test_calibration_keeps_the_declared_cost(make, n: int, extra: float) -> None
         assert sigma_g * g >= mpf(m.sigma)
 
 
-def test_huge_delta_precision_is_refused_before_the_debit() -> None:
-    """δ = 1e-300 leaves no room for the grid's TV term: a typed refusal naming the value,
-    nothing drawn, nothing debited."""
-    acc = Accountant(Budget(10.0, 0.5), rng=1)
-    m = AnalyticGaussian(1.0, 1e-300)
+def test_no_double_grid_is_refused_before_the_debit() -> None:
+    """ε = 700, δ = 1e-300 at sensitivity 2^-59: a scalar fits on a grid near 2^-1070, but 10^6
+    entries would need one below 2^-1074. A typed refusal naming the value (not showing it),
+    nothing drawn, nothing debited; where not even a scalar fits, construction is refused."""
+    acc = Accountant(Budget(1000.0, 0.5), rng=1)
+    m = AnalyticGaussian(700.0, 1e-300, 2.0 ** -59)
+    assert m.grid.fits(1) and not m.grid.fits(10 ** 6)
+    values = np.full(10 ** 6, 3.25)
     with pytest.raises(InvalidDataError) as info:
-        acc.release(m, 3.25)
+        acc.release(m, values)
     assert info.value.argument == "value" and "3.25" not in str(info.value)
     assert "noise='float'" in str(info.value)
     assert acc.spent() == Budget(0.0)
-    assert acc.release(AnalyticGaussian(1.0, 1e-300, noise="float"), 3.25) is not None
+    assert acc.release(m, 1e-16) is not None  # a grid of 2^-1071 holds only tiny values
+    with pytest.raises(InvalidArgumentError, match="parameters"):
+        AnalyticGaussian(700.0, 1e-300, 1e-100)
+    assert AnalyticGaussian(700.0, 1e-300, 1e-100, noise="float").sigma > 0
+
+
+def test_extreme_delta_still_releases_exactly() -> None:
+    """δ = 1e-300 needs σ_g ~ 2^500 grid steps: the Python-integer sampler takes over."""
+    m = AnalyticGaussian(1.0, 1e-300)
+    out = Accountant(None, rng=2).release(m, np.zeros(3))
+    g = m.grid.granularity_for(3)
+    assert np.all(out / g == np.floor(out / g)) and np.all(np.abs(out) < 60 * m.sigma)
 
 
 def test_values_beyond_the_grid_are_refused_before_the_debit() -> None:
     acc = Accountant(Budget(10.0, 0.5), rng=1)
     m = AnalyticGaussian(1.0, 1e-5)
-    big = m.grid.limit * 2
+    big = m.grid.limit_for(2) * 2
     with pytest.raises(InvalidDataError) as info:
         acc.release(m, np.array([0.0, big]))
     assert repr(big) not in str(info.value)
@@ -126,16 +149,63 @@ def _chi2_pvalue(draws: np.ndarray, s: int) -> float:
 
 @pytest.mark.statistical
 @pytest.mark.parametrize("s", [2, 6, 20])
-def test_wide_gaussian_matches_its_pmf(s: int) -> None:
+def test_wide_gaussian_matches_its_pmf(s: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """χ² of 100,000 bulk and 30,000 scalar draws against P(y) ∝ exp(−y²/s²), α = 1e-4 each
-    (fixed seeds). Power: the same test rejects the pmf of s + 2 for those very draws."""
+    (fixed seeds), and of 30,000 bulk draws with every entry sent down the far path (decided on
+    Python integers from the same state). Power: the same test rejects the pmf of s + 2 for those
+    very draws."""
     bits = RandomBits(np.random.default_rng(s))
     bulk = wide_gaussian_array(bits, s, 100_000)
     scalar = np.array([wide_gaussian(bits, s) for _ in range(30_000)])
+    monkeypatch.setattr(exact, "_FAR", 0)
+    far = wide_gaussian_array(bits, s, 30_000)
     assert bulk.dtype == np.int64
-    for draws in (bulk, scalar):
+    for draws in (bulk, scalar, far):
         assert _chi2_pvalue(draws, s) > 1e-4
     assert _chi2_pvalue(bulk, s + 2) < 1e-4
+
+
+@pytest.mark.parametrize("s", [0, 1, 3, 7, 2.0])
+def test_wide_gaussian_refuses_a_parameter_off_its_law(s: object) -> None:
+    with pytest.raises(ValueError, match="even integer"):
+        wide_gaussian(RandomBits(None), s)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="even integer"):
+        wide_gaussian_array(RandomBits(None), s, 100)  # type: ignore[arg-type]
+
+
+class _Words(RandomBits):
+    """Half-words given in advance (to hit the rejection boundary of ``below_array``)."""
+
+    def __init__(self, halves: list[int]) -> None:
+        super().__init__(np.random.default_rng(0))
+        self._queue = list(halves)
+
+    def _half_words(self, n: int) -> np.ndarray:
+        out, self._queue = self._queue[:n], self._queue[n:]
+        return np.array(out, dtype=np.uint32)
+
+
+@pytest.mark.parametrize(("m", "words", "expected"), [
+    (3, [2 ** 32 - 1, 2 ** 32 - 2], [(2 ** 32 - 2) % 3]),  # 2^32 − 1 is the one rejected word
+    (2 ** 32 - 1, [2 ** 32 - 1, 7], [7]),
+    (2 ** 32, [2 ** 32 - 1], [2 ** 32 - 1]),  # every word accepted as it is
+    (5, [0, 4, 2 ** 32 - 7], [0, 4, (2 ** 32 - 7) % 5]),
+])
+def test_below_array_half_words_reject_exactly_the_biased_tail(m: int, words: list[int],
+                                                                 expected: list[int]) -> None:
+    assert _Words(words).below_array(m, len(expected)).tolist() == expected
+
+
+@pytest.mark.statistical
+def test_below_array_is_uniform_where_a_modulo_bias_would_show() -> None:
+    """m = 3·2^30: without rejection, r mod m would put probability 1/2 on [0, 2^30) instead of
+    1/3. 200,000 draws: 1 s.e. is 0.0011, we allow 0.006 (α < 1e-7); the biased rule (0.5) is
+    far outside (power)."""
+    draws = RandomBits(np.random.default_rng(17)).below_array(3 * 2 ** 30, 200_000)
+    share = float(np.mean(draws < 2 ** 30))
+    assert abs(share - 1 / 3) < 0.006
+    assert abs(0.5 - 1 / 3) > 0.006 * 20
+    assert int(draws.max()) < 3 * 2 ** 30
 
 
 @pytest.mark.statistical
