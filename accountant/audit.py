@@ -26,6 +26,7 @@ from accountant.gate import step_account
 from accountant.ledger import GENESIS, Account, Ledger, record_hash
 from accountant.ledger.record import charge_from_record, key_from_env
 from accountant.sources import Item, Source, open_source
+from policies.stored import POLICY_KEY, from_document
 
 __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "Tally", "audit"]
 
@@ -70,18 +71,22 @@ def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None =
 
 
 class _PolicyLimits:
-    """The limit a policy declares for an account key (windowed keys map to their base key)."""
+    """The limit a policy declares for an account key (windowed keys map to their base key);
+    ``default`` is the limit of datasets the policy does not list (a stored policy's)."""
 
-    def __init__(self, policy: Any) -> None:
-        # The policy layer sits above the accountant: imported only when a policy is given.
+    def __init__(self, policy: Any, default: Any = None) -> None:
         from policies import Policy, load_policy
         from policies.accounts import policy_accounts
 
         self.specs = policy_accounts(policy if isinstance(policy, Policy) else load_policy(policy))
+        self.default = None if default is None else default.rule().limit
 
     def limit_for(self, key: str) -> Any:
-        spec = self.specs.get(key.split("@", 1)[0])
-        return None if spec is None else spec.rule.limit
+        base = key.split("@", 1)[0]
+        spec = self.specs.get(base)
+        if spec is None:
+            return self.default if base.startswith("dataset:") and "/" not in base else None
+        return spec.rule.limit
 
 
 def _load_policy(policy: Any) -> Any:
@@ -104,6 +109,8 @@ class _Replay:
         self.series: dict[str, list[tuple[str, float, float]]] = {}
         self.stride = 1
         self.over: set[str] = set()
+        self.over_in_force: set[str] = set()
+        self.in_force: tuple[int, _PolicyLimits] | None = None  # from the ledger's own records
         self.diverged: dict[str, int] = {}
         # Running counters as plain attributes (pydantic assignment is slow); copied into the
         # report at the end.
@@ -196,6 +203,10 @@ class _Replay:
             return
         self.first_time = self.first_time or when
         self.last_time = when
+        if record.get("kind") == "policy":
+            policy, default = from_document(record["policy"])
+            self.in_force = (seq, _PolicyLimits(policy, default))
+            return
         accounts = record.get("accounts") or {}
         if accounts:
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
@@ -260,9 +271,28 @@ class _Replay:
                              f"the replay gives {new}", seq)
             self.diverged[key] = (later or 0) + 1
         self.states[key] = new
+        if self.in_force is not None:
+            self.check_in_force(seq, key, rule, new)
         n = self.counts[key] = self.counts.get(key, 0) + 1
         if self.plot:
             self.sample(key, n, rule, new)
+
+    def check_in_force(self, seq: int, key: str, rule: CompositionRule,
+                       state: dict[str, float]) -> None:
+        """The replayed spend against the limit of the policy in force at this record (the
+        latest policy record before it), whatever limit the record itself carries."""
+        if self.in_force is None:
+            return
+        where, limits = self.in_force
+        declared = limits.limit_for(key)
+        if declared is None or declared.is_unlimited or key in self.over_in_force:
+            return
+        spent = rule.spent(state)
+        if not (within(spent.epsilon, declared.epsilon) and within(spent.delta, declared.delta)):
+            self.over_in_force.add(key)
+            self.over.add(key)
+            self.problem("limit", f"record {seq}: {key} has spent {spent}, over the limit in "
+                         f"force {declared} (policy record {where})", seq)
 
     def sample(self, key: str, n: int, rule: CompositionRule, state: dict[str, float]) -> None:
         points = self.series.setdefault(key, [])
@@ -308,7 +338,7 @@ class _Replay:
             if n > 1:
                 self.problem("state", f"{key}: {n - 1} later records also disagree with the "
                              "replay")
-        stored = {a.key: a for a in self.src.stored_accounts() or []}
+        stored = {a.key: a for a in self.src.stored_accounts() or [] if a.key != POLICY_KEY}
         for key in sorted(self.states):
             rule, state = self.rules[key][1], self.states[key]
             spent, remaining = rule.spent(state), rule.remaining(state)

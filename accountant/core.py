@@ -15,10 +15,11 @@ from typing import Any
 
 from accountant.budget import Budget
 from accountant.composition import make_rule
-from accountant.errors import InvalidTypeError
+from accountant.errors import InvalidTypeError, LedgerError
 from accountant.gate import Gate
 from accountant.ledger import Ledger, open_ledger
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
+from accountant import policy_record
 from accountant.planner import Planner, dataset_limits
 from accountant.receipt import Receipt
 from accountant.session import Session
@@ -26,6 +27,7 @@ from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
 from policies.policy import Policy, load_policy
+from policies.stored import document, from_document
 
 __all__ = ["Accountant"]
 
@@ -61,6 +63,10 @@ class Accountant:
     >>> acc.can_afford(Laplace(epsilon=1.0), dataset="adult")
     False
     """
+
+    _gate: Gate
+    _policy: Policy
+    _default: DatasetLimit | None
 
     def __init__(self, limit: Budget | None = None, *,
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
@@ -125,6 +131,61 @@ class Accountant:
         acc._setup(policy, None, ledger, rng, clock)
         return acc
 
+    @classmethod
+    def open(cls, ledger: Ledger | str, *, rng: Any = None,
+             clock: Callable[[], float] | None = None) -> "Accountant":
+        """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
+        the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
+
+        Raises:
+            LedgerError: the ledger cannot be opened, or stores no policy (one created before
+                policies were stored: open it once with its limits, which records them).
+            LedgerCorruptedError: the stored policy was edited outside dpbudget.
+
+        >>> import tempfile, pathlib
+        >>> url = f"sqlite:///{pathlib.Path(tempfile.mkdtemp()) / 'b.db'}"
+        >>> Accountant(Budget(2.0), ledger=url).close()
+        >>> acc = Accountant.open(url)
+        >>> acc.remaining("people")
+        Budget(epsilon=2.0, delta=0.0)
+        >>> acc.close()
+        """
+        if isinstance(ledger, Ledger):
+            doc = policy_record.stored_document(ledger)
+        else:
+            with open_ledger(ledger) as reading:
+                doc = policy_record.stored_document(reading)
+        if doc is None:
+            raise LedgerError("this ledger stores no policy: open it once with its limits "
+                              "(Accountant(...) or Accountant.from_policy), which records them")
+        policy, default = from_document(doc)
+        acc = cls.__new__(cls)
+        acc._setup(policy, default, ledger, rng, clock)
+        return acc
+
+    def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
+                     reason: str) -> policy_record.PolicyChange:
+        """Replace the limits stored in this accountant's ledger with ``policy``'s (a policy file
+        or ``Policy``), as one audited record naming ``by`` and ``reason``, and enforce them from
+        now on. Lowering a limit always works; a change that grants more (``raised`` in the
+        result is non-empty) weakens the guarantee and is recorded as such. Spend already
+        recorded stays: a limit below it simply refuses every further release.
+
+        Raises:
+            PolicyError: a malformed policy file; nothing was written.
+            LedgerConflictError: the new policy gives an account another composition rule or
+                renewal window than its recorded spend; nothing was written.
+        """
+        new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
+        probe = Gate(self._gate.ledger, Planner(new, None), self._gate.sampler, self._gate.clock)
+        probe.check_ledger()  # a rule or window cannot change under recorded spend
+        change = policy_record.apply(self._gate.ledger, document(new, None), by=by,
+                                     reason=reason)
+        self._policy = new
+        self._default = None
+        self._gate = probe
+        return change
+
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
                clock: Callable[[], float] | None) -> None:
         if clock is not None and not callable(clock):
@@ -134,8 +195,12 @@ class Accountant:
         sampler = Sampler(rng)
         opened = open_ledger(ledger)
         self._gate = Gate(opened, planner, sampler, clock or time.time)
+        self._default = default
         try:
             self._gate.check_ledger()
+            if opened.durable:  # an in-memory ledger cannot be reopened by anyone else
+                policy_record.enforce(opened, document(policy, default),
+                                      by=policy_record.actor())
         except BaseException:
             if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
                 opened.close()

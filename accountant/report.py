@@ -17,6 +17,7 @@ from accountant.composition import CompositionRule, rule_from_config
 from accountant.ledger import Account, Ledger
 from policies.accounts import policy_accounts
 from policies.periods import split_window
+from policies.stored import POLICY_KEY
 
 __all__ = ["budget_rows", "budget_table"]
 
@@ -34,6 +35,8 @@ def budget_rows(ledger: Ledger, policy: Any = None) -> list[dict[str, Any]]:
         specs = policy_accounts(policy)
     rows = []
     for account in ledger.accounts():
+        if account.key == POLICY_KEY:  # the pointer to the policy in force, not a limit
+            continue
         rule, note = _rule_for(account, specs, policy is not None)
         spent = rule.spent(account.state)
         remaining = rule.remaining(account.state)

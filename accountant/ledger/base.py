@@ -123,6 +123,9 @@ class Ledger(ABC):
     protocol and the hash chain live here, once."""
 
     url: str
+    # Whether other processes (or a later run) can open the same ledger: only then does it store
+    # the policy its limits come from (``accountant.policy_record``).
+    durable = True
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock = threading.RLock()

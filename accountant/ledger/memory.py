@@ -22,6 +22,7 @@ class MemoryLedger(Ledger):
     """
 
     url = "memory://"
+    durable = False
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)

@@ -1,0 +1,136 @@
+"""Policy records: the limits in force, written into the ledger's hash chain.
+
+A ledger's stored policy is the ``policy`` member of its latest record of kind ``"policy"``; the
+ledger row ``policy`` (``policies.stored.POLICY_KEY``) points at that record, so reading it is
+O(1), and the record's own hash is re-checked when it is read (a hand-edited limit is refused,
+not enforced). ``enforce`` runs when an accountant opens a ledger: the first opener writes the
+policy record, every later one must bring the same limits or none (``Accountant.open``).
+``apply`` is the one explicit way to change them.
+
+Invariant: the read, the comparison and the append happen in one ledger transaction, so two
+processes creating the same ledger at once write one policy record, and a process with other
+limits is refused whichever comes first.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from typing import Any, NamedTuple
+
+from accountant import _validate
+from accountant.errors import LedgerConflictError, LedgerCorruptedError
+from accountant.ledger import Account, Ledger, record_hash
+from accountant.ledger.base import Transaction
+from accountant.ledger.record import ZERO_COST, canonical
+from policies.stored import POLICY_KEY, differences, raised
+
+__all__ = ["PolicyChange", "actor", "apply", "enforce", "stored_document"]
+
+
+class PolicyChange(NamedTuple):
+    """What ``apply`` wrote: the record's ``seq``, each difference from the policy it replaces,
+    and those that grant more than before (``raised``: non-empty means a weaker guarantee)."""
+
+    seq: int
+    changes: list[str]
+    raised: list[str]
+
+
+def actor() -> str:
+    """Who is acting, for a policy record: ``DPBUDGET_ACTOR`` if set, else the OS user."""
+    name = os.environ.get("DPBUDGET_ACTOR")
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment (a container): still record something
+        return "unknown"
+
+
+def stored_document(ledger: Ledger) -> Any:
+    """The policy document in force in ``ledger``, or None if it has none.
+
+    Raises:
+        LedgerCorruptedError: the pointer row or the record it names was edited.
+    """
+    return _read(ledger.account(POLICY_KEY), ledger)
+
+
+def enforce(ledger: Ledger, doc: Any, *, by: str) -> None:
+    """Write ``doc`` as the ledger's first policy record, or check it equals the stored one.
+
+    Raises:
+        LedgerConflictError: the ledger stores other limits; the message names each difference.
+    """
+    scope = ledger.transaction()
+    try:
+        tx = scope.begin()
+        stored = _read(tx.account(POLICY_KEY), ledger)
+        if stored is None:
+            _append(tx, doc, by, "created" if tx.next_seq == 1 else
+                    "adopted: the first policy recorded in this ledger")
+        else:
+            diffs = differences(stored, doc)
+            if diffs:
+                raise LedgerConflictError(
+                    "this ledger stores other limits than the ones given: "
+                    + "; ".join(diffs[:20]) + ("; ..." if len(diffs) > 20 else "")
+                    + ". Open it with Accountant.open(ledger) to use the stored policy, or "
+                    "change the policy with Accountant.apply_policy / `dpbudget policy apply`; "
+                    "nothing was written")
+        scope.commit()
+    except BaseException:
+        scope.abandon()
+        raise
+
+
+def apply(ledger: Ledger, doc: Any, *, by: str, reason: str) -> PolicyChange:
+    """Append a policy record replacing the stored policy with ``doc`` (an explicit, audited act).
+
+    Raises:
+        InvalidArgumentError: an empty ``by`` or ``reason``.
+    """
+    _validate.text("by", by)
+    _validate.text("reason", reason)
+    scope = ledger.transaction()
+    try:
+        tx = scope.begin()
+        stored = _read(tx.account(POLICY_KEY), ledger)
+        changes = ["(no stored policy)"] if stored is None else differences(stored, doc)
+        grants = [] if stored is None else raised(stored, doc)
+        seq = _append(tx, doc, by, reason)
+        scope.commit()
+    except BaseException:
+        scope.abandon()
+        raise
+    return PolicyChange(seq, changes, grants)
+
+
+def _append(tx: Transaction, doc: Any, by: str, reason: str) -> int:
+    fields = {"kind": '"policy"', "policy": canonical(doc), "by": canonical(by),
+              "reason": canonical(reason), "cost": ZERO_COST,
+              "accounts": canonical({POLICY_KEY: {"rule": "policy", "state": {}}})}
+    return tx.append(fields, [Account(POLICY_KEY, "policy", {}, {}, 0)]).seq
+
+
+def _read(row: Account | None, ledger: Ledger) -> Any:
+    if row is None:
+        return None
+    entry = ledger.entry(row.seq)
+    try:
+        if entry is None:
+            raise ValueError("the record it points at is missing")
+        record = json.loads(entry.text)
+        keyed = record.get("auth") == "hmac-sha256"
+        if ledger._key is not None and not keyed:
+            raise ValueError("its record is not HMAC-keyed although the ledger is")
+        if record_hash(entry.text, ledger._key if keyed else None) != entry.hash:
+            raise ValueError("its record does not match its hash")
+        if record.get("kind") != "policy":
+            raise ValueError("it points at a record that is not a policy record")
+        return record["policy"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LedgerCorruptedError(f"the ledger's stored policy cannot be trusted ({exc}); "
+                                   "nothing was written; run `dpbudget audit` on it") from None
