@@ -1,5 +1,5 @@
 """The ``dpbudget`` command line: ``demo``, ``status``, ``audit``, ``export``, ``import``,
-``policy check``, ``policy schema``.
+``policy check``, ``policy apply``, ``policy schema``.
 
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid; 2 for bad usage or an
 unreadable ledger or policy; ``audit`` documents its own problem bits (``accountant.audit``).
@@ -100,6 +100,30 @@ def _mechanism_names() -> set[str]:
         names.add(cls.__name__)
         todo.extend(cls.__subclasses__())
     return names | set(mechanisms.__all__)
+
+
+def _policy_apply(args: argparse.Namespace) -> int:
+    from accountant import policy_record
+    from accountant.core import Accountant
+    from accountant.ledger import open_ledger
+
+    with open_ledger(args.ledger) as ledger:
+        if policy_record.stored_document(ledger) is None:  # a ledger from before stored policies
+            Accountant.from_policy(args.file, ledger=ledger)
+            print(f"{args.ledger}: stored no policy; {args.file} recorded as its first")
+            return 0
+        acc = Accountant.open(ledger)
+        change = acc.apply_policy(args.file, by=args.by or policy_record.actor(),
+                                  reason=args.reason)
+    print(f"{args.ledger}: policy record {change.seq} written, {len(change.changes)} change(s)")
+    for line in change.changes:
+        print(f"  {line}")
+    if change.raised:
+        print("WARNING: this policy grants more than the one it replaces, which weakens the "
+              "privacy guarantee of everything released under this ledger:")
+        for line in change.raised:
+            print(f"  {line}")
+    return 0
 
 
 def _policy_schema(args: argparse.Namespace) -> int:
@@ -250,6 +274,15 @@ def main(argv: list[str] | None = None) -> int:
                                   "(exit 0 when valid, 1 when not)")
     check.add_argument("file", help="policy file (.toml or .json)")
     check.set_defaults(func=_policy_check)
+    apply_ = policy_sub.add_parser(
+        "apply", help="replace the policy stored in a ledger with FILE's, as one audited record "
+        "naming who and why (lowering always works; raising is recorded as a weaker guarantee)")
+    apply_.add_argument("file", help="policy file (.toml or .json)")
+    apply_.add_argument("ledger", help="the ledger (file or URL)")
+    apply_.add_argument("--reason", required=True, help="why the policy changes (recorded)")
+    apply_.add_argument("--by", help="who changes it (recorded; default: DPBUDGET_ACTOR or the "
+                        "OS user)")
+    apply_.set_defaults(func=_policy_apply)
     schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files")
     schema.set_defaults(func=_policy_schema)
     args, rest = parser.parse_known_args(argv)

@@ -45,8 +45,9 @@ def release_fields(mechanism: Any, dataset: str, accounts: list[tuple[Any, Any]]
 
 
 def assert_chain(ledger: Ledger) -> int:
-    """Check the whole hash chain independently of the library; return the number of records."""
-    prev, n = GENESIS, 0
+    """Check the whole hash chain independently of the library; return the number of records
+    other than policy records (a durable ledger's first record states its policy)."""
+    prev, n, policies = GENESIS, 0, 0
     for n, entry in enumerate(ledger.entries(), start=1):
         assert entry.seq == n
         assert entry.hash == hashlib.sha256(entry.text.encode("utf-8")).hexdigest()
@@ -55,5 +56,11 @@ def assert_chain(ledger: Ledger) -> int:
         assert json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False) == entry.text
         prev = entry.hash
+        policies += record.get("kind") == "policy"
     assert ledger.head() == ((n, prev) if n else (0, GENESIS))
-    return n
+    return n - policies
+
+
+def release_entries(ledger: Ledger) -> list[Any]:
+    """The ledger's entries other than policy records."""
+    return [e for e in ledger.entries() if json.loads(e.text).get("kind") != "policy"]

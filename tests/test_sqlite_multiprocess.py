@@ -106,7 +106,7 @@ def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
                           text=True, env=_env(), cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
-    assert seen["seq"] == 3
+    assert seen["seq"] == 4  # record 1 states the ledger's policy
     assert seen["spent"] == pytest.approx(0.3, rel=1e-12) and seen["spent"] >= 0.3
     assert seen["big"] == "refused" and seen["remaining"] == pytest.approx(0.7, rel=1e-12)
     assert seen["after"] == pytest.approx(1.0, rel=1e-12)
@@ -134,8 +134,8 @@ def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
     ledger = SqliteLedger(path)
     try:
         assert assert_chain(ledger) == 100
-        (account,) = ledger.accounts()
-        assert account.seq == 100
+        (account,) = [a for a in ledger.accounts() if a.key != "policy"]
+        assert account.seq == 101  # record 1 states the ledger's policy
         assert account.state["epsilon"] <= 1.0 * (1 + 1e-9)
         total = sum(e.record["cost"]["epsilon"] for e in ledger.entries())
         assert total <= 1.0 * (1 + 1e-9)

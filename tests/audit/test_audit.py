@@ -49,7 +49,7 @@ def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
     url = _ledger(tmp_path / "l.db")
     report = audit(url)
     assert report.ok and report.exit_status == 0
-    assert report.records == report.verified == 6
+    assert report.records == report.verified == 7  # the policy record and 6 releases
     with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)},
                     ledger=url) as acc:
         for a in report.accounts:
@@ -77,10 +77,10 @@ def test_replay_reproduces_each_rules_spend(rule):
 
 def test_edited_field(tmp_path):
     path, lines = _export(tmp_path)
-    lines[2] = lines[2].replace('"label":"q2"', '"label":"qX"')
+    lines[3] = lines[3].replace('"label":"q2"', '"label":"qX"')  # record 1 is the policy's
     path.write_text("\n".join(lines) + "\n")
     report = audit(path)
-    assert ("chain", 3) in _kinds(report)
+    assert ("chain", 4) in _kinds(report)
     assert report.exit_status & EXIT_BITS["chain"]
 
 
@@ -126,7 +126,7 @@ def test_truncated_tail_needs_the_kept_head(tmp_path):
     path.write_text("\n".join(lines[:-2]) + "\n")
     assert audit(path).ok  # without the head kept elsewhere a clean cut is invisible
     report = audit(path, expected_head=head)
-    assert ("head", 4) in _kinds(report)
+    assert ("head", 5) in _kinds(report)
     assert report.exit_status == EXIT_BITS["head"]
 
 
@@ -137,7 +137,7 @@ def test_garbled_line_is_reported_not_raised(tmp_path):
     report = audit(path)
     assert any(p.kind == "malformed" and p.position == 3 for p in report.problems)
     assert report.exit_status & EXIT_BITS["malformed"]
-    assert report.records == 6 and report.head_seq == 6
+    assert report.records == 7 and report.head_seq == 7
 
 
 def test_binary_garbage_file(tmp_path):
@@ -151,11 +151,11 @@ def test_edit_inside_sqlite_ledger(tmp_path):
     url = _ledger(tmp_path / "l.db")
     with sqlite3.connect(tmp_path / "l.db") as conn:
         conn.execute("DROP TRIGGER entries_append_only_u")
-        text = conn.execute("SELECT record FROM entries WHERE seq = 4").fetchone()[0]
-        conn.execute("UPDATE entries SET record = ? WHERE seq = 4",
+        text = conn.execute("SELECT record FROM entries WHERE seq = 5").fetchone()[0]
+        conn.execute("UPDATE entries SET record = ? WHERE seq = 5",
                      (text.replace('"label":"q3"', '"label":"q9"'),))
     report = audit(url)
-    assert ("chain", 4) in _kinds(report)
+    assert ("chain", 5) in _kinds(report)
 
 
 def test_stored_running_state_mismatch(tmp_path):
@@ -218,9 +218,9 @@ def test_hmac_keyed_chain(tmp_path, monkeypatch):
 def test_export_import_round_trip(tmp_path):
     path, _ = _export(tmp_path)
     target = SqliteLedger(tmp_path / "copy.db")
-    assert import_jsonl(path, target) == 6
+    assert import_jsonl(path, target) == 7
     report = audit(target)
-    assert report.ok and report.head_seq == 6
+    assert report.ok and report.head_seq == 7
     with pytest.raises(LedgerError, match="not empty"):
         import_jsonl(path, target)
     target.close()
@@ -262,9 +262,9 @@ def test_since_until_windows_the_tallies():
 def test_cli_exit_statuses(tmp_path, capsys):
     path, lines = _export(tmp_path)
     assert cli(["audit", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["records"] == 6
+    assert json.loads(capsys.readouterr().out)["records"] == 7
     assert cli(["audit", str(path)]) == 0
-    lines[1] = lines[1].replace('"label":"q1"', '"label":"zz"')
+    lines[2] = lines[2].replace('"label":"q1"', '"label":"zz"')
     path.write_text("\n".join(lines) + "\n")
     assert cli(["audit", str(path)]) == EXIT_BITS["chain"]
     assert cli(["audit", str(tmp_path / "missing.db")]) == 2

@@ -291,7 +291,7 @@ def test_session_on_sqlite_ledger(tmp_path):
             s.test(1.0)
     with Accountant(Budget(1.0), ledger=url, rng=0) as again:
         assert again.spent() == Budget(0.4)
-        assert [r["kind"] for r in records(again)] == ["session", "session-close"]
+        assert [r["kind"] for r in records(again)] == ["policy", "session", "session-close"]
 
 
 def test_no_true_value_in_the_ledger():
