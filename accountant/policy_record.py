@@ -69,6 +69,8 @@ def enforce(ledger: Ledger, doc: Any, *, by: str) -> None:
         tx = scope.begin()
         stored = _read(tx.account(POLICY_KEY), ledger)
         if stored is None:
+            if tx.next_seq > 1:
+                _no_policy_record(ledger)  # O(records), but only on a ledger without a pointer
             _append(tx, doc, by, "created" if tx.next_seq == 1 else
                     "adopted: the first policy recorded in this ledger")
         else:
@@ -106,6 +108,16 @@ def apply(ledger: Ledger, doc: Any, *, by: str, reason: str) -> PolicyChange:
         scope.abandon()
         raise
     return PolicyChange(seq, changes, grants)
+
+
+def _no_policy_record(ledger: Ledger) -> None:
+    """Refuse a ledger that holds a policy record but no pointer to it: the pointer row was
+    deleted, and adopting the opener's limits would replace the stored ones silently."""
+    for entry in ledger.entries():
+        if '"kind":"policy"' in entry.text:
+            raise LedgerCorruptedError(
+                f"record {entry.seq} is a policy record but the ledger's pointer to its policy is "
+                "missing (deleted outside dpbudget); nothing was written; run `dpbudget audit`")
 
 
 def _append(tx: Transaction, doc: Any, by: str, reason: str) -> int:

@@ -51,7 +51,7 @@ from accountant import _numeric
 from mechanisms.bits import RandomBits
 from mechanisms.calibration import analytic_gaussian_sigma
 from mechanisms.exact import wide_gaussian_array
-from mechanisms.grid import ceil_log2, to_float
+from mechanisms.grid import on_grid, to_float
 
 __all__ = ["GaussianGrid", "log_tv_bound", "tv_bound"]
 
@@ -59,7 +59,6 @@ _PRECISION_BITS = 38
 _WIDENING_BITS = 16
 _TV_BITS = 10  # the TV term is kept below δ/2^10
 _POOL = 4096
-_EXACT_FLOAT = float(2 ** 53)
 
 
 def tv_bound(sigma: float, n: int) -> float:
@@ -156,14 +155,7 @@ class GaussianGrid:
         flat = value.ravel()
         g = self.granularity_for(flat.size)
         z = wide_gaussian_array(bits, self.noise_s(flat.size), flat.size)
-        q = np.rint(flat / g)
-        if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
-            out = np.array([to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
-        else:
-            # q and z are integers held exactly, so q + z is the correctly rounded exact sum.
-            with np.errstate(over="ignore"):
-                out = (q + z.astype(np.float64)) * g
-        return out.reshape(value.shape)
+        return on_grid(flat, z, g).reshape(value.shape)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -32,7 +32,7 @@ import numpy as np
 from mechanisms.bits import RandomBits
 from mechanisms.exact import discrete_laplace, discrete_laplace_array
 
-__all__ = ["LaplaceGrid", "ceil_log2", "to_float"]
+__all__ = ["LaplaceGrid", "ceil_log2", "on_grid", "to_float"]
 
 _PRECISION_BITS = 40
 _EXTRA_BITS = 6
@@ -128,15 +128,18 @@ class LaplaceGrid:
         k = self._k_for(flat.size)
         g = math.ldexp(1.0, k)
         z = discrete_laplace_array(bits, 1, self.noise_parameter(flat.size, k), flat.size)
-        q = np.rint(flat / g)
-        if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
-            # (never in practice) a draw beyond 2^53 would be rounded on conversion: Python ints
-            out = np.array([to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
-        else:
-            # q and z are integers held exactly, so q + z is the correctly rounded exact sum.
-            with np.errstate(over="ignore"):
-                out = (q + z.astype(np.float64)) * g
-        return out.reshape(value.shape)
+        return on_grid(flat, z, g).reshape(value.shape)
+
+
+def on_grid(flat: Any, z: Any, g: float) -> Any:
+    """round(x/g) + z for each entry, as the double nearest that exact integer times g."""
+    q = np.rint(flat / g)
+    if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
+        # (never in practice) a draw beyond 2^53 would be rounded on conversion: Python ints
+        return np.array([to_float(int(qi) + int(zi), g) for qi, zi in zip(q.tolist(), z.tolist())])
+    # q and z are integers held exactly, so q + z is the correctly rounded exact sum.
+    with np.errstate(over="ignore"):
+        return (q + z.astype(np.float64)) * g
 
 
 def to_float(exact: int, g: float) -> float:

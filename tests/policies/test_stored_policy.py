@@ -224,3 +224,18 @@ def test_the_stored_policy_shows_no_data(tmp_path: Path) -> None:
         acc.release(Laplace(0.25), 123456.789, dataset="people")
     text = json.dumps(_records(url)[0])
     assert "123456" not in text
+
+
+def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
+        tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0)
+    with sqlite3.connect(tmp_path / "shared.db") as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        table = "accounts" if "accounts" in tables else tables[0]
+        conn.execute(f"DELETE FROM {table} WHERE key = 'policy'")
+    before = _records(url)
+    with pytest.raises(LedgerCorruptedError, match="pointer to its policy is missing"):
+        Accountant(Budget(100.0), ledger=url)
+    assert _records(url) == before
