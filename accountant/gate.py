@@ -357,10 +357,10 @@ class Gate:
         or changing a window would forget recorded spend)."""
         self.ledger.check_accounts()
         specs = self.planner.specs
-        if not specs:
-            return
         for account in self.ledger.accounts():
             base, period = split_window(account.key)
+            if base.startswith("dataset:") and "/" not in base:
+                self.planner.know(base[len("dataset:"):])  # for the case-only-twin check
             spec = specs.get(base)
             if spec is None:
                 continue

@@ -47,7 +47,7 @@ from policies.accounts import (
     dataset_key,
     policy_accounts,
 )
-from policies.limits import DatasetLimit
+from policies.limits import DatasetLimit, valid_name
 from policies.periods import Period
 from policies.policy import Policy
 
@@ -136,6 +136,10 @@ class Planner:
         self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
         self._targets: dict[str, Target] = {}
         self._plans: dict[tuple[Any, str | None], Plan] = {}
+        self._known: set[str] = set()
+        self._folded: dict[str, str] = {}
+        for name in policy.datasets:
+            self.know(name)
 
     def plan(self, dataset: Any, analyst: str | None) -> Plan:
         """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
@@ -153,12 +157,32 @@ class Planner:
         return plan
 
     def limit(self, dataset: str) -> DatasetLimit:
-        """The limit declared for ``dataset``."""
+        """The limit declared for ``dataset``.
+
+        A dataset the policy does not list falls under the default limit (``Accountant(limit)``)
+        only with a name in the policy file's syntax (letters, digits, '_', '.', '-': no spaces
+        to vary) that is not a case-only twin of a dataset already known — "people", "People"
+        and "people " would otherwise be three budgets for one table.
+        """
         _validate.text("dataset", dataset)
-        declared = self.policy.datasets.get(dataset, self.default)
-        if declared is None:
+        declared = self.policy.datasets.get(dataset)
+        if declared is not None:
+            return declared
+        if self.default is None:
             raise UnknownDatasetError(dataset, tuple(sorted(self.policy.datasets)))
-        return declared
+        if dataset not in self._known:
+            valid_name_as("dataset", dataset)
+            twin = self._folded.get(dataset.casefold())
+            if twin is not None and twin != dataset:
+                raise InvalidArgumentError("dataset", dataset, f"not a case-only variant of the "
+                                           f"dataset {twin!r} (one table, one budget)")
+            self.know(dataset)
+        return self.default
+
+    def know(self, dataset: str) -> None:
+        """Record ``dataset`` as in use (from the ledger's accounts, or on first release)."""
+        self._known.add(dataset)
+        self._folded.setdefault(dataset.casefold(), dataset)
 
     def account(self, dataset: str, analyst: str | None) -> Target:
         """The account of ``dataset``'s limit, or of its ``analyst``'s there."""
@@ -210,6 +234,14 @@ class Planner:
         if target is None:
             target = self._targets[spec.key] = Target.of(spec.key, spec.rule, spec.period)
         return target
+
+
+def valid_name_as(argument: str, value: str) -> str:
+    """``policies.limits.valid_name``, naming ``argument`` in its error."""
+    try:
+        return valid_name(value)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(argument, value, exc.expected) from None
 
 
 def pipeline_members(pipeline_id: str) -> dict[str, str]:

@@ -13,7 +13,12 @@ import pytest
 from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
 from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
-from accountant.errors import LedgerCorruptedError, LedgerError
+from accountant.errors import (
+    InvalidArgumentError,
+    LedgerCorruptedError,
+    LedgerError,
+    UnknownDatasetError,
+)
 from accountant.gate import Gate
 from accountant.ledger import MemoryLedger, open_ledger
 from accountant.planner import Planner
@@ -239,3 +244,29 @@ def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
     with pytest.raises(LedgerCorruptedError, match="pointer to its policy is missing"):
         Accountant(Budget(100.0), ledger=url)
     assert _records(url) == before
+
+
+@pytest.mark.parametrize("twin", ["People", "PEOPLE", "people ", " people", "peo ple",
+                                  "people\t", "people\u200b"])
+def test_one_table_gets_one_default_budget_not_three(twin: str, tmp_path: Path) -> None:
+    """Under a default limit, a variant of a dataset's name is refused (before anything is
+    drawn or debited), in this process and in the next one that opens the ledger."""
+    url = _url(tmp_path)
+    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+        acc.release(Laplace(1.0), 1.0, dataset="people")
+        with pytest.raises(InvalidArgumentError) as info:
+            acc.release(Laplace(1.0), 1.0, dataset=twin)
+        assert info.value.argument == "dataset"
+        assert acc.spent(dataset="people") == Budget(1.0)
+    with Accountant.open(url, rng=0) as again:
+        with pytest.raises(InvalidArgumentError):
+            again.release(Laplace(1.0), 1.0, dataset=twin)
+        assert [a.key for a in again.ledger.accounts()] == ["dataset:people", "policy"]
+
+
+def test_declared_datasets_keep_their_names() -> None:
+    """Names given as explicit limits are not held to the default's syntax."""
+    acc = Accountant(limits={"sales 2026": Budget(1.0)}, rng=0)
+    acc.release(Laplace(0.5), 1.0, dataset="sales 2026")
+    with pytest.raises(UnknownDatasetError):
+        acc.release(Laplace(0.5), 1.0, dataset="Sales 2026")
