@@ -28,7 +28,8 @@ from accountant.errors import (
 )
 from mechanisms.sampling import Sampler
 
-__all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "noise_kind"]
+__all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
+           "noise_kind", "real_as_float"]
 
 # "exact": noise from the exact integer samplers, released on a grid (the default);
 # "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).
@@ -156,10 +157,7 @@ class NumericMechanism(Mechanism):
         if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
             return value
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            try:
-                x = float(value)
-            except OverflowError:  # an int beyond the largest double
-                raise InvalidDataError("value", value, "a finite number") from None
+            x = real_as_float("value", value)
             if not np.isfinite(x):
                 raise InvalidDataError("value", value, "a finite number")
             return x
@@ -172,9 +170,9 @@ class NumericMechanism(Mechanism):
             if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
                                          and not np.issubdtype(arr.dtype, np.complexfloating)):
                 raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
-            arr = arr.astype(np.float64)
             if arr.size == 0:
                 raise InvalidDataError("value", value, "a non-empty array")
+            arr = array_as_float("value", value, arr)
             bad = ~np.isfinite(arr)
             if bad.any():
                 index = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -206,3 +204,31 @@ class StreamMechanism(Mechanism):
     @abstractmethod
     def _open(self, sampler: Sampler) -> Any:
         """The stream state of a new session. Called by the accountant only, after the debit."""
+
+
+# Integers beyond 2^53 are not all doubles: converting them would round neighbours up to 2^k apart
+# (256 at 2^60), far beyond any sensitivity the mechanism was calibrated for.
+_EXACT_INT = 1 << 53
+
+
+def real_as_float(argument: str, value: Any) -> float:
+    """A real number as a double, refusing an integer that would be rounded (|v| > 2^53) or that
+    is beyond the double range. The value is data: errors describe it, never show it."""
+    if isinstance(value, numbers.Integral) and not -_EXACT_INT <= int(value) <= _EXACT_INT:
+        raise InvalidDataError(argument, value, "an integer of magnitude at most 2^53 (a larger "
+                               "one is not a double: converting it would move it by more than "
+                               "the sensitivity allows)")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidDataError(argument, value, "a finite number") from None
+
+
+def array_as_float(argument: str, value: Any, arr: Any) -> Any:
+    """A numeric array as float64, refusing integer entries beyond 2^53 (see ``real_as_float``)."""
+    if np.issubdtype(arr.dtype, np.integer) and arr.size and (
+            int(arr.max()) > _EXACT_INT or int(arr.min()) < -_EXACT_INT):
+        raise InvalidDataError(argument, value, "integers of magnitude at most 2^53 (larger "
+                               "ones are not doubles: converting them would move them by more "
+                               "than the sensitivity allows)")
+    return arr.astype(np.float64)

@@ -25,7 +25,7 @@ from accountant.errors import (
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from mechanisms.base import Mechanism, noise_kind
+from mechanisms.base import Mechanism, array_as_float, noise_kind
 from mechanisms.bits import RandomBits
 from mechanisms.exact import bernoulli_exp, discrete_laplace_array
 from mechanisms.grid import ceil_log2
@@ -114,7 +114,7 @@ class _NoisyArgmax(Mechanism):
         if arr.shape != (len(self.candidates),):
             raise InvalidDataError("scores", value, f"one score per candidate, shape "
                                    f"({len(self.candidates)},)")
-        arr = arr.astype(np.float64)
+        arr = np.asarray(array_as_float("scores", value, arr), dtype=np.float64)
         bad = np.flatnonzero(~np.isfinite(arr))
         if bad.size:
             raise InvalidDataError("scores", value, "finite everywhere",
@@ -323,10 +323,14 @@ class RandomizedResponse(Mechanism):
         if self._noise_kind == "exact":
             bits = sampler.bits
             k = len(self.categories)
+            # The loop runs against index 0, not the true index, so that the number of draws
+            # (and the time taken) does not depend on the data; the result is then relabelled
+            # (0 <-> value), a bijection that maps the law onto the one the cost is for.
             while True:
                 j = bits.below(k)
-                if j == value or bernoulli_exp(bits, self._e_num, self._e_den):
-                    return self.categories[j]
+                if j == 0 or bernoulli_exp(bits, self._e_num, self._e_den):
+                    break
+            return self.categories[value if j == 0 else (0 if j == value else j)]
         if sampler.uniform() < self.p:
             return self.categories[value]
         other = sampler.index(len(self.categories) - 1)

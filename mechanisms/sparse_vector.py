@@ -27,7 +27,7 @@ from accountant.errors import (
     InvalidTypeError,
     MechanismExhaustedError,
 )
-from mechanisms.base import StreamMechanism, noise_kind
+from mechanisms.base import StreamMechanism, noise_kind, real_as_float
 from mechanisms.exact import discrete_laplace, discrete_laplace_array
 from mechanisms.grid import LaplaceGrid, ceil_log2
 from mechanisms.sampling import Sampler
@@ -257,10 +257,7 @@ def _real(value: Any) -> float:
     value is data: errors describe it, never show it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidDataTypeError("value", value, "a real number")
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond the double range
-        raise InvalidDataError("value", value, "a finite number") from None
+    return real_as_float("value", value)
 
 
 class _SparseStream:
