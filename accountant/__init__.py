@@ -29,6 +29,7 @@ from accountant.errors import (
     LedgerError,
     MechanismExhaustedError,
     MechanismNotAllowedError,
+    PolicyChangedError,
     PolicyError,
     PrivacyError,
     UnknownAnalystError,
@@ -54,7 +55,7 @@ __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
     "InvalidArgumentError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "NumericSession",
-    "Pipeline", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
+    "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
     "UnknownDatasetError",
 ]
 

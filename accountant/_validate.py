@@ -13,7 +13,13 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-from accountant.errors import InvalidArgumentError, InvalidTypeError, as_value_error
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
+    InvalidTypeError,
+    as_value_error,
+)
 
 
 def real(name: str, value: Any) -> float:
@@ -70,13 +76,17 @@ def positive_int(name: str, value: Any) -> int:
 
 
 def text(name: str, value: Any, *, optional: bool = False) -> str | None:
-    """A non-empty string (or None when ``optional``)."""
+    """A non-empty string (or None when ``optional``).
+
+    A name that is not one (a dataset name, an analyst, a label) is often data passed in the
+    wrong place — ``release(m, "adult", dataset=value)`` — so the complaint describes it and
+    never shows it."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        raise InvalidTypeError(name, value, "a string" + (" or None" if optional else ""))
+        raise InvalidDataTypeError(name, value, "a string" + (" or None" if optional else ""))
     if not value.strip() or len(value) > 256:
-        raise InvalidArgumentError(name, value, "a non-empty string of at most 256 characters")
+        raise InvalidDataError(name, value, "a non-empty string of at most 256 characters")
     return value
 
 

@@ -12,21 +12,23 @@ The report and its exit bits are defined in ``accountant.audit_report``.
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from accountant._numeric import within
+from accountant.audit_chain import ChainCheck
+from accountant.audit_policy import InForce
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
 from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
-from accountant.gate import step_account
-from accountant.ledger import GENESIS, Account, Ledger, record_hash
+from accountant.step import step_account
+from accountant.ledger import Account, Ledger
 from accountant.ledger.record import charge_from_record, key_from_env
-from accountant.sources import Item, Source, open_source
-from policies.stored import POLICY_KEY, from_document
+from accountant.sources import Item, MergedSource, Source, open_source, progress_items
+from policies.accounts import PolicyLimits
+from policies.stored import POLICY_KEY
 
 __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "Tally", "audit"]
 
@@ -34,14 +36,19 @@ _MAX_PROBLEMS = 1000  # beyond this only the count grows: a wholly corrupt file 
 _PLOT_POINTS = 5000
 
 
-def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None = None,
-          since: str | None = None, until: str | None = None,
+def audit(source: str | Ledger | Sequence[str], policy: Any = None, *,
+          key: bytes | str | None = None, since: str | None = None, until: str | None = None,
           expected_head: str | None = None, plot: bool = False,
-          progress: bool | None = None) -> AuditReport:
+          progress: bool | None = None, complete: bool = False) -> AuditReport:
     """Replay and verify every record of a ledger or JSONL export/log.
 
+    A JSONL log of one process is a subsequence of the chain: it audits on its own, with the
+    records other writers wrote reported as ``absent`` rather than as tampering, and several
+    logs given together are merged (``accountant.audit_chain``).
+
     Args:
-        source: a ledger, its URL, an SQLite file or a JSONL file.
+        source: a ledger, its URL, an SQLite file, a JSONL file, or a list of JSONL files to
+            merge.
         policy: a policy file or ``policies.Policy`` (or any object with a
             ``limit_for(account_key)`` method); the limits it declares now are checked against
             the replayed spend as well as the limits recorded with each release.
@@ -53,6 +60,8 @@ def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None =
             ledger ends anywhere else, its tail was truncated or rewritten.
         plot: keep a thinned series of cumulative spend per account for plotting.
         progress: show a progress bar on stderr (default: only for > 100,000 records on a terminal).
+        complete: the source must hold every record from the first to its last (an export):
+            an absent record is then a ``chain`` problem. A ledger is always held to this.
 
     Raises:
         LedgerError: the source cannot be opened at all (a source that opens but is corrupt is
@@ -61,47 +70,28 @@ def audit(source: str | Ledger, policy: Any = None, *, key: bytes | str | None =
     src = open_source(source)
     try:
         secret = key.encode("utf-8") if isinstance(key, str) else key
+        limits = policy if policy is None or hasattr(policy, "limit_for") else \
+            PolicyLimits(policy)
         replay = _Replay(src, secret if secret is not None else key_from_env(), since, until,
-                         plot, _load_policy(policy))
-        replay.run(_progress(src, progress))
+                         plot, limits, complete)
+        replay.run(progress_items(src, progress))
         return replay.report(expected_head)
     finally:
         if not isinstance(source, Ledger):
             src.close()
 
 
-class _PolicyLimits:
-    """The limit a policy declares for an account key (windowed keys map to their base key);
-    ``default`` is the limit of datasets the policy does not list (a stored policy's)."""
-
-    def __init__(self, policy: Any, default: Any = None) -> None:
-        from policies import Policy, load_policy
-        from policies.accounts import policy_accounts
-
-        self.specs = policy_accounts(policy if isinstance(policy, Policy) else load_policy(policy))
-        self.default = None if default is None else default.rule().limit
-
-    def limit_for(self, key: str) -> Any:
-        base = key.split("@", 1)[0]
-        spec = self.specs.get(base)
-        if spec is None:
-            return self.default if base.startswith("dataset:") and "/" not in base else None
-        return spec.rule.limit
-
-
-def _load_policy(policy: Any) -> Any:
-    if policy is None or hasattr(policy, "limit_for"):
-        return policy
-    return _PolicyLimits(policy)
-
-
 class _Replay:
     def __init__(self, src: Source, key: bytes | None, since: str | None, until: str | None,
-                 plot: bool, policy: Any) -> None:
-        self.src, self.key, self.since, self.until, self.plot = src, key, since, until, plot
+                 plot: bool, policy: Any, complete: bool) -> None:
+        self.src, self.since, self.until, self.plot = src, since, until, plot
         self.policy = policy
         self.out = AuditReport(source=src.name, keyed=key is not None)
-        self.prev, self.next_seq, self.skip_link = GENESIS, 1, False
+        self.chain = ChainCheck(key, self.problem, ledger=src.ledger is not None,
+                                complete=complete)
+        self.last_seq: dict[str, int] = {}  # per account: the last record that charged it
+        self.synced: dict[str, int] = {}  # per account: the chain's gap count when last replayed
+        self.resynced = 0
         self.states: dict[str, dict[str, float]] = {}
         self.rules: dict[str, tuple[dict[str, Any], CompositionRule]] = {}
         self.configs: dict[str, dict[str, Any]] = {}  # each account's configuration so far
@@ -110,13 +100,12 @@ class _Replay:
         self.stride = 1
         self.over: set[str] = set()
         self.over_in_force: set[str] = set()
-        self.in_force: tuple[int, _PolicyLimits] | None = None  # from the ledger's own records
+        self.in_force: InForce | None = None  # from the ledger's own policy records
         self.diverged: dict[str, int] = {}
         # Running counters as plain attributes (pydantic assignment is slow); copied into the
         # report at the end.
-        self.records = self.verified = 0
+        self.records = 0
         self.charges: dict[tuple[Any, ...], Charge] = {}
-        self.head: tuple[int, str] = (0, GENESIS)
         self.first_time: str | None = None
         self.last_time: str | None = None
         self.tallies: dict[str, dict[Any, list[Any]]] = {
@@ -133,8 +122,11 @@ class _Replay:
 
     def run(self, items: Iterator[Item]) -> None:
         for item in items:
+            if item.refusal is not None:
+                self.refusal(item.refusal)
+                continue
             self.records += 1
-            record = self.verify(item)
+            record = self.chain.check(item)
             if record is not None:
                 try:
                     self.apply(record)
@@ -144,58 +136,11 @@ class _Replay:
                                  f"member ({type(exc).__name__}: {exc})", record.get("seq"),
                                  item.position)
 
-    def verify(self, item: Item) -> dict[str, Any] | None:
-        where = f"{'row' if self.src.ledger is not None else 'line'} {item.position}"
-        if item.text is None:
-            self.problem("malformed", f"{where}: {item.error}", position=item.position)
-            self.skip_link = True
-            return None
-        try:
-            record: dict[str, Any] = json.loads(item.text)
-            seq, prev, auth = record["seq"], record["prev"], record.get("auth", "sha256")
-            if not isinstance(seq, int):
-                raise TypeError("seq is not an integer")
-        except (ValueError, KeyError, TypeError, RecursionError) as exc:
-            self.problem("malformed", f"{where}: not a ledger record ({exc})",
-                         position=item.position)
-            self.skip_link = True
-            return None
-        problems_before = self.out.problem_count
-        if auth == "hmac-sha256" and self.key is None:
-            if not any(p.kind == "auth" for p in self.out.problems):
-                self.problem("auth", f"record {seq} is HMAC-keyed and no key was given "
-                             "(set DPBUDGET_LEDGER_KEY): its chain cannot be verified", seq)
-        elif auth == "sha256" and self.key is not None:
-            self.problem("auth", f"record {seq} is not HMAC-keyed although a key is required: "
-                         "written without the key, or forged", seq, item.position)
-        elif auth not in ("sha256", "hmac-sha256"):
-            self.problem("malformed", f"record {seq}: unknown auth {auth!r}", seq, item.position)
-        else:
-            digest = record_hash(item.text, self.key if auth == "hmac-sha256" else None)
-            if digest != item.hash:
-                self.problem("chain", f"record {seq}: its content does not match its hash "
-                             "(edited)", seq, item.position)
-        if self.src.ledger is not None and seq != item.position:
-            self.problem("chain", f"row {item.position} holds record {seq} (moved)", seq,
-                         item.position)
-        elif seq > self.next_seq:
-            missing = (f"record {self.next_seq}" if seq == self.next_seq + 1 else
-                       f"records {self.next_seq}-{seq - 1}")
-            self.problem("chain", f"{missing} missing before record {seq} (deleted or moved)",
-                         seq, item.position)
-        elif seq < self.next_seq:
-            self.problem("chain", f"record {seq} appears after record {self.next_seq - 1} "
-                         "(reordered or inserted)", seq, item.position)
-        elif prev != self.prev and not self.skip_link:
-            self.problem("chain", f"record {seq} does not link to record {seq - 1} (record "
-                         f"{seq - 1} was edited and re-hashed, or {seq} was inserted)", seq,
-                         item.position)
-        self.skip_link = False
-        self.prev, self.next_seq = item.hash or "", max(self.next_seq, seq + 1)
-        self.head = (seq, item.hash or "")
-        if self.out.problem_count == problems_before:
-            self.verified += 1
-        return record
+    def refusal(self, entry: Any) -> None:
+        """A refused request in a log: counted per analyst for review, never spend."""
+        who = entry.get("analyst") if isinstance(entry, dict) else None
+        name = who if isinstance(who, str) else "(none)"
+        self.out.refused[name] = self.out.refused.get(name, 0) + 1
 
     def apply(self, record: dict[str, Any]) -> None:
         seq, when = record["seq"], record.get("time")
@@ -204,10 +149,15 @@ class _Replay:
         self.first_time = self.first_time or when
         self.last_time = when
         if record.get("kind") == "policy":
-            policy, default = from_document(record["policy"])
-            self.in_force = (seq, _PolicyLimits(policy, default))
+            self.in_force = InForce(seq, record["policy"])
             return
         accounts = record.get("accounts") or {}
+        if accounts and self.in_force is not None:
+            why = self.in_force.refuses(record)
+            if why is not None:
+                self.over.update(accounts)
+                self.problem("limit", f"record {seq}: the policy in force (policy record "
+                             f"{self.in_force.seq}) refuses it: {why}", seq)
         if accounts:
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
@@ -231,6 +181,7 @@ class _Replay:
         """Replay one account's debit with the gate's own ``step_account``, from the replayed
         state (never the stored one) under the configuration the record states."""
         config = {k: v for k, v in stored.items() if k != "state"}
+        self.last_seq[key] = seq
         cached = self.rules.get(key)
         if cached is None or cached[0] != config:
             cached = self.rules[key] = (config, rule_from_config(config))
@@ -239,6 +190,12 @@ class _Replay:
         previous = self.configs.get(key, config)
         current = None if state is None else Account(key, previous.get("rule", ""), previous,
                                                      state, 0)
+        if self.chain.gap != self.synced.get(key, 0):
+            self.synced[key] = self.chain.gap
+            self.resync(seq, key, rule, current, stored["state"], charge)
+            self.configs[key], self.states[key] = config, stored["state"]
+            self.after_debit(seq, key, rule, stored["state"])
+            return
         try:
             try:
                 new = step_account(key, rule, current, charge)
@@ -271,28 +228,61 @@ class _Replay:
                              f"the replay gives {new}", seq)
             self.diverged[key] = (later or 0) + 1
         self.states[key] = new
+        self.after_debit(seq, key, rule, new)
+
+    def after_debit(self, seq: int, key: str, rule: CompositionRule,
+                    state: dict[str, float]) -> None:
         if self.in_force is not None:
-            self.check_in_force(seq, key, rule, new)
+            self.check_in_force(seq, key, rule, state)
         n = self.counts[key] = self.counts.get(key, 0) + 1
         if self.plot:
-            self.sample(key, n, rule, new)
+            self.sample(key, n, rule, state)
+
+    def resync(self, seq: int, key: str, rule: CompositionRule, current: Account | None,
+               stored: dict[str, float], charge: Charge) -> None:
+        """After absent records (other writers'), this account may have been debited unseen, so
+        its stored state is taken as the replay's new start — once checked to be possible: a
+        running state only grows, so it is at least the replayed one plus this step (which must
+        itself fit), and it must be within the limit. What the absent records did is not checked
+        here: their own writers' logs (merged) or the ledger show it."""
+        self.resynced += 1
+        try:
+            floor = step_account(key, rule, current, charge)
+        except LedgerConflictError as conflict:
+            self.problem("limit", f"record {seq}: {key} changed its configuration: "
+                         f"{str(conflict).split(': ', 1)[-1]}", seq)
+            self.over.add(key)
+            return
+        except InvalidArgumentError as invalid:
+            self.problem("malformed", f"record {seq}: {key} was charged an invalid cost "
+                         f"({invalid})", seq)
+            self.over.add(key)
+            return
+        except (Refused, PrivacyError) as refusal:
+            self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
+                         f"({refusal})", seq)
+            self.over.add(key)
+            return
+        if not all(stored.get(name, -1.0) >= value for name, value in floor.items()):
+            self.problem("state", f"record {seq}: {key} stores state {stored}, below what the "
+                         f"records before it and its own cost imply ({floor})", seq)
+        elif not rule.admits(stored):
+            self.problem("limit", f"record {seq}: {key} stores a state over its limit "
+                         f"({rule.spent(stored)})", seq)
+            self.over.add(key)
 
     def check_in_force(self, seq: int, key: str, rule: CompositionRule,
                        state: dict[str, float]) -> None:
         """The replayed spend against the limit of the policy in force at this record (the
         latest policy record before it), whatever limit the record itself carries."""
-        if self.in_force is None:
+        if self.in_force is None or key in self.over_in_force:
             return
-        where, limits = self.in_force
-        declared = limits.limit_for(key)
-        if declared is None or declared.is_unlimited or key in self.over_in_force:
-            return
-        spent = rule.spent(state)
-        if not (within(spent.epsilon, declared.epsilon) and within(spent.delta, declared.delta)):
+        why = self.in_force.over(key, rule, state)
+        if why is not None:
             self.over_in_force.add(key)
             self.over.add(key)
-            self.problem("limit", f"record {seq}: {key} has spent {spent}, over the limit in "
-                         f"force {declared} (policy record {where})", seq)
+            self.problem("limit", f"record {seq}: {why} (policy record {self.in_force.seq})",
+                         seq)
 
     def sample(self, key: str, n: int, rule: CompositionRule, state: dict[str, float]) -> None:
         points = self.series.setdefault(key, [])
@@ -305,6 +295,9 @@ class _Replay:
 
     def tally(self, record: dict[str, Any], charge: Charge) -> None:
         # Plain lists while replaying (a million records); Tally models are built at the end.
+        # A record charged only to pipelines' accounts was paid for by an allocation already
+        # tallied: its cost goes in the "inside" columns (offset 3), never in the totals.
+        inside = 3 if all(k.startswith("pipeline:") for k in record["accounts"]) else 0
         t = self.tallies
         names = [("analyst", record.get("analyst")),
                  ("mechanism", (record.get("mechanism") or {}).get("name")),
@@ -316,19 +309,26 @@ class _Replay:
             if name is not None:
                 row = t[group].get(name)
                 if row is None:
-                    row = t[group][name] = [0, 0.0, 0.0]
-                row[0] += 1
-                row[1] += charge.epsilon
-                row[2] += charge.delta
+                    row = t[group][name] = [0, 0.0, 0.0, 0, 0.0, 0.0]
+                row[inside] += 1
+                row[inside + 1] += charge.epsilon
+                row[inside + 2] += charge.delta
 
     def report(self, expected_head: str | None) -> AuditReport:
         out = self.out
-        out.records, out.verified = self.records, self.verified
-        out.head_seq, out.head_hash = self.head
+        chain = self.chain
+        out.records, out.verified = self.records, chain.verified
+        out.head_seq, out.head_hash = chain.head
+        out.absent, out.absent_ranges, out.resynced = (chain.absent, chain.absent_ranges,
+                                                       self.resynced)
+        out.writers = len(chain.writers)
+        if isinstance(self.src, MergedSource):
+            out.duplicates = self.src.duplicates
         out.first_time, out.last_time = self.first_time, self.last_time
         for group, rows in self.tallies.items():
-            setattr(out, f"by_{group}", {str(name): Tally(releases=n, epsilon=e, delta=d)
-                                         for name, (n, e, d) in rows.items()})
+            setattr(out, f"by_{group}", {str(name): Tally(
+                releases=n, epsilon=e, delta=d, inside_releases=n2, inside_epsilon=e2,
+                inside_delta=d2) for name, (n, e, d, n2, e2, d2) in rows.items()})
         out.expected_head = expected_head
         if expected_head is not None and expected_head != out.head_hash:
             self.problem("head", f"the ledger ends at record {out.head_seq} with hash "
@@ -338,7 +338,14 @@ class _Replay:
             if n > 1:
                 self.problem("state", f"{key}: {n - 1} later records also disagree with the "
                              "replay")
-        stored = {a.key: a for a in self.src.stored_accounts() or [] if a.key != POLICY_KEY}
+        table = self.src.stored_accounts() or []
+        stored = {a.key: a for a in table if a.key != POLICY_KEY}
+        pointer = next((a for a in table if a.key == POLICY_KEY), None)
+        latest = None if self.in_force is None else self.in_force.seq
+        if pointer is not None and self.until is None and pointer.seq != latest:
+            self.problem("state", f"the ledger's policy pointer names record {pointer.seq}, not "
+                         f"the latest policy record ({latest}): rolled back or edited outside "
+                         "dpbudget", pointer.seq)
         for key in sorted(self.states):
             rule, state = self.rules[key][1], self.states[key]
             spent, remaining = rule.spent(state), rule.remaining(state)
@@ -352,10 +359,11 @@ class _Replay:
                                  f"{declared}")
             agrees = None
             if key in stored:
-                agrees = stored[key].state == state
+                agrees = stored[key].state == state and stored[key].seq == self.last_seq[key]
                 if not agrees and self.until is None:
                     self.problem("state", f"{key}: the ledger's stored running state "
-                                 f"{stored[key].state} differs from the replay {state}")
+                                 f"{stored[key].state} (record {stored[key].seq}) differs from "
+                                 f"the replay {state} (record {self.last_seq[key]})")
             out.accounts.append(AccountReport(
                 account=key, rule=rule.name,
                 limit=None if rule.limit is None else rule.limit.model_dump(),
@@ -368,21 +376,3 @@ class _Replay:
                 self.problem("state", f"{key}: the ledger stores a running state but no record "
                              "debits it (records deleted?)")
         return out
-
-
-def _progress(src: Source, enabled: bool | None) -> Iterator[Item]:
-    total = src.size_hint()
-    if enabled is None:
-        enabled = total > 100_000 and sys.stderr.isatty()
-    items = src.items()
-    if not enabled:
-        yield from items
-        return
-    step = max(1, total // 200)
-    for n, item in enumerate(items, start=1):
-        if n % step == 0:
-            done = min(1.0, n / total)
-            bar = "#" * int(done * 40)
-            print(f"\raudit {bar:<40} {n:,} records", end="", file=sys.stderr, flush=True)
-        yield item
-    print(file=sys.stderr)

@@ -49,11 +49,21 @@ class Problem(BaseModel):
 
 
 class Tally(BaseModel):
-    """Releases and the sum of their declared costs (basic composition) in one group."""
+    """The records of one group and the sum of their declared costs (basic composition).
+
+    ``releases``, ``epsilon`` and ``delta`` count what was charged to the datasets: releases made
+    outside any pipeline, and each pipeline's allocation (debited once, when it opened). The
+    releases made inside a pipeline are paid for by its allocation; they are counted apart, in
+    ``inside_releases``, ``inside_epsilon`` and ``inside_delta``, so that no total counts the
+    same budget twice.
+    """
 
     releases: int = 0
     epsilon: float = 0.0
     delta: float = 0.0
+    inside_releases: int = 0
+    inside_epsilon: float = 0.0
+    inside_delta: float = 0.0
 
 
 class AccountReport(BaseModel):
@@ -91,6 +101,19 @@ class AuditReport(BaseModel):
     #: Releases by the noise their record says was drawn: ``exact-csprng`` (the only secure kind),
     #: ``exact-seeded``, ``float-csprng``, ``float-seeded``, or ``unrecorded`` (older records).
     by_noise: dict[str, Tally] = {}
+    #: Records not in the source (other writers', when the source is one process's log): their
+    #: count and first ``(first, last)`` seq ranges. 0 means the chain is complete up to its head.
+    absent: int = 0
+    absent_ranges: list[tuple[int, int]] = []
+    #: Account states taken from a record after absent records instead of replayed (each checked
+    #: to be possible: no lower than the replay implies, within its limit).
+    resynced: int = 0
+    #: Distinct writers (a ledger object in a process) whose records are in the source.
+    writers: int = 0
+    #: Records found in more than one of the merged logs (read once).
+    duplicates: int = 0
+    #: Refused requests found in a log (``accountant.refusals``), per analyst: never spend.
+    refused: dict[str, int] = {}
     problems: list[Problem] = []
     problem_count: int = 0
     #: Every kind of problem found, however many problems there were (``problems`` keeps only
@@ -102,9 +125,15 @@ class AuditReport(BaseModel):
         return self.problem_count == 0
 
     @property
+    def complete(self) -> bool:
+        """Whether every record up to the head is in the source (a subsequence is not)."""
+        return self.absent == 0
+
+    @property
     def insecure_releases(self) -> int:
         """Releases whose noise was not exact noise from the OS CSPRNG."""
-        return sum(t.releases for kind, t in self.by_noise.items() if kind != SECURE_NOISE)
+        return sum(t.releases + t.inside_releases for kind, t in self.by_noise.items()
+                   if kind != SECURE_NOISE)
 
     @property
     def exit_status(self) -> int:

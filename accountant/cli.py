@@ -8,20 +8,17 @@ unreadable ledger or policy; ``audit`` documents its own problem bits (``account
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 import json
 import sys
 from pathlib import Path
 
 from accountant.errors import PolicyError, PrivacyError
 from accountant.ledger import Ledger, open_ledger
-from accountant.audit_report import SECURE_NOISE
+from accountant.audit_text import audit_text, noise_counts, noise_line
 from accountant.report import budget_rows, budget_table
 from policies.accounts import policy_accounts
 from policies.policy import load_policy, policy_schema
-
-if TYPE_CHECKING:
-    from accountant.audit_report import AuditReport
 
 __all__ = ["main"]
 
@@ -38,7 +35,7 @@ def _status(args: argparse.Namespace) -> int:
         seq, head = ledger.head()
         if args.json:
             out = {"ledger": ledger.url, "records": seq, "head": head,
-                   "accounts": budget_rows(ledger, policy), "noise": _noise_counts(ledger)}
+                   "accounts": budget_rows(ledger, policy), "noise": noise_counts(ledger)}
             if policy is not None:
                 out["policy"] = args.policy
             print(json.dumps(out, indent=2))
@@ -47,7 +44,7 @@ def _status(args: argparse.Namespace) -> int:
         if policy is not None:
             print(f"reported against the limits of the policy {args.policy}")
         print(budget_table(ledger, policy))
-        print(_noise_line(_noise_counts(ledger)))
+        print(noise_line(noise_counts(ledger)))
         if policy is not None:
             over = [r["account"] for r in budget_rows(ledger, policy) if r["over_limit"]]
             if over:
@@ -104,17 +101,11 @@ def _mechanism_names() -> set[str]:
 
 def _policy_apply(args: argparse.Namespace) -> int:
     from accountant import policy_record
-    from accountant.core import Accountant
-    from accountant.ledger import open_ledger
 
-    with open_ledger(args.ledger) as ledger:
-        if policy_record.stored_document(ledger) is None:  # a ledger from before stored policies
-            Accountant.from_policy(args.file, ledger=ledger)
-            print(f"{args.ledger}: stored no policy; {args.file} recorded as its first")
-            return 0
-        acc = Accountant.open(ledger)
-        change = acc.apply_policy(args.file, by=args.by or policy_record.actor(),
-                                  reason=args.reason)
+    policy = load_policy(args.file)
+    with _open_existing(args.ledger) as ledger:  # a typo must not create a new ledger
+        change = policy_record.replace(ledger, policy, by=args.by or policy_record.actor(),
+                                       reason=args.reason)
     print(f"{args.ledger}: policy record {change.seq} written, {len(change.changes)} change(s)")
     for line in change.changes:
         print(f"  {line}")
@@ -134,8 +125,10 @@ def _policy_schema(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     from accountant.audit import audit
 
-    report = audit(args.source, args.policy, since=args.since, until=args.until,
-                   expected_head=args.expect_head, plot=args.plot is not None)
+    source = args.source[0] if len(args.source) == 1 else args.source
+    report = audit(source, args.policy, since=args.since, until=args.until,
+                   expected_head=args.expect_head, plot=args.plot is not None,
+                   complete=args.complete)
     if args.plot is not None:
         from accountant.plot import plot_audit
 
@@ -143,71 +136,8 @@ def _audit(args: argparse.Namespace) -> int:
     if args.json:
         print(report.model_dump_json(indent=2, exclude={"accounts": {"__all__": {"series"}}}))
     else:
-        print(_audit_text(report, args.plot))
+        print(audit_text(report, args.plot))
     return report.exit_status
-
-
-def _noise_line(by_noise: dict[str, Any]) -> str:
-    """How many releases drew exact noise from the OS CSPRNG, and how many did not (and how)."""
-    def n(kind: str) -> int:
-        t = by_noise.get(kind, 0)
-        return t if isinstance(t, int) else t.releases
-
-    secure = n(SECURE_NOISE)
-    others = {k: n(k) for k in sorted(by_noise) if k != SECURE_NOISE and n(k)}
-    line = f"noise: {secure} release(s) with exact noise from the OS CSPRNG"
-    if others:
-        line += (f"; {sum(others.values())} WITHOUT secure noise ("
-                 + ", ".join(f"{k} {v}" for k, v in others.items()) + ")")
-    return line
-
-
-def _noise_counts(ledger: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for entry in ledger.entries():
-        record = entry.record
-        if record.get("kind") in ("release", "session"):  # (a batch is one release record)
-            kind = record.get("noise") or "unrecorded"
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
-def _audit_text(report: AuditReport, plot_path: str | None) -> str:
-    lines = [f"audit of {report.source}: {report.records} records, {report.verified} verified, "
-             f"head {report.head_seq} {report.head_hash}"
-             + (" (HMAC-keyed)" if report.keyed else "")]
-    if report.first_time:
-        lines.append(f"  from {report.first_time} to {report.last_time}")
-    lines.append("\nper account (replayed from the records under each account's rule):")
-    for a in report.accounts:
-        limit = "no limit" if a.limit is None else (
-            f"limit ε={a.limit['epsilon']:.6g} δ={a.limit['delta']:.3g}")
-        agrees = {None: "", True: ", stored state agrees", False: ", STORED STATE DIFFERS"}[
-            a.stored_state_agrees]
-        flag = "  OVER LIMIT" if a.over_limit else ""
-        lines.append(f"  {a.account:<34} {a.rule:<9} {a.releases:>7} releases  spent "
-                     f"ε={a.spent['epsilon']:.6g} δ={a.spent['delta']:.3g}  ({limit}{agrees})"
-                     f"{flag}")
-    for title, table in (("analyst", report.by_analyst), ("mechanism", report.by_mechanism),
-                         ("pipeline", report.by_pipeline), ("label", report.by_label)):
-        if table:
-            lines.append(f"\nper {title} (sum of declared costs):")
-            for name, t in sorted(table.items()):
-                lines.append(f"  {name:<34} {t.releases:>7} releases  Σε={t.epsilon:.6g} "
-                             f"Σδ={t.delta:.3g}")
-    if report.by_noise:
-        lines.append("\n" + _noise_line(report.by_noise))
-    if report.problems:
-        lines.append(f"\nPROBLEMS ({report.problem_count}):")
-        lines += [f"  [{p.kind}] {p.message}" for p in report.problems[:50]]
-        if report.problem_count > 50:
-            lines.append(f"  ... and {report.problem_count - 50} more (use --json)")
-    else:
-        lines.append("\nchain verifies; replay agrees with the stored state; no limit exceeded")
-    if plot_path:
-        lines.append(f"plot written to {plot_path}")
-    lines.append(f"exit status {report.exit_status}")
-    return "\n".join(lines)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -250,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="report against this policy's limits, marking accounts over them")
     status.set_defaults(func=_status)
     aud = sub.add_parser("audit", help="replay and verify a ledger or JSONL export/log")
-    aud.add_argument("source", help="ledger file/URL or JSONL file")
+    aud.add_argument("source", nargs="+", help="ledger file/URL, or JSONL files (exports, or "
+                     "per-process logs, merged in record order)")
     aud.add_argument("--policy", help="also check the limits of this policy file")
     aud.add_argument("--json", action="store_true", help="machine-readable report")
     aud.add_argument("--plot", metavar="PNG", help="write cumulative spend per account (needs "
@@ -259,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     aud.add_argument("--until", help="tally and replay only up to this ISO 8601 time")
     aud.add_argument("--expect-head", metavar="HASH", help="the head hash kept elsewhere; a "
                      "different end means a truncated or rewritten tail")
+    aud.add_argument("--complete", action="store_true", help="the JSONL must hold every record "
+                     "(an export): a record absent from it is reported as deleted")
     aud.set_defaults(func=_audit)
     exp = sub.add_parser("export", help="write a ledger's records as JSONL")
     exp.add_argument("ledger")

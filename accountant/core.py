@@ -15,8 +15,8 @@ from typing import Any
 
 from accountant.budget import Budget
 from accountant.composition import make_rule
-from accountant.errors import InvalidTypeError, LedgerError
-from accountant.gate import Gate
+from accountant.errors import InvalidTypeError
+from accountant.gate import Gate, refuse_raised
 from accountant.ledger import Ledger, open_ledger
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
 from accountant import policy_record
@@ -27,7 +27,7 @@ from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
 from policies.policy import Policy, load_policy
-from policies.stored import document, from_document
+from policies.stored import POLICY_KEY, document
 
 __all__ = ["Accountant"]
 
@@ -150,15 +150,7 @@ class Accountant:
         Budget(epsilon=2.0, delta=0.0)
         >>> acc.close()
         """
-        if isinstance(ledger, Ledger):
-            doc = policy_record.stored_document(ledger)
-        else:
-            with open_ledger(ledger) as reading:
-                doc = policy_record.stored_document(reading)
-        if doc is None:
-            raise LedgerError("this ledger stores no policy: open it once with its limits "
-                              "(Accountant(...) or Accountant.from_policy), which records them")
-        policy, default = from_document(doc)
+        policy, default = policy_record.stored_policy(ledger)
         acc = cls.__new__(cls)
         acc._setup(policy, default, ledger, rng, clock)
         return acc
@@ -177,13 +169,11 @@ class Accountant:
                 renewal window than its recorded spend; nothing was written.
         """
         new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
-        probe = Gate(self._gate.ledger, Planner(new, None), self._gate.sampler, self._gate.clock)
-        probe.check_ledger()  # a rule or window cannot change under recorded spend
-        change = policy_record.apply(self._gate.ledger, document(new, None), by=by,
-                                     reason=reason)
-        self._policy = new
-        self._default = None
-        self._gate = probe
+        gate = self._gate
+        change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
+        self._policy, self._default = new, None
+        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler, gate.clock)
+        self._gate.policy_seq = change.seq
         return change
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
@@ -198,9 +188,12 @@ class Accountant:
         self._default = default
         try:
             self._gate.check_ledger()
-            if opened.durable:  # an in-memory ledger cannot be reopened by anyone else
-                policy_record.enforce(opened, document(policy, default),
-                                      by=policy_record.actor())
+            # An in-memory ledger cannot be reopened by anyone else: it records a policy only
+            # when asked to (apply_policy), and is then held to it like any other.
+            if opened.durable or opened.account(POLICY_KEY) is not None:
+                self._gate.policy_seq = policy_record.enforce(
+                    opened, document(policy, default), by=policy_record.actor(),
+                    adopting=lambda: refuse_raised(opened, planner))
         except BaseException:
             if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
                 opened.close()

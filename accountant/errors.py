@@ -26,6 +26,7 @@ __all__ = [
     "LedgerError",
     "LedgerCorruptedError",
     "LedgerConflictError",
+    "PolicyChangedError",
 ]
 
 
@@ -235,6 +236,11 @@ class LedgerCorruptedError(LedgerError):
 class LedgerConflictError(LedgerError):
     """The ledger was started under settings (such as a composition rule) that differ from the
     ones this accountant was given; rules cannot change mid-stream."""
+
+
+class PolicyChangedError(LedgerConflictError):
+    """The policy stored in the ledger changed after this accountant opened it: it refuses
+    rather than enforce limits that are no longer in force. Open the ledger again."""
 
 
 def as_value_error(exc: InvalidTypeError) -> InvalidArgumentError:

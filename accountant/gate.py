@@ -12,135 +12,40 @@ were. ``release``, ``release_many``, ``open_session``, pipelines (``debit`` of a
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from accountant import _validate
 from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant.composition import CompositionRule, Refused, State, batch_charge
-from accountant.composition.base import check_charge, clip_delta
+from accountant.composition import Refused, State
 from accountant.errors import (
     BudgetExceededError,
+    InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
     LedgerConflictError,
     MechanismNotAllowedError,
+    PolicyChangedError,
 )
 from accountant.ledger import Account, Ledger
-from accountant.ledger.record import ZERO_COST, assemble, canonical, step_fragments
+from accountant.ledger.record import ZERO_COST, assemble, canonical
 from accountant.planner import Plan, Planner, Target
 from accountant.receipt import Receipt
+from accountant.refusals import REFUSALS, log_refusal
 from accountant.session import NumericSession, Session
+from accountant.step import Step, check_continues, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.accounts import dataset_key
 from policies.periods import split_window
+from policies.stored import POLICY_KEY
 
-__all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]
+__all__ = ["Gate", "Step", "Where", "check_continues", "check_ledger", "refuse_raised",
+           "step_account"]  # (re-exports Step's)
 
 # Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst) to plan.
 Where = Plan | tuple[Any, "str | None"]
-
-
-def check_continues(key: str, rule: CompositionRule, current: Account | None) -> None:
-    """Refuse to continue account ``key`` under ``rule`` when it was recorded under another rule
-    or another value of a parameter its state depends on (a rule cannot change mid-stream).
-
-    Raises:
-        LedgerConflictError: naming the account and the difference.
-    """
-    # The common case (same rule, no state parameters) is decided without building anything:
-    # this runs on every debit.
-    if current is not None and (current.rule != rule.name or rule.state_params):
-        why = rule.conflict({**current.config, "rule": current.rule})
-        if why is not None:
-            raise LedgerConflictError(f"{key} cannot continue: {why}")
-
-
-def step_account(key: str, rule: CompositionRule, current: Account | None,
-                 charge: Charge) -> State:
-    """One account's step, shared by the gate and the audit's replay: the account's new state
-    after ``charge``.
-
-    Raises:
-        LedgerConflictError: the account was recorded under another rule (``check_continues``).
-        Refused: the step does not fit what is left of the limit.
-        MechanismNotAllowedError: the rule does not admit this kind of step at all.
-    """
-    check_continues(key, rule, current)
-    return rule.debit(rule.initial_state() if current is None else current.state, charge)
-
-
-class Step(NamedTuple):
-    """One step presented to the gate: a release, a batch, or a pipeline's allocation. ``members``
-    are the record members that describe it (canonical JSON)."""
-
-    name: str
-    cost: Budget
-    charge: Charge
-    members: dict[str, str]
-
-    @classmethod
-    def of(cls, mechanism: Mechanism) -> "Step":
-        """The step of one release of ``mechanism``. Kept per mechanism object (by identity: a
-        class's own ``__eq__`` is never consulted) and per (class, parameters, charge), so that
-        releasing the same mechanism again, or a fresh equal one, encodes nothing."""
-        cached = _BY_ID.get(id(mechanism))
-        if cached is not None and cached[0]() is mechanism:
-            return cached[1]
-        params = mechanism.params()
-        charge = mechanism.charge
-        check_charge(charge)  # before anything is encoded: a NaN cost is no cost to record
-        # The charge is part of the key, so a class whose params() leaves out something its cost
-        # depends on can never be charged another mechanism's cost.
-        try:
-            key: tuple[Any, ...] | None = (type(mechanism), tuple(params.items()), charge)
-            step = _BY_VALUE.get(key)  # type: ignore[arg-type]
-        except TypeError:  # unhashable parameters (candidate lists)
-            key, step = None, None
-        if step is None:
-            step = cls(mechanism.name, mechanism.cost, charge,
-                       {**step_fragments(mechanism.name, params, charge),
-                        "noise": canonical(mechanism.noise)})
-            if key is not None:
-                if len(_BY_VALUE) > 4096:
-                    _BY_VALUE.clear()
-                _BY_VALUE[key] = step
-        try:
-            ref = weakref.ref(mechanism)
-        except TypeError:  # a class without weak references: no reuse by object
-            return step
-        if len(_BY_ID) > 4096:
-            _BY_ID.clear()
-        _BY_ID[id(mechanism)] = (ref, step)
-        return step
-
-    @classmethod
-    def batch(cls, mechanisms: tuple[Mechanism, ...]) -> "Step":
-        charge = batch_charge(tuple(m.charge for m in mechanisms))
-        params = {"items": [{"name": m.name, "params": m.params()} for m in mechanisms]}
-        cost = Budget(charge.epsilon, clip_delta(charge.delta))
-        noise = "float" if any(m.noise == "float" for m in mechanisms) else "exact"
-        return cls("batch", cost, charge, {**step_fragments("batch", params, charge),
-                                           "noise": canonical(noise)})
-
-    @classmethod
-    def allocation(cls, budget: Budget, rule: CompositionRule) -> "Step":
-        """A pipeline's allocation, charged to its parent as an (ε, δ) step."""
-        charge = Charge(budget.epsilon, budget.delta, None, None, "a pipeline's allocation")
-        return cls("Pipeline", budget, charge, {
-            "cost": canonical({"epsilon": budget.epsilon, "delta": budget.delta, "rho": None,
-                               "mu": None}),
-            "rule": canonical(rule.describe())})
-
-
-# Steps by mechanism object — id() with a weak reference that must still point at the very same
-# object (ids are reused once an object dies) — and by (class, parameters, charge).
-_BY_ID: "dict[int, tuple[weakref.ref[Mechanism], Step]]" = {}
-_BY_VALUE: dict[tuple[Any, ...], Step] = {}
 
 
 class Gate:
@@ -160,14 +65,22 @@ class Gate:
         self.sampler = sampler
         self.clock = clock
         self._local = threading.local()
+        # The seq of the policy record this gate's planner was built from (None: the ledger
+        # stores no policy). Each debit re-reads the ledger's pointer in its transaction: an
+        # accountant that opened before `apply_policy` must not go on under the old limits.
+        self.policy_seq: int | None = None
 
     # -- requests ------------------------------------------------------------------------------
 
     def release(self, mechanism: Mechanism, value: Any, label: str | None, where: Where) -> Any:
         """Validate, debit ``mechanism``'s cost, then draw its noisy answer."""
-        plan = self.validate(mechanism, label, where)
-        prepared = mechanism.prepare(value)
-        self.debit(Step.of(mechanism), plan, label)
+        try:
+            plan = self.validate(mechanism, label, where)
+            prepared = mechanism.prepare(value)
+            self.debit(Step.of(mechanism), plan, label)
+        except REFUSALS as refusal:
+            self.refused(refusal, mechanism.name, mechanism.cost, where, label)
+            raise
         return mechanism._release(prepared, self.sampler)
 
     def release_many(self, items: Any, label: str | None, where: Where) -> list[Any]:
@@ -187,7 +100,12 @@ class Gate:
             prepared.append(pair[0].prepare(pair[1]))
         assert plan is not None  # pairs is non-empty
         mechanisms = tuple(pair[0] for pair in pairs)
-        self.debit(Step.batch(mechanisms), plan, label)
+        step = Step.batch(mechanisms)
+        try:
+            self.debit(step, plan, label)
+        except REFUSALS as refusal:
+            self.refused(refusal, "batch", step.cost, where, label)
+            raise
         return [m._release(v, self.sampler) for m, v in zip(mechanisms, prepared)]
 
     def open_session(self, mechanism: StreamMechanism, label: str | None,
@@ -196,12 +114,22 @@ class Gate:
         if not isinstance(mechanism, StreamMechanism):
             raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
                                    "(AboveThreshold, Sparse or NumericSparse)")
-        plan = self.validate(mechanism, label, where)
-        step = Step.of(mechanism)
-        receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
+        try:
+            plan = self.validate(mechanism, label, where)
+            step = Step.of(mechanism)
+            receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
+        except REFUSALS as refusal:
+            self.refused(refusal, mechanism.name, mechanism.cost, where, label)
+            raise
         stream = mechanism._open(self.sampler)
         cls = NumericSession if mechanism.releases_values else Session
         return cls(lambda s: self._close_session(s, step, plan), stream, receipt)
+
+    def refused(self, error: Exception, name: str, cost: Budget, where: Where,
+                label: Any) -> None:
+        """Log a refused request for security review (``accountant.refusals``); never spend."""
+        dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where
+        log_refusal(error, name, cost, dataset, analyst, label)
 
     def afford(self, mechanism: Mechanism, where: Where) -> bool:
         """Whether a release of ``mechanism`` would be admitted now: the debit's own traversal,
@@ -240,6 +168,8 @@ class Gate:
         scope = self.ledger.transaction()
         try:
             tx = scope.begin()
+            if self.policy_seq is not None:
+                self._check_policy(tx.account(POLICY_KEY))
             accounts = self._charge(tx.account, step, plan, now)
             fields = self._fields(step, plan, label, kind, accounts)
             if extra is not None:
@@ -256,6 +186,13 @@ class Gate:
         self._local.receipt = fields_
         return fields_
 
+    def _check_policy(self, pointer: Account | None) -> None:
+        if pointer is None or pointer.seq != self.policy_seq:
+            raise PolicyChangedError(
+                f"the ledger's policy changed (policy record {getattr(pointer, 'seq', None)}; "
+                f"this accountant enforces record {self.policy_seq}); nothing was drawn or "
+                "debited. Open the ledger again (Accountant.open) to use the policy in force")
+
     def _charge(self, read: Callable[[str], Account | None], step: Step, plan: Plan,
                 now: float | None) -> list[Account]:
         """Every account of ``plan`` after ``step``, or ``BudgetExceededError``."""
@@ -265,6 +202,8 @@ class Gate:
             rule = target.rule
             key = target.key if now is None else target.key_at(now)
             current = read(key)
+            if current is None and key.startswith("dataset:"):
+                self._no_twin(key)
             try:
                 new = step_account(key, rule, current, charge)
             except Refused as refusal:
@@ -274,6 +213,23 @@ class Gate:
                                           refusal.reason) from None
             accounts.append(Account(key, rule.name, rule.describe(), new, 0))
         return accounts
+
+    def _no_twin(self, key: str) -> None:
+        """A dataset charged for the first time under the default limit must not be a case-only
+        twin of one another process has charged since this gate read the ledger (the planner
+        knows only the datasets it has seen). In the debit's transaction, so no race."""
+        base = split_window(key)[0]
+        name = base[len("dataset:"):]
+        if "/" in name or name in self.planner.policy.datasets:
+            return
+        folded = base.casefold()
+        for account in self.ledger.accounts():
+            other = split_window(account.key)[0]
+            if other != base and other.casefold() == folded and "/" not in other:
+                self.planner.know(other[len("dataset:"):], instead_of=name)
+                raise InvalidArgumentError("dataset", name, f"not a case-only variant of the "
+                                           f"dataset {other[len('dataset:'):]!r} (one table, "
+                                           "one budget)")
 
     def _fields(self, step: Step, plan: Plan, label: str | None, kind: str,
                 accounts: list[Account]) -> dict[str, str]:
@@ -352,27 +308,60 @@ class Gate:
         return None if fields is None else Receipt(*fields)
 
     def check_ledger(self) -> None:
-        """Refuse a ledger whose accounts were recorded under another rule or renewal period
-        than the one now declared for them (a rule cannot change mid-stream; adding, removing
-        or changing a window would forget recorded spend)."""
-        self.ledger.check_accounts()
-        specs = self.planner.specs
-        for account in self.ledger.accounts():
-            base, period = split_window(account.key)
-            if base.startswith("dataset:") and "/" not in base:
-                self.planner.know(base[len("dataset:"):])  # for the case-only-twin check
-            spec = specs.get(base)
-            if spec is None:
-                continue
-            check_continues(account.key, spec.rule, account)
-            declared = None if spec.period is None else spec.period.text
-            if period != declared:
-                raise LedgerConflictError(
-                    f"{account.key} was recorded "
-                    f"{'without a renewal window' if period is None else f'with period {period!r}'}"
-                    f" and the policy gives {base} "
-                    f"{'none' if declared is None else f'period {declared!r}'}; a renewal window "
-                    f"cannot change once releases are recorded (that would forget their spend)")
+        """``check_ledger`` for this gate's ledger and planner."""
+        check_ledger(self.ledger, self.planner)
 
     def _now(self, plan: Plan) -> float | None:
         return self.clock() if plan.windowed else None
+
+
+def check_ledger(ledger: Ledger, planner: Planner) -> None:
+    """Refuse a ledger whose accounts were recorded under another rule or renewal period than
+    the one ``planner`` declares for them (a rule cannot change mid-stream; adding, removing or
+    changing a window would forget recorded spend)."""
+    ledger.check_accounts()
+    specs = planner.specs
+    for account in ledger.accounts():
+        base, period = split_window(account.key)
+        if base.startswith("dataset:") and "/" not in base:
+            planner.know(base[len("dataset:"):])  # for the case-only-twin check
+        spec = specs.get(base)
+        if spec is None:
+            continue
+        check_continues(account.key, spec.rule, account)
+        declared = None if spec.period is None else spec.period.text
+        if period != declared:
+            raise LedgerConflictError(
+                f"{account.key} was recorded "
+                f"{'without a renewal window' if period is None else f'with period {period!r}'}"
+                f" and the policy gives {base} "
+                f"{'none' if declared is None else f'period {declared!r}'}; a renewal window "
+                f"cannot change once releases are recorded (that would forget their spend)")
+
+
+def refuse_raised(ledger: Ledger, planner: Planner) -> None:
+    """Refuse limits above the ones a ledger's accounts were recorded under: what a ledger from
+    before stored policies may adopt silently (raising them is ``apply_policy``'s explicit act).
+
+    Raises:
+        LedgerConflictError: naming each account whose limit would rise.
+    """
+    raised = []
+    for account in ledger.accounts():
+        recorded = account.config.get("limit") if account.key != POLICY_KEY else None
+        base = split_window(account.key)[0]
+        spec = planner.specs.get(base)
+        if spec is not None:
+            declared = spec.rule.limit
+        elif base.startswith("dataset:") and "/" not in base and planner.default is not None:
+            declared = planner.default.rule().limit
+        else:
+            continue
+        if isinstance(recorded, dict) and (declared is None or any(
+                getattr(declared, k) > float(recorded.get(k, 0.0)) for k in ("epsilon", "delta"))):
+            raised.append(f"{account.key}: recorded {recorded}, given {declared}")
+    if raised:
+        raise LedgerConflictError(
+            "the limits given are above the ones this ledger's releases were recorded under: "
+            + "; ".join(raised[:20]) + ". Raise them explicitly with `dpbudget policy apply` "
+            "(recorded as a weaker guarantee); nothing was written")

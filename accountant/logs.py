@@ -3,8 +3,15 @@ JSONL form as ``dpbudget export``, so that a pipeline's logs can be audited like
 (``dpbudget audit pipeline.jsonl``).
 
 The ledger emits each committed record on the logger ``dpbudget.ledger`` at INFO level with the
-record attached (``record.dpbudget_entry``); ``JsonlHandler`` writes those, and ignores any other log
-record. Nothing is emitted (and nothing costs anything) until a handler is attached.
+record attached (``record.dpbudget_entry``), in ``seq`` order within a process; the gate reports
+each refused request on its child ``dpbudget.ledger.refusals`` at WARNING level
+(``accountant.refusals``). ``JsonlHandler`` writes both — records as ``{"hash":..., "record":...}``
+lines, refusals as ``{"refused": {...}}`` lines, which are never part of the chain — and ignores any
+other log record. Nothing is emitted (and nothing costs anything) until a handler is attached.
+
+A process's log holds only the records that process wrote: ``dpbudget audit`` checks it alone as
+a subsequence of the chain, and merges several (``dpbudget audit a.jsonl b.jsonl``;
+``accountant.audit_chain``).
 
 >>> import logging, tempfile, os
 >>> from accountant import Accountant, Budget
@@ -20,6 +27,7 @@ record. Nothing is emitted (and nothing costs anything) until a handler is attac
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -39,13 +47,18 @@ class JsonlHandler(logging.FileHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         entry = getattr(record, "dpbudget_entry", None)
-        if entry is None:
+        refusal = getattr(record, "dpbudget_refusal", None)
+        if entry is None and refusal is None:
             return
         try:
             stream = self.stream
             if stream is None:  # closed
                 return
-            stream.write(export_line(entry.hash, entry.text) + "\n")
+            if entry is not None:
+                line = export_line(entry.hash, entry.text)
+            else:
+                line = json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False)
+            stream.write(line + "\n")
             self.flush()
         except Exception:  # logging must never break the pipeline it observes
             self.handleError(record)

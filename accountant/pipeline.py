@@ -49,6 +49,7 @@ from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.gate import Gate, Step, Where
 from accountant.ledger.record import canonical
 from accountant.planner import Plan, Target, pipeline_members
+from accountant.refusals import REFUSALS
 from accountant.session import Session
 from mechanisms.base import Mechanism, StreamMechanism
 from policies.accounts import pipeline_key
@@ -181,7 +182,6 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
     the pipeline, whose own plan is charged to its new account only."""
     rule = pipeline_rule(name, budget, composition, per_query)
     _validate.text("label", label, optional=True)
-    parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
     opened: list[str] = []
 
     def members(seq: int) -> dict[str, str]:
@@ -189,8 +189,13 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
         return {"pipeline": canonical(opened[0]),
                 "parent": canonical(None if parent is None else parent.id)}
 
-    gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
-               extra=members)
+    try:
+        parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
+        gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
+                   extra=members)
+    except REFUSALS as refusal:
+        gate.refused(refusal, f"Pipeline {name}", budget, where, label)
+        raise
     plan = parent_plan.child(Target.of(pipeline_key(opened[0]), rule),
                              pipeline_members(opened[0]))
     return Pipeline(gate, plan, parent, name, opened[0], budget)

@@ -179,8 +179,12 @@ class Planner:
             self.know(dataset)
         return self.default
 
-    def know(self, dataset: str) -> None:
-        """Record ``dataset`` as in use (from the ledger's accounts, or on first release)."""
+    def know(self, dataset: str, *, instead_of: str | None = None) -> None:
+        """Record ``dataset`` as in use (from the ledger's accounts, or on first release);
+        ``instead_of``: a twin this planner took for new, that the ledger shows is not."""
+        if instead_of is not None:
+            self._known.discard(instead_of)
+            self._folded[dataset.casefold()] = dataset
         self._known.add(dataset)
         self._folded.setdefault(dataset.casefold(), dataset)
 

@@ -17,16 +17,27 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from accountant import _validate
-from accountant.errors import LedgerConflictError, LedgerCorruptedError
-from accountant.ledger import Account, Ledger, record_hash
+from accountant.errors import (
+    InvalidArgumentError,
+    LedgerConflictError,
+    LedgerCorruptedError,
+    LedgerError,
+)
+from accountant.gate import check_ledger
+from accountant.ledger import Account, Ledger, open_ledger, record_hash
 from accountant.ledger.base import Transaction
 from accountant.ledger.record import ZERO_COST, canonical
-from policies.stored import POLICY_KEY, differences, raised
+from accountant.planner import Planner
+from policies.limits import DatasetLimit
+from policies.policy import Policy
+from policies.stored import POLICY_KEY, differences, document, from_document, raised
 
-__all__ = ["PolicyChange", "actor", "apply", "enforce", "stored_document"]
+__all__ = ["PolicyChange", "actor", "apply", "enforce", "replace", "stored_document",
+           "stored_policy"]
 
 
 class PolicyChange(NamedTuple):
@@ -58,22 +69,49 @@ def stored_document(ledger: Ledger) -> Any:
     return _read(ledger.account(POLICY_KEY), ledger)
 
 
-def enforce(ledger: Ledger, doc: Any, *, by: str) -> None:
-    """Write ``doc`` as the ledger's first policy record, or check it equals the stored one.
+def stored_policy(ledger: Ledger | str) -> tuple[Policy, DatasetLimit | None]:
+    """The policy stored in ``ledger`` (a ledger or its URL) and its default dataset limit.
+
+    Raises:
+        LedgerError: the ledger cannot be opened, or stores no policy.
+        LedgerCorruptedError: the stored policy was edited outside dpbudget.
+    """
+    if isinstance(ledger, Ledger):
+        doc = stored_document(ledger)
+    else:
+        with open_ledger(ledger, create=False) as reading:  # a mistyped path creates nothing
+            doc = stored_document(reading)
+    if doc is None:
+        raise LedgerError("this ledger stores no policy: open it once with its limits "
+                          "(Accountant(...) or Accountant.from_policy), which records them")
+    return from_document(doc)
+
+
+def enforce(ledger: Ledger, doc: Any, *, by: str,
+            adopting: Callable[[], None] = lambda: None) -> int:
+    """Write ``doc`` as the ledger's first policy record, or check it equals the stored one;
+    return the seq of the policy record in force. ``adopting`` runs (inside the transaction)
+    before a ledger that has records but no policy record adopts ``doc``: it refuses limits
+    above the ones its accounts were recorded under.
 
     Raises:
         LedgerConflictError: the ledger stores other limits; the message names each difference.
     """
+    _check_document(doc)
     scope = ledger.transaction()
     try:
         tx = scope.begin()
-        stored = _read(tx.account(POLICY_KEY), ledger)
+        pointer = tx.account(POLICY_KEY)
+        stored = _read(pointer, ledger)
         if stored is None:
             if tx.next_seq > 1:
                 _no_policy_record(ledger)  # O(records), but only on a ledger without a pointer
-            _append(tx, doc, by, "created" if tx.next_seq == 1 else
-                    "adopted: the first policy recorded in this ledger")
+                adopting()
+            seq = _append(tx, doc, by, "created" if tx.next_seq == 1 else
+                          "adopted: the first policy recorded in this ledger")
         else:
+            assert pointer is not None  # a stored policy was read through it
+            seq = pointer.seq
             diffs = differences(stored, doc)
             if diffs:
                 raise LedgerConflictError(
@@ -86,19 +124,25 @@ def enforce(ledger: Ledger, doc: Any, *, by: str) -> None:
     except BaseException:
         scope.abandon()
         raise
+    return seq
 
 
-def apply(ledger: Ledger, doc: Any, *, by: str, reason: str) -> PolicyChange:
+def apply(ledger: Ledger, doc: Any, *, by: str, reason: str,
+          check: Callable[[], None] = lambda: None) -> PolicyChange:
     """Append a policy record replacing the stored policy with ``doc`` (an explicit, audited act).
+    ``check`` runs inside the transaction, before the append: that the recorded accounts can
+    continue under the new rules, checked where no release can slip in between.
 
     Raises:
         InvalidArgumentError: an empty ``by`` or ``reason``.
     """
     _validate.text("by", by)
     _validate.text("reason", reason)
+    _check_document(doc)
     scope = ledger.transaction()
     try:
         tx = scope.begin()
+        check()
         stored = _read(tx.account(POLICY_KEY), ledger)
         changes = ["(no stored policy)"] if stored is None else differences(stored, doc)
         grants = [] if stored is None else raised(stored, doc)
@@ -108,6 +152,34 @@ def apply(ledger: Ledger, doc: Any, *, by: str, reason: str) -> PolicyChange:
         scope.abandon()
         raise
     return PolicyChange(seq, changes, grants)
+
+
+def replace(ledger: Ledger, policy: Policy, *, by: str, reason: str) -> PolicyChange:
+    """``apply`` for a ``Policy``, checking inside the transaction that every recorded account
+    can continue under the new policy's rules and windows (``Accountant.apply_policy`` and
+    ``dpbudget policy apply``; also the explicit way to record a first policy in a ledger from
+    before stored policies, limits above its recorded ones included).
+
+    Raises:
+        LedgerConflictError: an account cannot continue under the new rules; nothing written.
+    """
+    planner = Planner(policy, None)
+    return apply(ledger, document(policy, None), by=by, reason=reason,
+                 check=lambda: check_ledger(ledger, planner))
+
+
+def _check_document(doc: Any) -> None:
+    """What is written must read back: a policy built without validation (``model_construct``)
+    would otherwise be stored, and then refuse every later opening as corrupted."""
+    try:
+        policy, default = from_document(json.loads(canonical(doc)))
+        same = document(policy, default) == doc
+    except (LedgerCorruptedError, ValueError, TypeError):
+        same = False
+    if not same:
+        raise InvalidArgumentError("policy", "<Policy>", "a validated policy (a policy file, or "
+                                   "Policy.model_validate), which reads back as written",
+                                   "nothing was written")
 
 
 def _no_policy_record(ledger: Ledger) -> None:

@@ -6,16 +6,18 @@ with ``text=None`` rather than raised, so that the auditor can report it and go 
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
-from typing import NamedTuple
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from accountant.errors import LedgerError
 from accountant.ledger import Account, Ledger, canonical, open_ledger
 
-__all__ = ["Item", "Source", "open_source"]
+__all__ = ["Item", "MergedSource", "Source", "open_source", "progress_items"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LINE_PREFIX = '{"hash":"'
@@ -29,6 +31,8 @@ class Item(NamedTuple):
     hash: str | None
     text: str | None
     error: str = ""
+    origin: str = ""  # which file, when several are merged
+    refusal: Any = None  # a refused request's log line (``accountant.refusals``): not a record
 
 
 class Source:
@@ -68,23 +72,85 @@ class Source:
             self.ledger.close()
 
 
+class MergedSource(Source):
+    """Several JSONL logs (one per process, say) read as one source in ``seq`` order: a k-way
+    merge of files each in ``seq`` order, so memory does not grow with their length. A record
+    present in several of them (same ``seq``, same hash) is read once (``duplicates`` counts the
+    others); one ``seq`` with different contents is passed on for the auditor to report."""
+
+    def __init__(self, sources: list[Source]) -> None:
+        super().__init__(" + ".join(s.name for s in sources))
+        self.sources = sources
+        self.duplicates = 0
+
+    def items(self) -> Iterator[Item]:
+        streams = [_keyed(s) for s in self.sources]
+        seen: tuple[int, set[str | None]] = (-1, set())
+        for seq, _, item in heapq.merge(*streams, key=lambda t: (t[0], t[1])):
+            if item.text is not None and seq == seen[0]:
+                if item.hash in seen[1]:
+                    self.duplicates += 1
+                    continue
+                seen[1].add(item.hash)
+            elif item.text is not None:
+                seen = (seq, {item.hash})
+            yield item
+
+    def size_hint(self) -> int:
+        return sum(s.size_hint() for s in self.sources)
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
+
+
+def _keyed(source: Source) -> Iterator[tuple[int, int, Item]]:
+    """A source's items keyed by ``seq`` (an unreadable line keeps its place: the key of the line
+    before it), tagged with the file they come from."""
+    seq, rank = 0, 0
+    for item in source.items():
+        if item.text is not None and item.refusal is None:
+            try:
+                value = json.loads(item.text).get("seq")
+                seq = value if isinstance(value, int) else seq
+            except (ValueError, AttributeError, RecursionError):
+                pass
+        rank += 1
+        yield seq, rank, item._replace(origin=source.name)
+
+
 def _parse_line(number: int, line: str) -> Item:
     # Fast path: a line as written by export_line, whose record part is the canonical text itself.
     if line.startswith(_LINE_PREFIX) and line[73:84] == '","record":' and line.endswith("}"):
         return Item(number, line[9:73], line[84:-1])
     try:
         obj = json.loads(line)
+        if isinstance(obj, dict) and set(obj) == {"refused"}:
+            return Item(number, None, None, refusal=obj["refused"])
         return Item(number, str(obj["hash"]), canonical(obj["record"]))
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # hostile nesting too
         return Item(number, None, None, f"unreadable line ({type(exc).__name__})")
 
 
-def open_source(location: str | os.PathLike[str] | Ledger) -> Source:
-    """A ledger (object, URL or SQLite file) or a JSONL file of exported/logged records.
+def open_source(location: str | os.PathLike[str] | Ledger
+                | Sequence[str | os.PathLike[str]]) -> Source:
+    """A ledger (object, URL or SQLite file), a JSONL file of exported/logged records, or several
+    JSONL files merged (a sequence of paths).
 
     Raises:
-        LedgerError: nothing readable at ``location``.
+        LedgerError: nothing readable at ``location``, or a ledger among files to merge.
     """
+    if isinstance(location, (list, tuple)):
+        sources = [open_source(one) for one in location]
+        if len(sources) == 1:
+            return sources[0]
+        ledgers = [s.name for s in sources if s.ledger is not None]
+        if ledgers or not sources:
+            for source in sources:
+                source.close()
+            raise LedgerError("only JSONL logs or exports can be merged; a ledger holds the "
+                              f"whole chain already (audit it alone): {ledgers}")
+        return MergedSource(sources)
     if isinstance(location, Ledger):
         return Source(location.url, ledger=location)
     text = str(location)
@@ -98,3 +164,23 @@ def open_source(location: str | os.PathLike[str] | Ledger) -> Source:
     if magic == _SQLITE_MAGIC:
         return Source(text, ledger=open_ledger(path, create=False))
     return Source(text, path=path)
+
+
+def progress_items(src: Source, enabled: bool | None) -> Iterator[Item]:
+    """The source's items, with a progress bar on stderr when ``enabled`` (default: only for
+    more than 100,000 records on a terminal)."""
+    total = src.size_hint()
+    if enabled is None:
+        enabled = total > 100_000 and sys.stderr.isatty()
+    items = src.items()
+    if not enabled:
+        yield from items
+        return
+    step = max(1, total // 200)
+    for n, item in enumerate(items, start=1):
+        if n % step == 0:
+            done = min(1.0, n / total)
+            bar = "#" * int(done * 40)
+            print(f"\raudit {bar:<40} {n:,} records", end="", file=sys.stderr, flush=True)
+        yield item
+    print(file=sys.stderr)

@@ -20,15 +20,15 @@ the accountant, ``dpbudget status --policy`` and the load-time rule checks all u
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from accountant.composition import CompositionRule, make_rule
 from accountant.errors import PolicyError, PrivacyError
 from policies.limits import DatasetLimit, _Limit
 from policies.periods import Period
-from policies.policy import Policy
+from policies.policy import Policy, load_policy
 
-__all__ = ["GLOBAL", "AccountSpec", "analyst_key", "dataset_analyst_key", "dataset_key",
+__all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "dataset_analyst_key", "dataset_key",
            "pipeline_key", "policy_accounts"]
 
 GLOBAL = "global"
@@ -107,3 +107,20 @@ def _rule(limit: _Limit, composition: str, path: str) -> CompositionRule:
                          conversion_share=limit.conversion_share)
     except PrivacyError as exc:
         raise PolicyError(path, str(exc)) from None
+
+
+class PolicyLimits:
+    """The limit a policy (a ``Policy`` or a policy file) declares for an account key; windowed
+    keys map to their base key. ``default``: the limit of datasets the policy does not list (a
+    stored policy's default). What the audit checks replayed spend against."""
+
+    def __init__(self, policy: Any, default: DatasetLimit | None = None) -> None:
+        self.specs = policy_accounts(policy if isinstance(policy, Policy) else load_policy(policy))
+        self.default = None if default is None else default.rule().limit
+
+    def limit_for(self, key: str) -> Any:
+        base = key.split("@", 1)[0]
+        spec = self.specs.get(base)
+        if spec is None:
+            return self.default if base.startswith("dataset:") and "/" not in base else None
+        return spec.rule.limit

@@ -77,8 +77,10 @@ def differences(stored: Any, given: Any, path: str = "") -> list[str]:
 
 
 def raised(old: Any, new: Any, path: str = "") -> list[str]:
-    """The paths at which ``new`` grants more than ``old``: a larger ε or δ anywhere, a limit
-    removed, a dataset or analyst admitted that was not, a mechanism allowed that was not."""
+    """The paths at which ``new`` grants more than ``old``: a larger ε or δ anywhere, a limit,
+    cap or analyst quota removed, a dataset or analyst admitted that was not, a mechanism
+    allowed that was not, another composition rule or renewal window (which can admit more).
+    Removing a dataset or the default limit for undeclared datasets grants less."""
     out: list[str] = []
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):
@@ -88,12 +90,18 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
                     out.append(f"{where} added")
             elif key in new:
                 out.extend(raised(old[key], new[key], where))
+            elif path.endswith("analysts") and old[key] is not None:
+                out.append(f"{where}: removed (its quota no longer applies)")
         return out
     leaf = path.rsplit(".", 1)[-1]
     if leaf in ("epsilon", "delta") and _num(new) > _num(old):
         out.append(f"{path}: {old!r} -> {new!r}")
-    elif leaf in ("limit", "default", "max_per_query") and old is not None and new is None:
+    elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
         out.append(f"{path}: removed")
+    elif leaf in ("composition", "conversion_share") and old != new:
+        out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
+    elif leaf == "period" and old != new and new is not None:
+        out.append(f"{path}: {old!r} -> {new!r} (a renewal window grants its limit again)")
     elif leaf in ("other_analysts",) and old == "deny" and new == "allow":
         out.append(f"{path}: deny -> allow")
     elif leaf == "allowed_mechanisms" and old is not None and (

@@ -121,6 +121,11 @@ class CompositionRule(ABC):
                 hi = mid
         return lo
 
+    def admits(self, state: State) -> bool:
+        """Whether ``state`` is within the limit (always, without one): what the audit checks of
+        a stored state it could not replay step by step (``accountant.audit``)."""
+        return self.limit is None or self._fits(state)
+
     @abstractmethod
     def _step(self, state: State, charge: Charge, n: int) -> State:
         """The state after ``n`` more steps of ``charge`` (sums rounded up), without checking."""

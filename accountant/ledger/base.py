@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -89,9 +91,11 @@ class Transaction:
         for account in accounts:
             self._check_state(account)
         seq, prev = ledger._head()
+        n = ledger._writes[0] + len(self.appended) + 1
         text = assemble({
             **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
             "time": _utc_now(), "auth": ledger._auth,
+            "writer": f'{{"id":"{ledger._writer}","n":{n}}}',
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
         ledger._write_entry(entry)
@@ -132,6 +136,29 @@ class Ledger(ABC):
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
+        self._new_writer()
+
+    def _new_writer(self) -> None:
+        # Each record names its writer — this ledger object in this process, by a random id —
+        # and how many records that writer had committed (``n``), so that one process's log can
+        # be audited alone as a subsequence of the chain: a gap in a writer's n is a deletion, a
+        # gap in seq that no writer's n explains is other writers' records (accountant.audit_chain).
+        self._writer = secrets.token_hex(8)
+        # (records this writer committed, records whose commit is not confirmed yet): one
+        # attribute, so that an interrupt can never leave the two halves inconsistent.
+        self._writes: tuple[int, tuple[Entry, ...]] = (0, ())
+        self._writer_pid = os.getpid()
+
+    def _confirm_writes(self) -> None:
+        """Count the records of a commit an interrupt cut short of its bookkeeping: those that
+        are in the ledger landed, the others did not (called inside a transaction)."""
+        written, pending = self._writes
+        if pending:
+            landed = 0
+            for entry in pending:
+                stored = self.entry(entry.seq)
+                landed += stored is not None and stored.hash == entry.hash
+            self._writes = (written + landed, ())
 
     @property
     def authenticated(self) -> bool:
@@ -274,22 +301,32 @@ class _Scope:
     def begin(self) -> Transaction:
         ledger = self._ledger
         ledger._lock.acquire()
+        if ledger._writer_pid != os.getpid():  # a forked child is another writer
+            ledger._new_writer()
         ledger._begin()
+        ledger._confirm_writes()
         self._tx = Transaction(ledger)
         return self._tx
 
     def commit(self) -> None:
         """Commit and release the lock; on any failure (or interrupt) roll back, then raise."""
         ledger = self._ledger
+        appended = () if self._tx is None else tuple(self._tx.appended)
         try:
+            ledger._writes = (ledger._writes[0], appended)
             ledger._commit()
         except BaseException:
             self.abandon()
             raise
-        _release_all(ledger)
-        if _LOG.isEnabledFor(logging.INFO) and self._tx is not None:
-            for entry in self._tx.appended:  # committed: now the logs may see them
-                _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+        try:
+            ledger._writes = (ledger._writes[0] + len(appended), ())
+            if appended and _LOG.isEnabledFor(logging.INFO):
+                # Committed: now the logs may see them — still under the lock, so that one
+                # process's log holds its records in seq order whatever its threads do.
+                for entry in appended:
+                    _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+        finally:
+            _release_all(ledger)
 
     def abandon(self) -> None:
         """Roll back the open transaction (if any) and release the lock (if held), even if

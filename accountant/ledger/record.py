@@ -18,7 +18,9 @@ Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
 ``noise`` (which noise was drawn: ``exact-csprng``, ``exact-seeded``, ``float-csprng`` or
 ``float-seeded``; a batch with any float member says float; records written before this member
-existed have none, and the audit counts them as ``unrecorded``), and ``prev``.
+existed have none, and the audit counts them as ``unrecorded``), ``writer`` (``id``: a random
+id of the ledger object that wrote it, new in each process; ``n``: that writer's count of records,
+1, 2, ...; absent from records written before this member existed), and ``prev``.
 
 Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would

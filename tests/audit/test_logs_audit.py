@@ -1,0 +1,279 @@
+"""Per-process logs audit alone, as verified subsequences of the chain, and merge into the whole;
+what an attacker could do to one log (delete a line, forge a state after a gap, fork a record) is
+still caught; refused requests are logged for review and never counted as spend."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import threading
+
+import pytest
+
+from accountant import Accountant, Budget
+from accountant.audit import EXIT_BITS, audit
+from accountant.cli import main as cli
+from accountant.errors import BudgetExceededError, LedgerError
+from accountant.ledger import open_ledger, record_hash
+from accountant.logs import LOGGER_NAME, log_records_to
+from accountant.refusals import REFUSAL_LOGGER
+from accountant.transfer import export_jsonl
+from mechanisms import Laplace
+
+CANARY = 7_351_911.25  # a "true value": must never appear in a log line
+
+
+def _two_writers(tmp_path, n=6):
+    """A ledger written by two accountants (two writers) in turn; its export, and the export
+    split by writer — exactly the lines each process's own log would hold."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    a = Accountant(Budget(10.0), ledger=url, rng=1)
+    b = Accountant.open(url, rng=2)
+    for i in range(n):
+        (a if i % 3 else b).release(Laplace(0.1), CANARY, dataset="people",
+                                    analyst="alice" if i % 3 else "bob")
+    a.close()
+    b.close()
+    export = tmp_path / "all.jsonl"
+    with open_ledger(url) as ledger:
+        export_jsonl(ledger, export)
+    by_writer: dict[str, list[str]] = {}
+    for line in export.read_text().splitlines():
+        writer = json.loads(line)["record"]["writer"]["id"]
+        by_writer.setdefault(writer, []).append(line)
+    logs = []
+    for i, lines in enumerate(by_writer.values()):
+        path = tmp_path / f"w{i}.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        logs.append(path)
+    return url, export, logs
+
+
+def _kinds(report):
+    return {p.kind for p in report.problems}
+
+
+def test_each_writers_log_audits_alone_as_a_subsequence(tmp_path):
+    url, export, logs = _two_writers(tmp_path)
+    assert len(logs) == 2
+    total = len(export.read_text().splitlines())
+    for log in logs:
+        report = audit(str(log))
+        assert report.ok and report.exit_status == 0, report.problems
+        mine = len(log.read_text().splitlines())
+        assert report.records == report.verified == mine
+        # Absent: the records before its last one that other writers wrote (what follows its
+        # last record cannot be known from this log: the expected head shows a truncated tail).
+        assert report.absent == report.head_seq - mine > 0 and not report.complete
+        assert report.head_seq <= total
+        assert report.writers == 1
+
+
+def test_logs_merged_are_the_whole_chain(tmp_path):
+    url, export, logs = _two_writers(tmp_path)
+    merged = audit([str(p) for p in logs])
+    whole = audit(url)
+    assert merged.ok and merged.complete and merged.resynced == 0, merged.problems
+    assert merged.records == whole.records and merged.head_hash == whole.head_hash
+    assert [a.spent for a in merged.accounts] == [a.spent for a in whole.accounts]
+    # An export and a log merged: each record is read once.
+    again = audit([str(export), str(logs[0])])
+    assert again.ok and again.complete
+    assert again.duplicates == len(logs[0].read_text().splitlines())
+
+
+def test_a_line_deleted_from_a_log_is_caught(tmp_path):
+    _, _, logs = _two_writers(tmp_path, n=9)
+    log = max(logs, key=lambda p: len(p.read_text().splitlines()))
+    lines = log.read_text().splitlines()
+    del lines[1]
+    log.write_text("\n".join(lines) + "\n")
+    report = audit(str(log))
+    assert report.exit_status & EXIT_BITS["chain"]
+    assert any("deleted" in p.message for p in report.problems)
+
+
+def test_complete_demands_every_record(tmp_path):
+    _, _, logs = _two_writers(tmp_path)
+    report = audit(str(logs[0]), complete=True)
+    assert report.exit_status & EXIT_BITS["chain"]
+    assert cli(["audit", str(logs[0]), "--complete"]) & EXIT_BITS["chain"]
+
+
+def _rewrite_last(log, edit):
+    """Edit the last record of a log and re-hash it (an unkeyed chain can be re-hashed)."""
+    lines = log.read_text().splitlines()
+    obj = json.loads(lines[-1])
+    edit(obj["record"])
+    text = json.dumps(obj["record"], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    lines[-1] = json.dumps({"hash": record_hash(text), "record": obj["record"]},
+                           separators=(",", ":"), ensure_ascii=False)
+    log.write_text("\n".join(lines) + "\n")
+
+
+def _bob_log(logs):
+    for log in logs:
+        if '"analyst":"bob"' in log.read_text():
+            return log
+    raise AssertionError("no log of bob's writer")
+
+
+def test_a_state_below_what_was_replayed_is_caught_after_a_gap(tmp_path):
+    _, _, logs = _two_writers(tmp_path, n=7)
+    log = _bob_log(logs)  # bob's writer: records 2, 5, 8 (the policy record is 1)
+
+    def lower(record):
+        for account in record["accounts"].values():
+            account["state"]["epsilon"] = 0.05  # below its own cost and what came before
+    _rewrite_last(log, lower)
+    report = audit(str(log))
+    assert "state" in _kinds(report), report.problems
+
+
+def test_a_state_over_the_limit_is_caught_after_a_gap(tmp_path):
+    _, _, logs = _two_writers(tmp_path, n=7)
+    log = _bob_log(logs)
+
+    def raise_(record):
+        for account in record["accounts"].values():
+            account["state"]["epsilon"] = 11.0  # over the limit of 10
+    _rewrite_last(log, raise_)
+    report = audit(str(log))
+    assert report.exit_status & EXIT_BITS["limit"], report.problems
+
+
+def test_two_records_with_one_seq_are_reported(tmp_path):
+    _, export, logs = _two_writers(tmp_path)
+    forged = tmp_path / "forged.jsonl"
+    forged.write_text(logs[0].read_text())
+    _rewrite_last(forged, lambda r: r.update(label="forged"))
+    report = audit([str(export), str(forged)])
+    assert any("different contents" in p.message for p in report.problems)
+
+
+def test_records_name_a_new_writer_in_a_forked_child(tmp_path):
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    acc = Accountant(Budget(10.0), ledger=url, rng=1)
+    acc.release(Laplace(0.1), 1.0, dataset="d")
+    child = multiprocessing.get_context("fork").Process(
+        target=lambda: acc.release(Laplace(0.1), 1.0, dataset="d"))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    acc.release(Laplace(0.1), 1.0, dataset="d")
+    acc.close()
+    with open_ledger(url) as ledger:
+        writers = [e.record["writer"] for e in ledger.entries()]
+    parent, forked = writers[0]["id"], writers[2]["id"]
+    assert forked != parent and writers[2]["n"] == 1
+    assert writers[3] == {"id": parent, "n": 3}  # the parent's count goes on
+    assert audit(url).ok
+
+
+def test_one_process_log_is_in_seq_order_whatever_its_threads_do(tmp_path):
+    path = tmp_path / "log.jsonl"
+    handler = log_records_to(path)
+    try:
+        acc = Accountant(Budget(1000.0), rng=0)
+
+        def work():
+            for _ in range(40):
+                acc.release(Laplace(0.1), 1.0, dataset="d")
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    seqs = [json.loads(line)["record"]["seq"] for line in path.read_text().splitlines()]
+    assert seqs == list(range(1, 161))
+    assert audit(str(path)).ok
+
+
+def _worker(url, path, analyst, n, barrier):
+    handler = log_records_to(path)
+    acc = Accountant.open(url, rng=None)
+    barrier.wait(30)
+    for _ in range(n):
+        acc.release(Laplace(0.01), CANARY, dataset="people", analyst=analyst)
+    acc.close()
+    handler.close()
+
+
+def test_real_processes_logs_audit_alone_and_merged(tmp_path):
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Accountant(Budget(100.0), ledger=url).close()
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    paths = [tmp_path / "alice.jsonl", tmp_path / "bob.jsonl"]
+    procs = [ctx.Process(target=_worker, args=(url, str(p), who, 25, barrier))
+             for p, who in zip(paths, ("alice", "bob"))]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    for path in paths:
+        alone = audit(str(path))
+        assert alone.ok, alone.problems
+        assert alone.records == 25
+    merged = audit([str(p) for p in paths])
+    assert merged.ok and merged.absent == 1  # only the policy record, written by the creator
+    assert merged.records == 50
+    assert cli(["audit", *map(str, paths)]) == 0
+    assert str(CANARY) not in "".join(p.read_text() for p in paths)
+
+
+def test_refused_requests_are_logged_for_review_and_are_not_spend(tmp_path, caplog, capsys):
+    path = tmp_path / "log.jsonl"
+    handler = log_records_to(path)
+    try:
+        acc = Accountant(Budget(0.15), rng=0)
+        acc.release(Laplace(0.1), CANARY, dataset="people", analyst="alice", label="count")
+        with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
+            with pytest.raises(BudgetExceededError):
+                acc.release(Laplace(0.1), CANARY, dataset="people", analyst="alice",
+                            label="count again")
+            with pytest.raises(BudgetExceededError):
+                with acc.pipeline("p", dataset="people", analyst="bob", budget=Budget(1.0)):
+                    pass
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    text = path.read_text()
+    refused = [json.loads(line)["refused"] for line in text.splitlines() if '"refused"' in line]
+    assert [(r["analyst"], r["dataset"], r["reason"]) for r in refused] == [
+        ("alice", "people", "BudgetExceededError"), ("bob", "people", "BudgetExceededError")]
+    assert refused[0]["cost"] == {"epsilon": 0.1, "delta": 0.0}
+    assert refused[0]["refused_by"] == "dataset:people" and refused[0]["label"] == "count again"
+    assert str(CANARY) not in text and str(CANARY) not in caplog.text
+    assert [r.dpbudget_refusal["analyst"] for r in caplog.records
+            if r.name == REFUSAL_LOGGER] == ["alice", "bob"]
+    report = audit(str(path))
+    assert report.ok and report.records == 1  # the one release; refusals are not records
+    assert report.refused == {"alice": 1, "bob": 1}
+    assert report.by_analyst["alice"].releases == 1
+    capsys.readouterr()
+    assert cli(["audit", str(path)]) == 0
+    assert "refused requests in the log (not spend; for review): 2 (alice 1, bob 1)" in \
+        capsys.readouterr().out
+
+
+def test_a_refusal_prints_nothing_when_logging_is_not_configured(capsys):
+    acc = Accountant(Budget(0.05), rng=0)
+    with pytest.raises(BudgetExceededError):
+        acc.release(Laplace(0.1), 1.0, dataset="d")
+    assert capsys.readouterr().err == ""
+
+
+def test_merging_a_ledger_is_refused(tmp_path):
+    url, export, _ = _two_writers(tmp_path)
+    with pytest.raises(LedgerError, match="only JSONL"):
+        audit([url, str(export)])
+    assert os.path.exists(tmp_path / "l.db")

@@ -1,0 +1,243 @@
+"""Attacks on the stored policy found by an independent review, each turned into a test: an
+accountant that opened before the policy was lowered, a ledger from before stored policies
+adopting higher limits, a policy change that grants more without saying so, a malformed policy
+that would brick the ledger, a mistyped ledger path, an in-memory ledger with a policy record,
+data passed where a name belongs."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from accountant import Accountant, Budget, LedgerConflictError, PolicyChangedError
+from accountant.audit import EXIT_BITS, audit
+from accountant.cli import main as cli
+from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerError
+from accountant.gate import Gate
+from accountant.ledger import MemoryLedger, open_ledger
+from accountant.planner import Planner
+from accountant.transfer import export_jsonl, import_jsonl
+from mechanisms import DiscreteLaplace, Laplace
+from mechanisms.sampling import Sampler
+from policies.limits import DatasetLimit
+from policies.policy import Policy
+from policies.stored import raised
+
+CANARY = 4_918_273.5
+
+
+def _policy(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'l.db'}"
+
+
+def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    p10 = _policy(tmp_path, "p10.toml", "[datasets.people]\nlimit = { epsilon = 10.0 }\n")
+    p1 = _policy(tmp_path, "p1.toml", "[datasets.people]\nlimit = { epsilon = 1.0 }\n")
+    stale = Accountant.from_policy(p10, ledger=url, rng=0)
+    stale.release(Laplace(0.5), 1.0, dataset="people")
+    with Accountant.open(url) as owner:
+        owner.apply_policy(p1, by="owner", reason="lower it")
+    before = audit(url).records
+    with pytest.raises(PolicyChangedError, match="Accountant.open"):
+        stale.release(Laplace(1.0), 1.0, dataset="people")
+    assert audit(url).records == before  # nothing debited
+    with pytest.raises(PolicyChangedError):
+        with stale.pipeline("p", dataset="people", budget=Budget(0.1)):
+            pass
+    stale.close()
+    with Accountant.open(url, rng=0) as fresh:  # the policy in force: 0.5 of 1.0 left
+        assert fresh.remaining("people") == Budget(0.5)
+        fresh.release(Laplace(0.5), 1.0, dataset="people")
+    assert audit(url).ok
+
+
+def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    acc = Accountant(Budget(2.0), ledger=url, rng=0)
+    acc.apply_policy(Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}}),
+                     by="owner", reason="declare it")
+    acc.release(Laplace(0.5), 1.0, dataset="people")
+    assert acc.remaining("people") == Budget(0.5)
+    acc.close()
+
+
+def test_a_ledger_without_a_policy_record_does_not_adopt_higher_limits(tmp_path: Path) -> None:
+    memory = Accountant(Budget(1.0), rng=0)  # an in-memory ledger stores no policy record
+    memory.release(Laplace(1.0), 1.0, dataset="people")
+    jsonl = tmp_path / "old.jsonl"
+    export_jsonl(memory.ledger, jsonl)
+    url = _url(tmp_path)
+    with open_ledger(url) as ledger:
+        import_jsonl(jsonl, ledger)
+    with pytest.raises(LedgerConflictError, match="policy apply"):
+        Accountant(Budget(100.0), ledger=url)
+    with Accountant(Budget(1.0), ledger=url) as same:  # the recorded limits are adopted
+        assert same.remaining("people") == Budget(0.0)
+    assert audit(url).ok
+
+
+def test_raising_explicitly_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = _url(tmp_path)
+    Accountant.from_policy(_policy(tmp_path, "a.toml", "[datasets.people]\nlimit = "
+                                   "{ epsilon = 1.0 }\n"), ledger=url).close()
+    bigger = _policy(tmp_path, "b.toml", "[datasets.people]\nlimit = { epsilon = 3.0 }\n"
+                     'composition = "advanced"\n')
+    assert cli(["policy", "apply", str(bigger), url, "--reason", "more", "--by", "o"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING" in out and "epsilon: 1.0 -> 3.0" in out and "another rule" in out
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [
+    ({"composition": "basic"}, {"composition": "advanced"}, "composition"),
+    ({"period": None}, {"period": "1h"}, "period"),
+    ({"analysts": {"alice": {"limit": {"epsilon": 0.5}}}}, {"analysts": {}}, "alice: removed"),
+    ({"per_query": {"epsilon": 0.1}}, {"per_query": None}, "per_query: removed"),
+])
+def test_raised_names_every_change_that_can_grant_more(old, new, expected) -> None:
+    assert any(expected in line for line in raised({"d": old}, {"d": new}))
+
+
+def test_removing_the_default_grants_less() -> None:
+    assert raised({"default": {"limit": {"epsilon": 5.0}}}, {"default": None}) == []
+
+
+def test_a_policy_that_would_not_read_back_is_never_written(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    acc = Accountant(Budget(1.0), ledger=url)
+    broken = Policy.model_construct(datasets={"people": DatasetLimit()}, analysts={},
+                                    other_analysts="maybe", limit=None)
+    before = audit(url).records
+    with pytest.raises(InvalidArgumentError, match="nothing was written"):
+        acc.apply_policy(broken, by="o", reason="r")
+    assert audit(url).records == before
+    acc.close()
+    Accountant.open(url).close()  # still opens
+
+
+def test_policy_apply_on_a_mistyped_ledger_creates_nothing(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, "p.toml", "[datasets.people]\nlimit = { epsilon = 1.0 }\n")
+    typo = tmp_path / "typo.db"
+    assert cli(["policy", "apply", str(policy), str(typo), "--reason", "r"]) == 2
+    assert not typo.exists()
+
+
+def test_a_memory_ledger_with_a_policy_record_is_held_to_it() -> None:
+    ledger = MemoryLedger()
+    owner = Accountant(Budget(100.0), ledger=ledger)
+    owner.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n"),
+                       by="o", reason="declare it")
+    with pytest.raises(LedgerConflictError):
+        Accountant(Budget(100.0), ledger=ledger)
+    other = Accountant.open(ledger)
+    owner.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.5 }\n"),
+                       by="o", reason="lower it")
+    with pytest.raises(PolicyChangedError):
+        other.release(Laplace(0.1), 1.0, dataset="people")
+
+
+def load_policy_text(text: str) -> Policy:
+    import tomllib
+
+    return Policy.model_validate(tomllib.loads(text))
+
+
+@pytest.mark.parametrize("where", ["dataset", "analyst", "label"])
+def test_data_passed_as_a_name_is_described_never_shown(where: str) -> None:
+    acc = Accountant(Budget(1.0))
+    with pytest.raises(InvalidTypeError) as info:
+        acc.release(Laplace(0.1), 1.0, **{where: CANARY})
+    assert str(CANARY) not in str(info.value) and str(CANARY) not in repr(info.value)
+    assert "a float" in str(info.value)
+
+
+def test_the_audit_reports_a_policy_pointer_rolled_back(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    path = tmp_path / "l.db"
+    with Accountant(Budget(10.0), ledger=url) as acc:
+        acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n"),
+                         by="o", reason="lower")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE accounts SET seq = 1 WHERE key = 'policy'")
+    report = audit(url)
+    assert not report.ok
+    assert any("policy" in p.message and "latest" in p.message for p in report.problems)
+
+
+def test_opening_a_ledger_whose_path_is_mistyped_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError):
+        Accountant.open(f"sqlite:///{tmp_path / 'nothing-here.db'}")
+    assert not (tmp_path / "nothing-here.db").exists()
+
+
+def test_case_only_twins_are_refused_across_accountants_open_at_once(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    a = Accountant(Budget(1.0), ledger=url)
+    b = Accountant(Budget(1.0), ledger=url)  # opened before "people" was charged
+    a.release(Laplace(1.0), 1.0, dataset="people")
+    before = audit(url).records
+    with pytest.raises(InvalidArgumentError, match="case-only"):
+        b.release(Laplace(1.0), 1.0, dataset="People")
+    assert audit(url).records == before
+    assert not b.can_afford(Laplace(1.0), dataset="people")
+    a.close()
+    b.close()
+
+
+STALE = """
+[datasets.people]
+limit = { epsilon = 10.0 }
+[datasets.secret]
+limit = { epsilon = 10.0 }
+"""
+IN_FORCE = """
+[datasets.people]
+limit = { epsilon = 10.0 }
+max_per_query = { epsilon = 0.5 }
+allowed_mechanisms = ["Laplace"]
+other_analysts = "deny"
+[datasets.people.analysts.alice]
+limit = { epsilon = 5.0 }
+"""
+
+
+@pytest.mark.parametrize(("dataset", "analyst", "mechanism", "why"), [
+    ("secret", None, Laplace(0.1), "secret"),                          # no longer declared
+    ("people", "mallory", Laplace(0.1), "other_analysts"),            # analyst denied
+    ("people", "alice", Laplace(1.0), "max_per_query"),               # above the cap
+    ("people", "alice", DiscreteLaplace(0.1), "allowed_mechanisms"),
+])
+def test_the_audit_holds_a_stale_writers_release_to_the_policy_in_force(
+        tmp_path: Path, dataset, analyst, mechanism, why) -> None:
+    url = _url(tmp_path)
+    stale_policy = load_policy_text(STALE)
+    Accountant.from_policy(stale_policy, ledger=url).close()
+    with Accountant.open(url) as owner:
+        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
+    # A writer of an older version (no policy check in its debit) releases under the old rules.
+    with open_ledger(url) as ledger:
+        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
+        stale.release(mechanism, 1, None, (dataset, analyst))
+    report = audit(url)
+    assert report.exit_status & EXIT_BITS["limit"]
+    assert any("refuses it" in p.message and why in p.message for p in report.problems), \
+        report.problems
+
+
+def test_the_audit_passes_releases_the_policy_in_force_admits(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    Accountant.from_policy(load_policy_text(IN_FORCE), ledger=url).close()
+    with Accountant.open(url, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
+        with acc.pipeline("p", dataset="people", analyst="alice", budget=Budget(2.0)) as p:
+            p.release(Laplace(0.5), 1.0)  # inside: paid by the allocation
+    assert audit(url).ok
