@@ -30,26 +30,35 @@ def _open_existing(location: str) -> Ledger:
 
 
 def _status(args: argparse.Namespace) -> int:
-    policy = None if args.policy is None else load_policy(args.policy)
+    from accountant import policy_record
+
     with _open_existing(args.ledger) as ledger:
+        default, source = None, args.policy
+        if args.policy is not None:
+            policy = load_policy(args.policy)
+        elif policy_record.stored_document(ledger) is not None:
+            policy, default = policy_record.stored_policy(ledger)
+            source = "the policy stored in the ledger"
+        else:
+            policy = None  # a ledger from before stored policies: the recorded limits
         seq, head = ledger.head()
+        rows = budget_rows(ledger, policy, default)
         if args.json:
-            out = {"ledger": ledger.url, "records": seq, "head": head,
-                   "accounts": budget_rows(ledger, policy), "noise": noise_counts(ledger)}
+            out = {"ledger": ledger.url, "records": seq, "head": head, "accounts": rows,
+                   "noise": noise_counts(ledger)}
             if policy is not None:
-                out["policy"] = args.policy
+                out["policy"] = source
             print(json.dumps(out, indent=2))
             return 0
         print(f"ledger {ledger.url}: {seq} records, head hash {head}")
         if policy is not None:
-            print(f"reported against the limits of the policy {args.policy}")
-        print(budget_table(ledger, policy))
+            print(f"reported against the limits of {source}")
+        print(budget_table(ledger, policy, default))
         print(noise_line(noise_counts(ledger)))
-        if policy is not None:
-            over = [r["account"] for r in budget_rows(ledger, policy) if r["over_limit"]]
-            if over:
-                print(f"{len(over)} account(s) have spent more than the policy now allows and "
-                      f"refuse every release: {', '.join(over)}")
+        over = [r["account"] for r in rows if r.get("over_limit")]
+        if over:
+            print(f"{len(over)} account(s) have spent more than the policy now allows and "
+                  f"refuse every release: {', '.join(over)}")
     return 0
 
 
@@ -177,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     status.add_argument("ledger", help="ledger file or URL (sqlite:///..., postgresql://...)")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--policy", metavar="FILE",
-                        help="report against this policy's limits, marking accounts over them")
+                        help="report against this policy file's limits instead of the policy "
+                        "stored in the ledger, marking accounts over them")
     status.set_defaults(func=_status)
     aud = sub.add_parser("audit", help="replay and verify a ledger or JSONL export/log")
     aud.add_argument("source", nargs="+", help="ledger file/URL, or JSONL files (exports, or "

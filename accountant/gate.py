@@ -38,6 +38,7 @@ from accountant.step import Step, check_continues, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.accounts import dataset_key
+from policies.limits import folded_name
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
 
@@ -222,14 +223,15 @@ class Gate:
         name = base[len("dataset:"):]
         if "/" in name or name in self.planner.policy.datasets:
             return
-        folded = base.casefold()
+        folded = folded_name(name)
         for account in self.ledger.accounts():
             other = split_window(account.key)[0]
-            if other != base and other.casefold() == folded and "/" not in other:
+            if other.startswith("dataset:") and "/" not in other and other != base and \
+                    folded_name(other[len("dataset:"):]) == folded:
                 self.planner.know(other[len("dataset:"):], instead_of=name)
-                raise InvalidArgumentError("dataset", name, f"not a case-only variant of the "
-                                           f"dataset {other[len('dataset:'):]!r} (one table, "
-                                           "one budget)")
+                raise InvalidArgumentError("dataset", name, f"not a variant (in case or '_', "
+                                           f"'.', '-') of the dataset {other[len('dataset:'):]!r}"
+                                           " (one table, one budget)")
 
     def _fields(self, step: Step, plan: Plan, label: str | None, kind: str,
                 accounts: list[Account]) -> dict[str, str]:

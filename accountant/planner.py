@@ -47,7 +47,7 @@ from policies.accounts import (
     dataset_key,
     policy_accounts,
 )
-from policies.limits import DatasetLimit, valid_name
+from policies.limits import DatasetLimit, folded_name, valid_name
 from policies.periods import Period
 from policies.policy import Policy
 
@@ -172,10 +172,11 @@ class Planner:
             raise UnknownDatasetError(dataset, tuple(sorted(self.policy.datasets)))
         if dataset not in self._known:
             valid_name_as("dataset", dataset)
-            twin = self._folded.get(dataset.casefold())
+            twin = self._folded.get(folded_name(dataset))
             if twin is not None and twin != dataset:
-                raise InvalidArgumentError("dataset", dataset, f"not a case-only variant of the "
-                                           f"dataset {twin!r} (one table, one budget)")
+                raise InvalidArgumentError("dataset", dataset, f"not a variant (in case or "
+                                           f"'_', '.', '-') of the dataset {twin!r} (one table, "
+                                           "one budget)")
             self.know(dataset)
         return self.default
 
@@ -184,9 +185,9 @@ class Planner:
         ``instead_of``: a twin this planner took for new, that the ledger shows is not."""
         if instead_of is not None:
             self._known.discard(instead_of)
-            self._folded[dataset.casefold()] = dataset
+            self._folded[folded_name(dataset)] = dataset
         self._known.add(dataset)
-        self._folded.setdefault(dataset.casefold(), dataset)
+        self._folded.setdefault(folded_name(dataset), dataset)
 
     def account(self, dataset: str, analyst: str | None) -> Target:
         """The account of ``dataset``'s limit, or of its ``analyst``'s there."""

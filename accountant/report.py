@@ -3,9 +3,10 @@
 Reads only the accounts' running state, never the records, so it costs O(number of limits)
 however long the ledger is. (``dpbudget audit`` is the check that recomputes from the records.)
 
-With a policy (``dpbudget status LEDGER --policy FILE``), each account is reported against the
-limit the policy now gives it, not the one recorded with its last debit: a policy that lowered a
-limit below what was spent shows that account as over its limit (it refuses every release).
+With a policy, each account is reported against the limit the policy now gives it, not the one
+recorded with its last debit: a policy that lowered a limit below what was spent shows that account
+as over its limit (it refuses every release). ``dpbudget status LEDGER`` uses the policy stored in
+the ledger (the one in force); ``--policy FILE`` compares against a file instead.
 """
 
 from __future__ import annotations
@@ -15,24 +16,32 @@ from typing import Any
 from accountant import _numeric
 from accountant.composition import CompositionRule, rule_from_config
 from accountant.ledger import Account, Ledger
-from policies.accounts import policy_accounts
+from policies.accounts import dataset_spec, policy_accounts
+from policies.limits import DatasetLimit
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
 
 __all__ = ["budget_rows", "budget_table"]
 
 
-def budget_rows(ledger: Ledger, policy: Any = None) -> list[dict[str, Any]]:
+def budget_rows(ledger: Ledger, policy: Any = None,
+                default: DatasetLimit | None = None) -> list[dict[str, Any]]:
     """One row per limit in the ledger: key, rule, limit, spent, remaining, last record.
 
     Args:
         policy: a ``policies.Policy`` to report against (its limits, not the recorded ones):
             each row then also has ``over_limit`` (spent exceeds the policy's limit: every
             release there is refused) and ``note``.
+        default: the policy's limit for datasets it does not list (a stored policy's).
     """
     specs: dict[str, Any] = {}
     if policy is not None:
         specs = policy_accounts(policy)
+        if default is not None:
+            for account in ledger.accounts():
+                base = split_window(account.key)[0]
+                if base.startswith("dataset:") and "/" not in base and base not in specs:
+                    specs[base] = dataset_spec(base[len("dataset:"):], default, "default")
     rows = []
     for account in ledger.accounts():
         if account.key == POLICY_KEY:  # the pointer to the policy in force, not a limit
@@ -82,14 +91,14 @@ def _over(rule: CompositionRule, account: Account) -> bool:
                 and _numeric.within(spent.delta, limit.delta))
 
 
-def budget_table(ledger: Ledger, policy: Any = None) -> str:
+def budget_table(ledger: Ledger, policy: Any = None, default: DatasetLimit | None = None) -> str:
     """A fixed-width text table of ``budget_rows`` (with a ``status`` column given a policy)."""
     head: tuple[str, ...] = ("account", "rule", "limit ε", "limit δ", "spent ε", "spent δ",
                              "remaining ε", "remaining δ")
     if policy is not None:
         head += ("status",)
     lines = [head]
-    for r in budget_rows(ledger, policy):
+    for r in budget_rows(ledger, policy, default):
         lim = r["limit"]
         lines.append((r["account"], r["rule"],
                       "none" if lim is None else f"{lim['epsilon']:.6g}",

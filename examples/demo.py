@@ -70,8 +70,10 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
         acc.release(Laplace(0.2, n.l1_sensitivity), n.value, label="one too many", **mine)
     except BudgetExceededError as refused:
         print(f"  refused: {refused}", file=out)
-    print(f"\nInspect it: dpbudget status {ledger} --policy {POLICY}\n"
-          f"Audit it:   dpbudget audit {ledger} --policy {POLICY}", file=out)
+    print(f"\nInspect it: dpbudget status {ledger}\n"
+          f"Audit it:   dpbudget audit {ledger}\n"
+          "(the policy is stored in the ledger; add --policy FILE to compare with a reviewed "
+          "file)", file=out)
     return acc
 
 

@@ -35,6 +35,13 @@ def valid_name(value: str) -> str:
     return value
 
 
+def folded_name(name: str) -> str:
+    """A dataset name with case and the separators '_', '.', '-' folded away: two names that
+    fold alike ("people", "People", "people.", "peo-ple") name one table, so one budget — what
+    a dataset under a default limit is checked against before it gets a budget of its own."""
+    return re.sub(r"[_.\-]", "", name.casefold())
+
+
 def _mechanism(value: str) -> str:
     if _MECHANISM.fullmatch(value) is None:
         raise InvalidArgumentError("mechanism", value, "a mechanism class name such as 'Laplace'")

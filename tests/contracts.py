@@ -82,6 +82,14 @@ from accountant.logs import LOGGER_NAME
 def fields(**members: Any) -> dict[str, str]:
     """A record's members in the form ``Transaction.append`` takes: canonical JSON texts."""
     return {k: canonical(v) for k, v in members.items()}
+
+
+def debit_fields(accounts: list[Account], **members: Any) -> dict[str, str]:
+    """``fields`` of a record that writes ``accounts``, listing each one's rule, configuration
+    and new state as the gate's records do: the PostgreSQL ledger's triggers refuse an account row
+    that its record does not describe."""
+    return fields(**members, accounts={a.key: {**a.config, "rule": a.rule, "state": a.state}
+                                       for a in accounts})
 from mechanisms.base import Mechanism
 from tests.support import SEED, assert_chain, snapshot
 
@@ -547,9 +555,10 @@ class LedgerContract:
             with ledger.transaction() as tx:
                 prev = tx.account(key)
                 total = (prev.state["epsilon"] if prev else 0.0) + 0.25
-                out.append(tx.append(fields(kind="release", dataset=key, i=i),
-                                     [Account(key, "basic", {"rule": "basic"},
-                                              {"epsilon": total, "delta": 0.0}, 0)]))
+                accounts = [Account(key, "basic", {"rule": "basic"},
+                                    {"epsilon": total, "delta": 0.0}, 0)]
+                out.append(tx.append(debit_fields(accounts, kind="release", dataset=key, i=i),
+                                     accounts))
         return out
 
     def test_empty(self, ledger: Any) -> None:
@@ -562,7 +571,8 @@ class LedgerContract:
         account = Account("dataset:a", "basic", {"rule": "basic", "limit": None},
                           {"epsilon": 0.1, "delta": 1e-7}, 0)
         with ledger.transaction() as tx:
-            entry = tx.append(fields(kind="release", dataset="a", label="é ünïcode"), [account])
+            entry = tx.append(debit_fields([account], kind="release", dataset="a",
+                                           label="é ünïcode"), [account])
             assert tx.account("dataset:a").state == account.state  # read-your-writes
         assert entry.seq == 1
         (stored,) = list(ledger.entries())
@@ -604,9 +614,9 @@ class LedgerContract:
 
         with pytest.raises(Boom):
             with ledger.transaction() as tx:
-                tx.append(fields(kind="release"), [
-                    Account("dataset:a", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0),
-                    Account("dataset:b", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0)])
+                accounts = [Account("dataset:a", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0),
+                            Account("dataset:b", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0)]
+                tx.append(debit_fields(accounts, kind="release"), accounts)
                 tx.append(fields(kind="release"), [])
                 raise Boom
         assert snapshot(ledger) == before
@@ -683,7 +693,8 @@ class LedgerContract:
         state = {"epsilon": 0.1 + 0.2, "delta": 5e-324, "rho": 1.7976931348623157e308}
         ledger = ledger_opener()
         with ledger.transaction() as tx:
-            tx.append(fields(kind="release"), [Account("dataset:x", "basic", {}, state, 0)])
+            accounts = [Account("dataset:x", "basic", {}, state, 0)]
+            tx.append(debit_fields(accounts, kind="release"), accounts)
         assert ledger_opener().account("dataset:x").state == state
 
     def test_head(self, ledger: Any) -> None:

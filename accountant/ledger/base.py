@@ -98,6 +98,8 @@ class Transaction:
             "writer": f'{{"id":"{ledger._writer}","n":{n}}}',
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
+        # The record first: a PostgreSQL server checks each account row against the record it
+        # points at (accountant.ledger.postgres_schema).
         ledger._write_entry(entry)
         ledger._write_accounts([Account(a.key, a.rule, a.config, a.state, seq + 1)
                                 for a in accounts])

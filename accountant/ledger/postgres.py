@@ -4,7 +4,13 @@ Same records, chain and account states as the SQLite ledger. Every check-and-deb
 transaction that first takes a transaction-level advisory lock dedicated to this ledger, so writers
 are serialised exactly as the hash chain requires (each record names the one before it), and the
 lock is released by the COMMIT that makes the debit durable (``synchronous_commit`` is forced on
-for the session). Records are append-only (a trigger refuses UPDATE and DELETE).
+for the session).
+
+The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
+triggers keep the records an append-only, correctly linked chain and every account's row equal to
+what its last record wrote, never decreasing (``accountant.ledger.postgres_schema``). The tables'
+owner creates them; processes that run the gate can open the ledger as a role that owns nothing
+(docs/postgres-deployment.md).
 
 Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 """
@@ -18,23 +24,11 @@ from typing import Any
 
 from accountant.errors import LedgerError
 from accountant.ledger.base import Account, Entry
+from accountant.ledger.postgres_schema import SCHEMA_VERSION, TRIGGERS, ddl
 from accountant.ledger.sql import SqlLedger
 
 __all__ = ["PostgresLedger"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS dpbudget_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dpbudget_entries (
-    seq BIGINT PRIMARY KEY, hash TEXT NOT NULL, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dpbudget_accounts (
-    key TEXT PRIMARY KEY, rule TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL,
-    seq BIGINT NOT NULL);
-CREATE OR REPLACE FUNCTION dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN RAISE EXCEPTION 'ledger entries are append-only'; END $$;
-DROP TRIGGER IF EXISTS dpbudget_entries_append_only ON dpbudget_entries;
-CREATE TRIGGER dpbudget_entries_append_only BEFORE UPDATE OR DELETE ON dpbudget_entries
-    FOR EACH ROW EXECUTE FUNCTION dpbudget_append_only();
-"""
 # One advisory lock key per ledger kind; per-database, so ledgers in different databases are
 # independent.
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
@@ -51,8 +45,9 @@ class PostgresLedger(SqlLedger):
             variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
 
     Raises:
-        LedgerError: psycopg is not installed, the server cannot be reached, or the database
-            holds a ledger of another format version.
+        LedgerError: psycopg is not installed, the server cannot be reached, the database holds
+            a ledger of another format version, or the ledger's tables or triggers are missing or
+            outdated and this role is not allowed to create them (only their owner is).
     """
 
     _P = "%s"
@@ -74,12 +69,68 @@ class PostgresLedger(SqlLedger):
         self.timeout = float(timeout)
         try:
             self._connect()
-            with self._conn.transaction():
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                self._conn.execute(_SCHEMA)
-                self._check_format()
+            try:
+                with self._conn.transaction():
+                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    self._prepare_schema()
+                    self._check_format()
+            except BaseException:
+                self._conn.close()  # the caller never gets a handle that could close it
+                raise
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
+
+    def _prepare_schema(self) -> None:
+        """Create the tables and triggers, or bring them up to date, when they are not current.
+
+        Only the owner of the tables may (re)create their triggers, so the DDL runs only when it
+        is needed: a writer role that owns nothing opens a current ledger without touching it.
+        "Current" is judged from the server's catalog, not trusted from a flag alone: a disabled
+        or dropped trigger makes the ledger outdated again."""
+        if self._schema_current():
+            return
+        # An existing ledger is upgraded where it is, even when that is not the first schema of
+        # the search_path (where a new one is created).
+        schema = self._value(
+            "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = "
+            "c.relnamespace WHERE c.oid = to_regclass('dpbudget_entries')), current_schema())")
+        if schema is None:
+            raise LedgerError(f"cannot open PostgreSQL ledger {self._where()}: no schema of the "
+                              "search_path exists to create its tables in")
+        try:
+            self._conn.execute(ddl(schema))
+        except self._psycopg.errors.InsufficientPrivilege:
+            raise LedgerError(
+                f"cannot open PostgreSQL ledger {self._where()}: its tables or the triggers that "
+                "guard them are missing or were made by an older version of dpbudget, and this "
+                "role may not create them. The ledger's owner must open it once with this "
+                "version (docs/postgres-deployment.md); nothing was written") from None
+
+    def _schema_current(self) -> bool:
+        if self._value("SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
+                       "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') "
+                       "IS NOT NULL") is not True:
+            return False
+        if self._value("SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
+            return False
+        # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
+        enabled = self._value(
+            "SELECT count(*) FROM pg_trigger WHERE tgenabled IN ('O', 'A') AND ("
+            "(tgrelid = to_regclass('dpbudget_entries') AND tgname = ANY(%s)) OR "
+            "(tgrelid = to_regclass('dpbudget_accounts') AND tgname = ANY(%s)))",
+            ([n for t, n in TRIGGERS if t == "dpbudget_entries"],
+             [n for t, n in TRIGGERS if t == "dpbudget_accounts"]))
+        return bool(enabled == len(TRIGGERS))
+
+    def _value(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        """The first column of the first row of a query, or None."""
+        row = self._conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    def _where(self) -> str:
+        """The database and user the ledger is opened as (never a password)."""
+        info = self._conn.info
+        return f"(database {info.dbname!r} as role {info.user!r})"
 
     def _connect(self) -> None:
         """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the

@@ -48,11 +48,12 @@ class SqlLedger(Ledger):
         return text.replace("{T}", self._T).replace("?", self._P)
 
     def _check_format(self) -> None:
-        # Insert-if-absent, then read: two processes creating the same ledger at once both
-        # succeed (a SELECT-then-INSERT would fail one of them on the key's uniqueness).
-        self._execute(self._sql("INSERT INTO {T}meta VALUES ('format', ?) ON CONFLICT (key) "
-                                "DO NOTHING"), (str(FORMAT_VERSION),))
-        row = self._execute(self._sql("SELECT value FROM {T}meta WHERE key = 'format'")).fetchone()
+        query = self._sql("SELECT value FROM {T}meta WHERE key = 'format'")
+        row = self._execute(query).fetchone()
+        if row is None:  # a new ledger: insert-if-absent, so that two creators both succeed
+            self._execute(self._sql("INSERT INTO {T}meta VALUES ('format', ?) ON CONFLICT (key) "
+                                    "DO NOTHING"), (str(FORMAT_VERSION),))
+            row = self._execute(query).fetchone()
         if row[0] != str(FORMAT_VERSION):
             raise LedgerError(f"the ledger at {self.url} has record format {row[0]}; this version "
                               f"of dpbudget reads format {FORMAT_VERSION}")

@@ -185,7 +185,7 @@ def test_case_only_twins_are_refused_across_accountants_open_at_once(tmp_path: P
     b = Accountant(Budget(1.0), ledger=url)  # opened before "people" was charged
     a.release(Laplace(1.0), 1.0, dataset="people")
     before = audit(url).records
-    with pytest.raises(InvalidArgumentError, match="case-only"):
+    with pytest.raises(InvalidArgumentError, match="variant"):
         b.release(Laplace(1.0), 1.0, dataset="People")
     assert audit(url).records == before
     assert not b.can_afford(Laplace(1.0), dataset="people")
@@ -241,3 +241,35 @@ def test_the_audit_passes_releases_the_policy_in_force_admits(tmp_path: Path) ->
         with acc.pipeline("p", dataset="people", analyst="alice", budget=Budget(2.0)) as p:
             p.release(Laplace(0.5), 1.0)  # inside: paid by the allocation
     assert audit(url).ok
+
+
+def test_status_reports_against_the_policy_in_force(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    url = _url(tmp_path)
+    with Accountant(Budget(10.0), ledger=url, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0, dataset="people")
+        acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.4 }\n"),
+                         by="o", reason="lower it below the spend")
+    capsys.readouterr()
+    assert cli(["status", url, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["accounts"]
+    assert out["policy"] == "the policy stored in the ledger"
+    assert row["limit"]["epsilon"] == 0.4 and row["over_limit"] is True
+    assert cli(["status", url]) == 0
+    assert "refuse every release: dataset:people" in capsys.readouterr().out
+
+
+def test_status_applies_a_stored_default_limit(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    url = _url(tmp_path)
+    with Accountant(Budget(2.0), ledger=url, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0, dataset="sales")
+    capsys.readouterr()
+    assert cli(["status", url, "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["accounts"]
+    assert row["limit"]["epsilon"] == 2.0 and row["over_limit"] is False and row["note"] == ""

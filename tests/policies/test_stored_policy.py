@@ -247,7 +247,8 @@ def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
 
 
 @pytest.mark.parametrize("twin", ["People", "PEOPLE", "people ", " people", "peo ple",
-                                  "people\t", "people\u200b"])
+                                  "people\t", "people\u200b", "people.", "people-", "people_",
+                                  "peo-ple", "PEOPLE..", "_people"])
 def test_one_table_gets_one_default_budget_not_three(twin: str, tmp_path: Path) -> None:
     """Under a default limit, a variant of a dataset's name is refused (before anything is
     drawn or debited), in this process and in the next one that opens the ledger."""

@@ -1,0 +1,270 @@
+"""The PostgreSQL deployment of docs/postgres-deployment.md, against the real server the test
+session starts: an owner role creates the ledger, the gate runs as a writer role that owns nothing,
+an auditor role only reads. Raw SQL as the writer, bypassing dpbudget, cannot rewrite, shorten,
+break or refund the ledger: each attempt is refused by the server and leaves the ledger as it was
+and auditing clean."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from accountant import Accountant, Budget, LedgerError
+from accountant.audit import audit
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.postgres_schema import grant_statements
+from accountant.ledger.record import canonical, record_hash
+from mechanisms import Laplace
+
+pytestmark = pytest.mark.postgres
+
+
+class Deployment:
+    """Three roles and a schema owned by the owner, holding a ledger with a few releases."""
+
+    def __init__(self, database: str) -> None:
+        tag = uuid.uuid4().hex[:10]
+        self.superuser = database
+        self.schema = f"ledger_{tag}"
+        self.owner, self.writer, self.auditor = (f"{r}_{tag}" for r in ("own", "gate", "audit"))
+        with psycopg.connect(database, autocommit=True) as conn:
+            for role in (self.owner, self.writer, self.auditor):
+                conn.execute(f'CREATE ROLE "{role}" LOGIN')
+            conn.execute(f'CREATE SCHEMA "{self.schema}" AUTHORIZATION "{self.owner}"')
+        PostgresLedger(self.dsn(self.owner)).close()  # the owner creates the tables
+        with psycopg.connect(self.dsn(self.owner), autocommit=True) as conn:
+            for statement in grant_statements(self.owner, self.writer, self.auditor,
+                                              schema=self.schema):
+                conn.execute(statement)
+
+    def dsn(self, role: str | None = None) -> str:
+        """A DSN logging in as ``role`` (the superuser by default), searching the schema."""
+        base = self.superuser
+        if role is not None:
+            base = base.replace("//dpbudget@", f"//{role}@", 1)
+        return f"{base}?options=-csearch_path%3D{self.schema}"
+
+    def rows(self) -> tuple[list[Any], list[Any]]:
+        """Every record and account row, read by the superuser."""
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            entries = conn.execute("SELECT seq, hash, record FROM dpbudget_entries "
+                                   "ORDER BY seq").fetchall()
+            accounts = conn.execute("SELECT key, rule, config, state, seq FROM "
+                                    "dpbudget_accounts ORDER BY key").fetchall()
+        return entries, accounts
+
+    def drop(self) -> None:
+        with psycopg.connect(self.superuser, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+            for role in (self.owner, self.writer, self.auditor):
+                conn.execute(f'DROP OWNED BY "{role}"')
+                conn.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.fixture
+def deployment(postgres_database: str) -> Iterator[Deployment]:
+    made = Deployment(postgres_database)
+    acc = Accountant(Budget(10.0), ledger=made.dsn(made.writer), rng=0)
+    for _ in range(3):
+        acc.release(Laplace(0.5), 1.0)
+    acc.close()
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+def _forged(conn: psycopg.Connection[Any], *, seq_offset: int = 1, prev: str | None = None,
+            scale: float = 1.0, base: int | None = None) -> tuple[int, str, str]:
+    """A record built like the gate's from the last one (or record ``base``): next seq (plus
+    ``seq_offset - 1``), linked to the last hash unless ``prev`` is given, with every account's
+    state multiplied by ``scale``. Returns (seq, hash, text) for an INSERT."""
+    last_seq, last_hash = conn.execute("SELECT seq, hash FROM dpbudget_entries ORDER BY seq "
+                                       "DESC LIMIT 1").fetchone()  # type: ignore[misc]
+    text = conn.execute("SELECT record FROM dpbudget_entries WHERE seq = %s",
+                        (last_seq if base is None else base,)).fetchone()[0]  # type: ignore[index]
+    record = json.loads(text)
+    record["seq"] = last_seq + seq_offset
+    record["prev"] = last_hash if prev is None else prev
+    for account in record["accounts"].values():
+        account["state"] = {k: v * scale for k, v in account["state"].items()}
+    text = canonical(record)
+    return record["seq"], record_hash(text), text
+
+
+def _insert(conn: psycopg.Connection[Any], row: tuple[int, str, str]) -> None:
+    conn.execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)", row)
+
+
+def _dataset_account(conn: psycopg.Connection[Any]) -> tuple[str, str, int]:
+    """(key, state, seq) of the account the releases were charged to (not the policy pointer)."""
+    row = conn.execute("SELECT key, state, seq FROM dpbudget_accounts WHERE key <> 'policy' "
+                       "ORDER BY seq DESC LIMIT 1").fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+def _rewind(conn: psycopg.Connection[Any]) -> None:
+    """Point the account back at an earlier record, with exactly the state that record wrote."""
+    key, _, seq = _dataset_account(conn)
+    text = conn.execute("SELECT record FROM dpbudget_entries WHERE seq = %s",
+                        (seq - 1,)).fetchone()[0]  # type: ignore[index]
+    state = json.loads(text)["accounts"][key]["state"]
+    conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = %s",
+                 (canonical(state), seq - 1, key))
+
+
+def _refund_through_two_records(conn: psycopg.Connection[Any]) -> None:
+    """Two linked records that each grow past the stored state, the second less than the first;
+    moving the account to the first and then to the second would lower it."""
+    key = _dataset_account(conn)[0]
+    _insert(conn, _forged(conn, scale=2.0))
+    _insert(conn, _forged(conn, scale=0.75))  # 1.5x the stored state, below the 2x just written
+    first = json.loads(conn.execute("SELECT record FROM dpbudget_entries ORDER BY seq DESC "
+                                    "OFFSET 1 LIMIT 1").fetchone()[0])  # type: ignore[index]
+    conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = %s",
+                 (canonical(first["accounts"][key]["state"]), first["seq"], key))
+    second = json.loads(conn.execute("SELECT record FROM dpbudget_entries ORDER BY seq DESC "
+                                     "LIMIT 1").fetchone()[0])  # type: ignore[index]
+    conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = %s",
+                 (canonical(second["accounts"][key]["state"]), second["seq"], key))
+
+
+def _shadow_with_temp_table(conn: psycopg.Connection[Any], schema: str) -> None:
+    """A temporary table named like the ledger's comes first on the session's search_path; a
+    trigger that looked its table up there would accept a forged link."""
+    forged = _forged(conn, prev="f" * 64)
+    conn.execute("CREATE TEMP TABLE dpbudget_entries (seq BIGINT, hash TEXT, record TEXT)")
+    conn.execute("INSERT INTO pg_temp.dpbudget_entries VALUES (%s, %s, '{}')",
+                 (forged[0] - 1, "f" * 64))
+    conn.execute(f'INSERT INTO "{schema}".dpbudget_entries VALUES (%s, %s, %s)', forged)
+
+
+def _lower_component(conn: psycopg.Connection[Any]) -> None:
+    key, state, _ = _dataset_account(conn)
+    lowered = {k: v * 0.5 for k, v in json.loads(state).items()}
+    conn.execute("UPDATE dpbudget_accounts SET state = %s WHERE key = %s",
+                 (canonical(lowered), key))
+
+
+ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
+    "update-entry": lambda c, d: c.execute(
+        "UPDATE dpbudget_entries SET record = record || ' ' WHERE seq = 2"),
+    "delete-last-entry": lambda c, d: c.execute(
+        "DELETE FROM dpbudget_entries WHERE seq = (SELECT max(seq) FROM dpbudget_entries)"),
+    "truncate-entries": lambda c, d: c.execute("TRUNCATE dpbudget_entries"),
+    "insert-skipping-a-seq": lambda c, d: _insert(c, _forged(c, seq_offset=2)),
+    "insert-with-wrong-prev": lambda c, d: _insert(c, _forged(c, prev="f" * 64)),
+    "insert-with-wrong-hash": lambda c, d: _insert(c, _forged(c)[:1] + ("0" * 64,)
+                                                   + _forged(c)[2:]),
+    "insert-lowering-a-state": lambda c, d: _insert(c, _forged(c, scale=0.5)),
+    "insert-linked-through-a-temp-table": lambda c, d: _shadow_with_temp_table(c, d.schema),
+    "set-account-to-zero": lambda c, d: c.execute(
+        "UPDATE dpbudget_accounts SET state = '{\"delta\":0.0,\"epsilon\":0.0}' "
+        "WHERE key <> 'policy'"),
+    "lower-a-component": lambda c, d: _lower_component(c),
+    "rewind-account-to-an-earlier-record": lambda c, d: _rewind(c),
+    "refund-through-two-linked-records": lambda c, d: _refund_through_two_records(c),
+    "rename-account": lambda c, d: c.execute(
+        "UPDATE dpbudget_accounts SET key = key || '-old' WHERE key <> 'policy'"),
+    "insert-unrecorded-account": lambda c, d: c.execute(
+        "INSERT INTO dpbudget_accounts VALUES ('dataset:new', 'basic', '{}', '{}', 1)"),
+    "delete-account": lambda c, d: c.execute("DELETE FROM dpbudget_accounts"),
+    "truncate-accounts": lambda c, d: c.execute("TRUNCATE dpbudget_accounts"),
+    "drop-table": lambda c, d: c.execute("DROP TABLE dpbudget_entries"),
+    "disable-triggers": lambda c, d: c.execute(
+        "ALTER TABLE dpbudget_accounts DISABLE TRIGGER dpbudget_accounts_match_record"),
+    "replace-trigger-function": lambda c, d: c.execute(
+        "CREATE OR REPLACE FUNCTION dpbudget_account_check() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN RETURN NEW; END $$"),
+    "create-own-trigger": lambda c, d: c.execute(
+        "CREATE TRIGGER mine BEFORE INSERT ON dpbudget_entries FOR EACH ROW EXECUTE FUNCTION "
+        "suppress_redundant_updates_trigger()"),
+    "replica-mode-skips-triggers": lambda c, d: c.execute(
+        "SET session_replication_role = replica"),
+    "write-meta": lambda c, d: c.execute(
+        "UPDATE dpbudget_meta SET value = '1' WHERE key = 'schema'"),
+}
+
+# What the triggers refuse by themselves, whatever the grants: even the owner cannot.
+BY_TRIGGERS = [a for a in ATTACKS if a not in (
+    "drop-table", "disable-triggers", "replace-trigger-function", "create-own-trigger",
+    "replica-mode-skips-triggers", "write-meta")]
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_raw_sql_as_the_writer_is_refused(deployment: Deployment, attack: str,
+                                          role: str = "writer") -> None:
+    before = deployment.rows()
+    with psycopg.connect(deployment.dsn(getattr(deployment, role))) as conn:  # one transaction
+        with pytest.raises(psycopg.Error):
+            ATTACKS[attack](conn, deployment)
+        conn.rollback()
+    assert deployment.rows() == before
+    report = audit(deployment.dsn(deployment.auditor))
+    assert report.ok, [p.message for p in report.problems]
+    # ... and the gate still works afterwards.
+    acc = Accountant.open(deployment.dsn(deployment.writer), rng=0)
+    acc.release(Laplace(0.5), 1.0)
+    acc.close()
+    assert audit(deployment.dsn(deployment.auditor)).ok
+
+
+@pytest.mark.parametrize("attack", BY_TRIGGERS)
+def test_the_triggers_refuse_it_even_for_the_owner(deployment: Deployment, attack: str) -> None:
+    test_raw_sql_as_the_writer_is_refused(deployment, attack, role="owner")
+
+
+def test_the_gate_runs_as_the_writer(deployment: Deployment) -> None:
+    acc = Accountant(Budget(10.0), ledger=deployment.dsn(deployment.writer), rng=0)
+    for _ in range(5):
+        acc.release(Laplace(0.5), 1.0)
+    assert acc.spent().epsilon == pytest.approx(4.0)
+    acc.close()
+    report = audit(deployment.dsn(deployment.auditor))
+    assert report.ok and report.records == 9  # the policy record and eight releases
+
+
+def test_the_auditor_reads_but_cannot_write(deployment: Deployment) -> None:
+    assert audit(deployment.dsn(deployment.auditor)).ok
+    before = deployment.rows()
+    with psycopg.connect(deployment.dsn(deployment.auditor)) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            _insert(conn, _forged(conn))
+    acc = Accountant.open(deployment.dsn(deployment.auditor), rng=0)
+    with pytest.raises(LedgerError, match="permission denied"):
+        acc.release(Laplace(0.5), 1.0)
+    acc.close()
+    assert deployment.rows() == before
+
+
+@pytest.mark.parametrize("outdate", [
+    "ALTER TABLE dpbudget_entries DISABLE TRIGGER dpbudget_entries_chain",
+    "DROP TRIGGER dpbudget_accounts_no_delete ON dpbudget_accounts",
+    "DELETE FROM dpbudget_meta WHERE key = 'schema'",  # a ledger made by an older version
+])
+def test_a_non_owner_refuses_a_ledger_without_its_triggers(deployment: Deployment,
+                                                            outdate: str) -> None:
+    with psycopg.connect(deployment.dsn(deployment.owner), autocommit=True) as conn:
+        conn.execute(outdate)
+    for role in (deployment.writer, deployment.auditor):
+        with pytest.raises(LedgerError, match="owner must open it"):
+            PostgresLedger(deployment.dsn(role))
+    PostgresLedger(deployment.dsn(deployment.owner)).close()  # the owner brings it up to date
+    test_raw_sql_as_the_writer_is_refused(deployment, "set-account-to-zero")
+    acc = Accountant.open(deployment.dsn(deployment.writer), rng=0)
+    acc.release(Laplace(0.5), 1.0)
+    acc.close()
+
+
+def test_grant_statements_need_three_roles() -> None:
+    with pytest.raises(LedgerError, match="three different roles"):
+        grant_statements("a", "a", "b")
+    with pytest.raises(LedgerError, match="role or schema name"):
+        grant_statements("a", "b", "")
+    assert any('"we""ird"' in s for s in grant_statements("o", 'we"ird', "r"))
