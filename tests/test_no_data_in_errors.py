@@ -108,6 +108,16 @@ def _cases() -> list[Any]:
         lambda acc: acc.release_many(TEXT),
         lambda acc: acc.release(Laplace(5.0), CANARY),  # refused: over the budget
         lambda acc: acc.release(Laplace(0.1), CANARY, dataset="unknown"),
+        # Data passed where a name belongs (arguments swapped): described, never shown, and
+        # never written to the refusal log.
+        lambda acc: acc.release(Laplace(0.1), "default", dataset=CANARY),
+        lambda acc: acc.release(Laplace(0.1), 1.0, analyst=CANARY),
+        lambda acc: acc.release(Laplace(0.1), 1.0, label=CANARY),
+        lambda acc: acc.release(Laplace(0.1), 1.0, label=TEXT * 40),
+        lambda acc: acc.release(Laplace(0.1), 1.0, dataset=["default", CANARY]),
+        lambda acc: acc.pipeline("p", dataset=CANARY, budget=Budget(0.1)),
+        lambda acc: acc.session(Sparse(0.5, threshold=CANARY * 0 + 1.0, max_positives=1),
+                                dataset=np.array([CANARY])),
     ]
     for i, call in enumerate(helpers):
         cases.append(pytest.param(call, id=f"helper-{i}"))
