@@ -71,7 +71,8 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
         lines.append(f"  {a.account:<34} {a.rule:<9} {a.releases:>7} releases  spent "
                      f"ε={a.spent['epsilon']:.6g} δ={a.spent['delta']:.3g}  ({limit}{agrees})"
                      f"{flag}")
-    for title, table in (("analyst", report.by_analyst), ("mechanism", report.by_mechanism),
+    for title, table in (("dataset", report.by_dataset), ("analyst", report.by_analyst),
+                         ("mechanism", report.by_mechanism),
                          ("pipeline", report.by_pipeline), ("label", report.by_label)):
         if table:
             lines.append(f"\nper {title} (sum of declared costs):")

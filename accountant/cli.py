@@ -93,6 +93,14 @@ def _policy_check(args: argparse.Namespace) -> int:
             print(f"  dataset {name}: " + "; ".join(extras))
     if policy.other_analysts == "deny":
         print("  analysts not listed in [analysts] are denied on every dataset")
+    other = policy.other_datasets
+    if other is None:
+        print("  datasets not listed are refused")
+    else:
+        limit = other.limit
+        text = "no limit" if limit is None else f"ε={limit.epsilon:g}, δ={limit.delta:g}"
+        print(f"  datasets not listed: each gets a budget of its own ({other.composition}, "
+              f"{text})")
     return 0
 
 

@@ -132,7 +132,8 @@ class Planner:
 
     def __init__(self, policy: Policy, default: DatasetLimit | None) -> None:
         self.policy = policy
-        self.default = default
+        # A policy file admits datasets it does not list only through its own other_datasets.
+        self.default = default if default is not None else getattr(policy, "other_datasets", None)
         self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
         self._targets: dict[str, Target] = {}
         self._plans: dict[tuple[Any, str | None], Plan] = {}

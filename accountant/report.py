@@ -37,6 +37,7 @@ def budget_rows(ledger: Ledger, policy: Any = None,
     specs: dict[str, Any] = {}
     if policy is not None:
         specs = policy_accounts(policy)
+        default = default if default is not None else getattr(policy, "other_datasets", None)
         if default is not None:
             for account in ledger.accounts():
                 base = split_window(account.key)[0]

@@ -115,7 +115,9 @@ class PolicyLimits:
     stored policy's default). What the audit checks replayed spend against."""
 
     def __init__(self, policy: Any, default: DatasetLimit | None = None) -> None:
-        self.specs = policy_accounts(policy if isinstance(policy, Policy) else load_policy(policy))
+        policy = policy if isinstance(policy, Policy) else load_policy(policy)
+        self.specs = policy_accounts(policy)
+        default = default if default is not None else policy.other_datasets
         self.default = None if default is None else default.rule().limit
 
     def limit_for(self, key: str) -> Any:

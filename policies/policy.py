@@ -24,6 +24,9 @@ A policy file::
 
     [analysts.bob]                               # bob across all datasets
     limit = { epsilon = 2.0 }
+
+    [other_datasets]                             # optional: any dataset not listed above gets
+    limit = { epsilon = 1.0 }                    # a budget of its own (else it is refused)
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class Policy(_Limit):
         other_analysts: ``"deny"`` refuses every analyst not in ``analysts`` (and
             ``analyst=None``) on every dataset; ``"allow"`` (default) holds them to the other
             limits only.
+        other_datasets: the limit each dataset not in ``datasets`` gets, on its own (``None``,
+            the default: such datasets are refused). The explicit way to admit new datasets.
 
     >>> p = parse_policy('[datasets.adult]\\nlimit = { epsilon = 1.0 }', "toml")
     >>> p.datasets["adult"].limit
@@ -76,6 +81,10 @@ class Policy(_Limit):
     other_analysts: Literal["allow", "deny"] = Field(
         "allow", description="'deny': analysts not listed in [analysts] (and anonymous releases) "
         "are refused on every dataset.")
+    other_datasets: DatasetLimit | None = Field(
+        None, description="Datasets not listed under [datasets]: each gets a budget of its own "
+        "under this limit, if its name follows the policy syntax and is no variant (in case or "
+        "'_', '.', '-') of a dataset already charged. Omitted: any other dataset is refused.")
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -66,10 +66,13 @@ def differences(stored: Any, given: Any, path: str = "") -> list[str]:
         out = []
         for key in sorted(set(stored) | set(given), key=str):
             where = f"{path}.{key}" if path else str(key)
+            # A member a document lacks is None there (one written before the member existed).
             if key not in stored:
-                out.append(f"{where}: not in the stored policy, given {given[key]!r}")
+                if given[key] is not None:
+                    out.append(f"{where}: not in the stored policy, given {given[key]!r}")
             elif key not in given:
-                out.append(f"{where}: stored {stored[key]!r}, not given")
+                if stored[key] is not None:
+                    out.append(f"{where}: stored {stored[key]!r}, not given")
             else:
                 out.extend(differences(stored[key], given[key], where))
         return out

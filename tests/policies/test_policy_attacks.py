@@ -15,7 +15,12 @@ import pytest
 from accountant import Accountant, Budget, LedgerConflictError, PolicyChangedError
 from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
-from accountant.errors import InvalidArgumentError, InvalidTypeError, LedgerError
+from accountant.errors import (
+    InvalidArgumentError,
+    InvalidTypeError,
+    LedgerError,
+    UnknownDatasetError,
+)
 from accountant.gate import Gate
 from accountant.ledger import MemoryLedger, open_ledger
 from accountant.planner import Planner
@@ -273,3 +278,36 @@ def test_status_applies_a_stored_default_limit(tmp_path: Path,
     assert cli(["status", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["accounts"]
     assert row["limit"]["epsilon"] == 2.0 and row["over_limit"] is False and row["note"] == ""
+
+
+OTHER = """
+[datasets.people]
+limit = { epsilon = 2.0 }
+[other_datasets]
+limit = { epsilon = 0.5 }
+"""
+
+
+def test_a_policy_file_admits_new_datasets_only_through_other_datasets(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    closed = _policy(tmp_path, "closed.toml", "[datasets.people]\nlimit = { epsilon = 2.0 }\n")
+    with Accountant.from_policy(closed, ledger=f"sqlite:///{tmp_path / 'c.db'}") as acc:
+        with pytest.raises(UnknownDatasetError):
+            acc.release(Laplace(0.1), 1.0, dataset="sales")
+    with Accountant.from_policy(_policy(tmp_path, "open.toml", OTHER), ledger=url, rng=0) as acc:
+        acc.release(Laplace(0.5), 1.0, dataset="sales")   # a budget of its own: 0.5
+        assert acc.remaining("sales") == Budget(0.0)
+        with pytest.raises(InvalidArgumentError, match="variant"):
+            acc.release(Laplace(0.1), 1.0, dataset="Sales")
+    with Accountant.open(url) as again:                     # the stored policy keeps it
+        assert again.remaining("orders") == Budget(0.5)
+    report = audit(url)
+    assert report.ok and set(report.by_dataset) == {"sales"}
+
+
+def test_a_document_written_before_a_member_existed_still_matches() -> None:
+    from policies.stored import differences
+
+    assert differences({"policy": {"limit": None}}, {"policy": {"limit": None,
+                                                                "other_datasets": None}}) == []
+    assert differences({"policy": {}}, {"policy": {"other_datasets": {"limit": 1}}}) != []
