@@ -24,7 +24,7 @@ from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
 from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
 from accountant.step import step_account
-from accountant.ledger import Account, Ledger
+from accountant.ledger import Account, Ledger, table_sum
 from accountant.ledger.record import charge_from_record, key_from_env
 from accountant.sources import Item, MergedSource, Source, open_source, progress_items
 from policies.accounts import PolicyLimits
@@ -90,6 +90,7 @@ class _Replay:
         self.chain = ChainCheck(key, self.problem, ledger=src.ledger is not None,
                                 complete=complete)
         self.last_seq: dict[str, int] = {}  # per account: the last record that charged it
+        self.head_table: Any = None  # the last record's commitment to the accounts table
         self.synced: dict[str, int] = {}  # per account: the chain's gap count when last replayed
         self.resynced = 0
         self.states: dict[str, dict[str, float]] = {}
@@ -128,6 +129,7 @@ class _Replay:
             self.records += 1
             record = self.chain.check(item)
             if record is not None:
+                self.head_table = record.get("table")
                 try:
                     self.apply(record)
                 except (KeyError, TypeError, ValueError, AttributeError, RecursionError,
@@ -149,6 +151,7 @@ class _Replay:
         self.first_time = self.first_time or when
         self.last_time = when
         if record.get("kind") == "policy":
+            self.last_seq[POLICY_KEY] = seq
             self.in_force = InForce(seq, record["policy"])
             return
         accounts = record.get("accounts") or {}
@@ -338,6 +341,10 @@ class _Replay:
             if n > 1:
                 self.problem("state", f"{key}: {n - 1} later records also disagree with the "
                              "replay")
+        if self.chain.absent == 0 and self.until is None and isinstance(self.head_table, str) \
+                and self.head_table != table_sum.member(table_sum.total(self.last_seq.items()))[1:-1]:
+            self.problem("state", f"record {out.head_seq}: its commitment to the accounts table "
+                         "is not what the records before it give (forged)", out.head_seq)
         table = self.src.stored_accounts() or []
         stored = {a.key: a for a in table if a.key != POLICY_KEY}
         pointer = next((a for a in table if a.key == POLICY_KEY), None)

@@ -67,8 +67,9 @@ class Gate:
         self.clock = clock
         self._local = threading.local()
         # The seq of the policy record this gate's planner was built from (None: the ledger
-        # stores no policy). Each debit re-reads the ledger's pointer in its transaction: an
-        # accountant that opened before `apply_policy` must not go on under the old limits.
+        # stores no policy). Each debit re-reads the ledger's pointer in its transaction, and each
+        # read of what is left checks it too: an accountant that opened before `apply_policy`
+        # must not go on under the old limits, nor report them.
         self.policy_seq: int | None = None
 
     # -- requests ------------------------------------------------------------------------------
@@ -135,6 +136,7 @@ class Gate:
     def afford(self, mechanism: Mechanism, where: Where) -> bool:
         """Whether a release of ``mechanism`` would be admitted now: the debit's own traversal,
         run on the committed states outside any transaction. Debits nothing."""
+        self._check_policy(self.ledger.account(POLICY_KEY))
         try:
             plan = self.validate(mechanism, None, where)
             self._charge(self.ledger.account, Step.of(mechanism), plan, self._now(plan))
@@ -169,8 +171,7 @@ class Gate:
         scope = self.ledger.transaction()
         try:
             tx = scope.begin()
-            if self.policy_seq is not None:
-                self._check_policy(tx.account(POLICY_KEY))
+            self._check_policy(tx.account(POLICY_KEY))
             accounts = self._charge(tx.account, step, plan, now)
             fields = self._fields(step, plan, label, kind, accounts)
             if extra is not None:
@@ -188,7 +189,7 @@ class Gate:
         return fields_
 
     def _check_policy(self, pointer: Account | None) -> None:
-        if pointer is None or pointer.seq != self.policy_seq:
+        if (None if pointer is None else pointer.seq) != self.policy_seq:
             raise PolicyChangedError(
                 f"the ledger's policy changed (policy record {getattr(pointer, 'seq', None)}; "
                 f"this accountant enforces record {self.policy_seq}); nothing was drawn or "
@@ -292,6 +293,7 @@ class Gate:
 
     def state(self, target: Target, now: float | None = None) -> State:
         """An account's committed state (a read; takes no write lock)."""
+        self._check_policy(self.ledger.account(POLICY_KEY))
         key = target.key_at(self.clock() if now is None else now)
         current = self.ledger.account(key)
         check_continues(key, target.rule, current)

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
+from accountant import Accountant, Budget, LedgerError, PolicyChangedError
 from accountant.audit import audit
 from accountant.ledger.postgres import PostgresLedger
 from accountant.ledger.postgres_schema import grant_statements
@@ -69,6 +69,7 @@ class Deployment:
 @pytest.fixture
 def deployment(postgres_database: str) -> Iterator[Deployment]:
     made = Deployment(postgres_database)
+    Accountant(Budget(10.0), ledger=made.dsn(made.owner)).close()  # the owner sets the policy
     acc = Accountant(Budget(10.0), ledger=made.dsn(made.writer), rng=0)
     for _ in range(3):
         acc.release(Laplace(0.5), 1.0)
@@ -268,3 +269,41 @@ def test_grant_statements_need_three_roles() -> None:
     with pytest.raises(LedgerError, match="role or schema name"):
         grant_statements("a", "b", "")
     assert any('"we""ird"' in s for s in grant_statements("o", 'we"ird', "r"))
+
+
+def test_a_writer_cannot_raise_the_limits_by_appending_a_policy_record(
+        deployment: Deployment) -> None:
+    """The forged record is well formed and correctly linked; only its author is wrong."""
+    before = deployment.rows()
+    with psycopg.connect(deployment.dsn(deployment.writer), autocommit=True) as conn:
+        last_seq, last_hash = conn.execute("SELECT seq, hash FROM dpbudget_entries ORDER BY seq "
+                                           "DESC LIMIT 1").fetchone()  # type: ignore[misc]
+        text = conn.execute("SELECT record FROM dpbudget_entries WHERE seq = 1").fetchone()[0]  # type: ignore[index]
+        record = json.loads(text)
+        assert record["kind"] == "policy"
+        record["policy"]["default"]["limit"]["epsilon"] = 1e6
+        record.update(seq=last_seq + 1, prev=last_hash)
+        forged = canonical(record)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="owner writes policy"):
+            _insert(conn, (last_seq + 1, record_hash(forged), forged))
+    assert deployment.rows() == before
+    with Accountant.open(deployment.dsn(deployment.writer)) as acc:
+        assert acc.remaining("default").epsilon <= 10.0
+
+
+def test_the_owner_applies_a_new_policy_and_writers_follow_it(deployment: Deployment) -> None:
+    from policies.policy import Policy
+
+    def policy(epsilon: float) -> Policy:
+        return Policy.model_validate({"datasets": {"default": {"limit": {"epsilon": epsilon}}}})
+
+    with Accountant.open(deployment.dsn(deployment.writer), rng=0) as stale:
+        with Accountant.open(deployment.dsn(deployment.owner)) as owner:
+            owner.apply_policy(policy(2.0), by="owner", reason="lower")
+        with pytest.raises(PolicyChangedError):
+            stale.release(Laplace(0.5), 1.0)
+    with Accountant.open(deployment.dsn(deployment.writer), rng=0) as acc:
+        assert acc.remaining("default") == Budget(0.5)  # 1.5 of 2.0 spent
+        with pytest.raises(LedgerError, match="owner writes policy"):
+            acc.apply_policy(policy(9.0), by="writer", reason="raise it")
+    assert audit(deployment.dsn(deployment.auditor)).ok

@@ -13,7 +13,6 @@ import json
 import logging
 import math
 import os
-import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -22,6 +21,8 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from accountant.errors import LedgerCorruptedError, LedgerError
+from accountant.ledger import table_sum
+from accountant.ledger.writer import Writer, writer_for
 from accountant.ledger.record import (
     FORMAT_VERSION,
     GENESIS,
@@ -88,28 +89,37 @@ class Transaction:
             accounts: the new state of every account the record charges.
         """
         ledger = self._ledger
-        for account in accounts:
-            self._check_state(account)
         seq, prev = ledger._head()
-        n = ledger._writes[0] + len(self.appended) + 1
+        table = ledger._table_sum(seq, prev)
+        for account in accounts:
+            old = self._check_state(account)
+            if old is not None:
+                table -= table_sum.term(account.key, old.seq)
+            table += table_sum.term(account.key, seq + 1)
+        table %= table_sum.MODULUS
+        writer = ledger._w
+        assert writer is not None  # set by the transaction's begin
+        n = writer.written + len(self.appended) + 1
         text = assemble({
             **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
             "time": _utc_now(), "auth": ledger._auth,
-            "writer": f'{{"id":"{ledger._writer}","n":{n}}}',
+            "writer": writer.member(n), "table": table_sum.member(table),
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
         # The record first: a PostgreSQL server checks each account row against the record it
         # points at (accountant.ledger.postgres_schema).
         ledger._write_entry(entry)
-        ledger._write_accounts([Account(a.key, a.rule, a.config, a.state, seq + 1)
-                                for a in accounts])
+        written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
+        ledger._write_accounts(written)
+        self._read.update((a.key, a) for a in written)
+        ledger._table = (seq + 1, entry.hash, table)
         self.appended.append(entry)
         return entry
 
-    def _check_state(self, new: Account) -> None:
+    def _check_state(self, new: Account) -> Account | None:
         """Refuse a running state that is not finite and >= 0 in every component, or that is
         below the stored one anywhere: every rule's state only grows (running sums and counts),
-        so a decrease is a refund of budget, whoever asks for it."""
+        so a decrease is a refund of budget, whoever asks for it. Returns the stored account."""
         key = new.key
         old = self._read[key] if key in self._read else self._ledger._read_account(key)
         for name, value in new.state.items():
@@ -122,6 +132,7 @@ class Transaction:
                     raise LedgerError(f"refusing to write {key}: its state {name} would go from "
                                       f"{value} to {new.state.get(name)} (a running state never "
                                       "decreases: that would refund budget); nothing was written")
+        return old
 
 
 class Ledger(ABC):
@@ -138,29 +149,22 @@ class Ledger(ABC):
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
-        self._new_writer()
+        self._w: Writer | None = None  # this process's writer of this ledger, on first use
+        # (seq, hash, table sum) of the last record this object wrote: the next append's
+        # starting sum without re-reading the head record (re-read when another writer moved on).
+        self._table: tuple[int, str, int] | None = None
 
-    def _new_writer(self) -> None:
-        # Each record names its writer — this ledger object in this process, by a random id —
-        # and how many records that writer had committed (``n``), so that one process's log can
-        # be audited alone as a subsequence of the chain: a gap in a writer's n is a deletion, a
-        # gap in seq that no writer's n explains is other writers' records (accountant.audit_chain).
-        self._writer = secrets.token_hex(8)
-        # (records this writer committed, records whose commit is not confirmed yet): one
-        # attribute, so that an interrupt can never leave the two halves inconsistent.
-        self._writes: tuple[int, tuple[Entry, ...]] = (0, ())
-        self._writer_pid = os.getpid()
+    def _writer_key(self) -> str | None:
+        """What identifies this ledger to its process's writer (``accountant.ledger.writer``):
+        its URL when durable (every object on it shares one writer), else None (its own)."""
+        return self.url if self.durable else None
 
-    def _confirm_writes(self) -> None:
-        """Count the records of a commit an interrupt cut short of its bookkeeping: those that
-        are in the ledger landed, the others did not (called inside a transaction)."""
-        written, pending = self._writes
-        if pending:
-            landed = 0
-            for entry in pending:
-                stored = self.entry(entry.seq)
-                landed += stored is not None and stored.hash == entry.hash
-            self._writes = (written + landed, ())
+    def _table_sum(self, seq: int, head: str) -> int:
+        """The accounts-table sum as of the head record ``seq`` (``accountant.ledger.table_sum``)."""
+        cached = self._table
+        if cached is not None and cached[0] == seq and cached[1] == head:
+            return cached[2]
+        return table_sum.at_head(self, seq)
 
     @property
     def authenticated(self) -> bool:
@@ -200,10 +204,16 @@ class Ledger(ABC):
         hand (set back to zero, say) would hand out budget again. Run when an accountant opens
         the ledger. O(number of accounts).
 
+        The rows must also be the whole table the chain commits to: their sum must equal the
+        head record's ``table`` (``accountant.ledger.table_sum``), which shows a row rewound to
+        an earlier record, deleted or added by hand.
+
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
-        for account in self.accounts():
+        rows = self.accounts()
+        table_sum.check(self, rows)
+        for account in rows:
             entry = self.entry(account.seq)
             recorded = None
             if entry is not None:
@@ -303,10 +313,11 @@ class _Scope:
     def begin(self) -> Transaction:
         ledger = self._ledger
         ledger._lock.acquire()
-        if ledger._writer_pid != os.getpid():  # a forked child is another writer
-            ledger._new_writer()
+        writer = ledger._w
+        if writer is None or writer.pid != os.getpid():  # a forked child is another writer
+            writer = ledger._w = writer_for(ledger._writer_key())
         ledger._begin()
-        ledger._confirm_writes()
+        writer.begin(lambda e: getattr(ledger.entry(e.seq), "hash", None) == e.hash)
         self._tx = Transaction(ledger)
         return self._tx
 
@@ -314,14 +325,16 @@ class _Scope:
         """Commit and release the lock; on any failure (or interrupt) roll back, then raise."""
         ledger = self._ledger
         appended = () if self._tx is None else tuple(self._tx.appended)
+        writer = ledger._w
+        assert writer is not None  # set by begin
         try:
-            ledger._writes = (ledger._writes[0], appended)
+            box = writer.committing(appended)
             ledger._commit()
         except BaseException:
             self.abandon()
             raise
         try:
-            ledger._writes = (ledger._writes[0] + len(appended), ())
+            box[1] = True  # committed: the next transaction counts these without a read
             if appended and _LOG.isEnabledFor(logging.INFO):
                 # Committed: now the logs may see them — still under the lock, so that one
                 # process's log holds its records in seq order whatever its threads do.

@@ -7,7 +7,8 @@ The triggers hold for any client, including one that bypasses dpbudget with raw 
 - ``entries`` is append-only (no UPDATE, DELETE or TRUNCATE), and an inserted record must be the
   next link of the chain: its ``seq`` is the last one + 1, its ``prev`` is the hash stored for the
   last one (``GENESIS`` for the first), an unkeyed record's hash is its SHA-256, and no account it
-  lists has a state below the stored one;
+  lists has a state below the stored one; a policy record (the limits in force) is accepted only
+  from a member of the tables' owner role, so the owner sets the policy and writers cannot;
 - an ``accounts`` row, inserted or updated, holds exactly the rule, configuration and state that
   the record at its ``seq`` lists for its key; its ``seq`` never goes back, no component of its
   state goes down, and rows are never deleted (no DELETE or TRUNCATE).
@@ -28,7 +29,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "quote_ident
 
 # Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 # (table, trigger name): the ledger is current only when all of these exist and are enabled.
 TRIGGERS = (
@@ -90,6 +91,14 @@ BEGIN
     IF length(NEW.hash) <> 64 OR ltrim(NEW.hash, '0123456789abcdef') <> '' THEN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: its hash is not 64 hex digits',
             NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    -- The limits are the owner's: a policy record (a new policy in force) may come only from a
+    -- member of the role that owns the ledger's tables, never from a writer (a forged record
+    -- raising the limits would otherwise be a well-formed, correctly linked append).
+    IF v_rec->>'kind' = 'policy' AND NOT pg_has_role(current_user,
+            (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: only the ledger''s owner writes '
+            'policy records', NEW.seq USING ERRCODE = 'insufficient_privilege';
     END IF;
     CASE coalesce(v_rec->>'auth', 'sha256')
         WHEN 'sha256' THEN

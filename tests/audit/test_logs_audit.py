@@ -17,6 +17,7 @@ from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
 from accountant.errors import BudgetExceededError, LedgerError
 from accountant.ledger import open_ledger, record_hash
+from accountant.ledger import writer as writer_module
 from accountant.logs import LOGGER_NAME, log_records_to
 from accountant.refusals import REFUSAL_LOGGER
 from accountant.transfer import export_jsonl
@@ -30,6 +31,9 @@ def _two_writers(tmp_path, n=6):
     split by writer — exactly the lines each process's own log would hold."""
     url = f"sqlite:///{tmp_path / 'l.db'}"
     a = Accountant(Budget(10.0), ledger=url, rng=1)
+    # Objects of one process on one ledger share a writer; forgetting the process's writers
+    # makes the next object a writer of its own, as another process's would be.
+    writer_module._WRITERS.clear()
     b = Accountant.open(url, rng=2)
     for i in range(n):
         (a if i % 3 else b).release(Laplace(0.1), CANARY, dataset="people",
@@ -277,3 +281,25 @@ def test_merging_a_ledger_is_refused(tmp_path):
     with pytest.raises(LedgerError, match="only JSONL"):
         audit([url, str(export)])
     assert os.path.exists(tmp_path / "l.db")
+
+
+def test_an_accountant_per_request_is_still_one_writer(tmp_path):
+    """A service that opens an accountant for each request writes with one count per process,
+    so a line deleted from its log shows (with a writer per object, each would have n = 1)."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Accountant(Budget(10.0), ledger=url).close()
+    path = tmp_path / "service.jsonl"
+    handler = log_records_to(path)
+    try:
+        for i in range(4):
+            with Accountant.open(url, rng=i) as acc:
+                acc.release(Laplace(0.1), 1.0, dataset="default", label=f"request {i}")
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    lines = path.read_text().splitlines()
+    assert len({json.loads(x)["record"]["writer"]["id"] for x in lines}) == 1
+    assert audit(str(path)).ok
+    del lines[1]
+    path.write_text("\n".join(lines) + "\n")
+    assert audit(str(path)).exit_status & EXIT_BITS["chain"]

@@ -231,6 +231,7 @@ def test_the_audit_holds_a_stale_writers_release_to_the_policy_in_force(
     # A writer of an older version (no policy check in its debit) releases under the old rules.
     with open_ledger(url) as ledger:
         stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
+        stale._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
         stale.release(mechanism, 1, None, (dataset, analyst))
     report = audit(url)
     assert report.exit_status & EXIT_BITS["limit"]
@@ -311,3 +312,27 @@ def test_a_document_written_before_a_member_existed_still_matches() -> None:
     assert differences({"policy": {"limit": None}}, {"policy": {"limit": None,
                                                                 "other_datasets": None}}) == []
     assert differences({"policy": {}}, {"policy": {"other_datasets": {"limit": 1}}}) != []
+
+
+def test_a_policy_applied_to_a_shared_memory_ledger_stops_the_other_accountant() -> None:
+    ledger = MemoryLedger()
+    a = Accountant(Budget(10.0), ledger=ledger)
+    b = Accountant(Budget(10.0), ledger=ledger)  # neither records a policy (in memory)
+    b.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
+                   by="o", reason="r")
+    with pytest.raises(PolicyChangedError):
+        a.release(Laplace(2.0), 1.0)
+    assert audit(ledger).records == 1  # the policy record only
+
+
+def test_reads_of_what_is_left_say_the_policy_changed(tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    stale = Accountant(Budget(10.0), ledger=url)
+    with Accountant.open(url) as owner:
+        owner.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
+                           by="o", reason="r")
+    for read in (lambda: stale.remaining(), lambda: stale.spent(),
+                 lambda: stale.can_afford(Laplace(0.5)), lambda: stale.max_releases(Laplace(0.5))):
+        with pytest.raises(PolicyChangedError):
+            read()
+    stale.close()

@@ -146,6 +146,7 @@ def test_audit_without_policy_catches_a_release_above_the_limit_in_force(tmp_pat
         forged = Policy.model_construct(datasets={})
         gate = Gate(ledger, Planner(forged, DatasetLimit(limit=Budget(100.0))), Sampler(0),
                     lambda: 0.0)
+        gate._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
         for _ in range(3):
             gate.release(Laplace(0.5), 1.0, None, ("people", None))
     report = audit(url)
@@ -241,7 +242,7 @@ def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
         table = "accounts" if "accounts" in tables else tables[0]
         conn.execute(f"DELETE FROM {table} WHERE key = 'policy'")
     before = _records(url)
-    with pytest.raises(LedgerCorruptedError, match="pointer to its policy is missing"):
+    with pytest.raises(LedgerCorruptedError, match="pointer to its policy is missing|deleted"):
         Accountant(Budget(100.0), ledger=url)
     assert _records(url) == before
 

@@ -1,0 +1,97 @@
+"""The chain's commitment to the accounts table: every record carries ``table``, a running sum
+over all accounts of SHA-512(key, seq of the account's last record), modulo 2^512.
+
+Why: the gate trusts the stored running states (that is what makes a debit O(1)), and opening a
+ledger checks that each state row equals what the record it names wrote. That alone does not show
+the row names its account's *last* record: someone who can write the file could rewind a row (or
+the policy pointer) to an earlier record, and a deleted row starts the account afresh. The head
+record's ``table`` pins the whole table: the sum over the rows, recomputed when a ledger opens,
+must equal it, and the head record's own hash (an HMAC with ``DPBUDGET_LEDGER_KEY``) is checked.
+
+Rewinding, deleting or adding any set of rows changes the sum unless the changes cancel modulo
+2^512; with each term a SHA-512 output, finding such a set among a ledger's own records is a
+k-sum problem that Wagner's algorithm (CRYPTO 2002) solves in about 2^(512/(1+log₂k)) work per
+list — beyond reach for any ledger (2^32 records per account even with 2^15 accounts). The sum is
+updated in O(1) per debit: minus each charged account's old term, plus its new one.
+
+Records written before this member existed have none; the first record with one is summed from
+the table as it then stands.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from accountant.errors import LedgerCorruptedError
+from accountant.ledger.record import record_hash
+
+__all__ = ["MODULUS", "at_head", "check", "member", "read", "term", "total"]
+
+MODULUS = 1 << 512
+_MARK = '"table":"'
+
+
+def term(key: str, seq: int) -> int:
+    """One account's term: SHA-512 of its key and the seq of its last record."""
+    digest = hashlib.sha512(f"{key}\0{seq}".encode("utf-8")).digest()
+    return int.from_bytes(digest, "big")
+
+
+def total(rows: Iterable[tuple[str, int]]) -> int:
+    """The sum over ``(key, seq)`` rows, from scratch."""
+    return sum(term(key, seq) for key, seq in rows) % MODULUS
+
+
+def member(value: int) -> str:
+    """The record member's canonical JSON text (128 hex digits)."""
+    return f'"{value:0128x}"'
+
+
+def read(text: str) -> int | None:
+    """The ``table`` member of a record's canonical text, or None if it has none."""
+    at = text.find(_MARK)
+    if at < 0:
+        return None
+    # The member is top-level and sorted among the others; confirm on the parsed record, which
+    # also rejects a look-alike string inside another member.
+    value = json.loads(text).get("table")
+    return int(value, 16) if isinstance(value, str) and len(value) == 128 else None
+
+
+def at_head(ledger: Any, seq: int) -> int:
+    """The sum as of record ``seq`` (the head): its ``table`` member, or for a head without one
+    (an empty ledger, or one from before the member existed) the sum of the table as it stands."""
+    entry = ledger.entry(seq) if seq else None
+    value = None if entry is None else read(entry.text)
+    if value is None:
+        value = total((a.key, a.seq) for a in ledger.accounts())
+    return value
+
+
+def check(ledger: Any, rows: list[Any]) -> None:
+    """Refuse a ledger whose account rows are not the table its head record commits to.
+
+    Raises:
+        LedgerCorruptedError: a row rewound, deleted or added by hand, or the head record
+            edited (its hash, an HMAC for a keyed ledger, is checked).
+    """
+    seq = ledger.head()[0]
+    head = ledger.entry(seq) if seq else None
+    if head is None:
+        return
+    try:
+        claimed = read(head.text)
+        keyed = json.loads(head.text).get("auth") == "hmac-sha256"
+    except ValueError:
+        claimed, keyed = -1, False
+    if claimed is None:  # a head written before the member existed
+        return
+    authentic = record_hash(head.text, ledger._key if keyed else None) == head.hash
+    if not authentic or claimed != total((a.key, a.seq) for a in rows):
+        raise LedgerCorruptedError(
+            "the ledger's accounts table is not the one its last record commits to (a row "
+            "rewound to an earlier record, deleted or added outside dpbudget, or the last "
+            "record edited); nothing was written; run `dpbudget audit` on it")
