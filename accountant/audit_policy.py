@@ -43,18 +43,24 @@ class InForce:
         name = mechanism.get("name")
         if name is None:  # a pipeline's allocation: admitted by planning alone
             return None
-        names = [i.get("name") for i in (mechanism.get("params") or {}).get("items") or []] \
-            if name == "batch" else [name]
-        cost = record.get("cost") or {}
+        # A batch is checked item by item, as the gate does (records from before items stated
+        # their own cost are checked by name only).
+        items = (mechanism.get("params") or {}).get("items") or [] if name == "batch" else \
+            [{"name": name, "cost": record.get("cost")}]
         for dataset, limit in plan.checks:
             allowed = limit.allowed_mechanisms
+            names = [item.get("name") for item in items]
             if allowed is not None and any(n not in allowed for n in names):
                 return (f"datasets.{dataset}.allowed_mechanisms does not admit "
                         f"{[n for n in names if n not in allowed]}")
             cap = limit.max_per_query
-            if cap is not None and name != "batch" and not cap.admits(
-                    Budget(float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0)))):
-                return f"its cost is above datasets.{dataset}.max_per_query {cap}"
+            if cap is None:
+                continue
+            for item in items:
+                cost = item.get("cost")
+                if isinstance(cost, dict) and not cap.admits(
+                        Budget(float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0)))):
+                    return f"a cost is above datasets.{dataset}.max_per_query {cap}"
         return None
 
     def over(self, key: str, rule: CompositionRule, state: dict[str, float]) -> str | None:

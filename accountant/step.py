@@ -96,7 +96,11 @@ class Step(NamedTuple):
     @classmethod
     def batch(cls, mechanisms: tuple[Mechanism, ...]) -> "Step":
         charge = batch_charge(tuple(m.charge for m in mechanisms))
-        params = {"items": [{"name": m.name, "params": m.params()} for m in mechanisms]}
+        # Each item's own declared cost too: a per-query cap applies to each item (the gate checks
+        # them one by one), and the audit checks them again from the record.
+        params = {"items": [{"name": m.name, "params": m.params(),
+                             "cost": {"epsilon": m.cost.epsilon, "delta": m.cost.delta}}
+                            for m in mechanisms]}
         cost = Budget(charge.epsilon, clip_delta(charge.delta))
         noise = "float" if any(m.noise == "float" for m in mechanisms) else "exact"
         return cls("batch", cost, charge, {**step_fragments("batch", params, charge),

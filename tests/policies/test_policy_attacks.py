@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget, LedgerConflictError, PolicyChangedError
+from accountant import (
+    Accountant,
+    Budget,
+    BudgetExceededError,
+    LedgerConflictError,
+    PolicyChangedError,
+)
 from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
 from accountant.errors import (
@@ -336,3 +342,22 @@ def test_reads_of_what_is_left_say_the_policy_changed(tmp_path: Path) -> None:
         with pytest.raises(PolicyChangedError):
             read()
     stale.close()
+
+
+def test_the_audit_checks_each_item_of_a_stale_writers_batch_against_the_cap(
+        tmp_path: Path) -> None:
+    url = _url(tmp_path)
+    stale_policy = load_policy_text(STALE)
+    Accountant.from_policy(stale_policy, ledger=url).close()
+    with Accountant.open(url) as owner:
+        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
+    with open_ledger(url) as ledger:
+        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
+        stale._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
+        stale.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], None, ("people", "alice"))
+    report = audit(url)
+    assert any("max_per_query" in p.message for p in report.problems), report.problems
+    with Accountant.open(url, rng=0) as acc:  # the gate refuses the same batch
+        with pytest.raises(BudgetExceededError):
+            acc.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], dataset="people",
+                             analyst="alice")
