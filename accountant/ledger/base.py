@@ -91,11 +91,18 @@ class Transaction:
         ledger = self._ledger
         seq, prev = ledger._head()
         table = ledger._table_sum(seq, prev)
+        terms = ledger._terms
         for account in accounts:
             old = self._check_state(account)
             if old is not None:
-                table -= table_sum.term(account.key, old.seq)
-            table += table_sum.term(account.key, seq + 1)
+                known = terms.get(account.key)  # the term this object added last time, if any
+                table -= known[1] if known is not None and known[0] == old.seq else \
+                    table_sum.term(account.key, old.seq)
+            new = table_sum.term(account.key, seq + 1)
+            table += new
+            if len(terms) > 4096:
+                terms.clear()
+            terms[account.key] = (seq + 1, new)
         table %= table_sum.MODULUS
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
@@ -153,6 +160,7 @@ class Ledger(ABC):
         # (seq, hash, table sum) of the last record this object wrote: the next append's
         # starting sum without re-reading the head record (re-read when another writer moved on).
         self._table: tuple[int, str, int] | None = None
+        self._terms: dict[str, tuple[int, int]] = {}  # key -> (seq, its term), as last added
 
     def _writer_key(self) -> str | None:
         """What identifies this ledger to its process's writer (``accountant.ledger.writer``):
