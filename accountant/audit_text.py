@@ -39,8 +39,10 @@ def _tally(t: Tally, group: str) -> str:
     charged = "allocation" if group == "pipeline" else "charged"
     parts = [f"{t.releases:>5} {charged}  Σε={t.epsilon:.6g} Σδ={t.delta:.3g}"]
     if t.inside_releases:
-        parts.append(f"{t.inside_releases} inside pipelines, paid by their allocation: "
-                     f"Σε={t.inside_epsilon:.6g} Σδ={t.inside_delta:.3g}")
+        where = ("releases inside it, paid by the allocation" if group == "pipeline" else
+                 "inside pipelines, paid by their allocation")
+        parts.append(f"{t.inside_releases} {where}: Σε={t.inside_epsilon:.6g} "
+                     f"Σδ={t.inside_delta:.3g}")
     return "; ".join(parts)
 
 

@@ -6,8 +6,10 @@ data passed where a name belongs."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -221,6 +223,20 @@ limit = { epsilon = 5.0 }
 """
 
 
+@contextlib.contextmanager
+def _stale_gate(url: str) -> Iterator[Gate]:
+    """A ledger created under STALE whose owner then applied IN_FORCE, and a gate of an older
+    version (no policy check in its debit) still planning under STALE."""
+    stale_policy = load_policy_text(STALE)
+    Accountant.from_policy(stale_policy, ledger=url).close()
+    with Accountant.open(url) as owner:
+        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
+    with open_ledger(url) as ledger:
+        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
+        stale._check_policy = lambda pointer: None  # type: ignore[method-assign]
+        yield stale
+
+
 @pytest.mark.parametrize(("dataset", "analyst", "mechanism", "why"), [
     ("secret", None, Laplace(0.1), "secret"),                          # no longer declared
     ("people", "mallory", Laplace(0.1), "other_analysts"),            # analyst denied
@@ -230,14 +246,7 @@ limit = { epsilon = 5.0 }
 def test_the_audit_holds_a_stale_writers_release_to_the_policy_in_force(
         tmp_path: Path, dataset, analyst, mechanism, why) -> None:
     url = _url(tmp_path)
-    stale_policy = load_policy_text(STALE)
-    Accountant.from_policy(stale_policy, ledger=url).close()
-    with Accountant.open(url) as owner:
-        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
-    # A writer of an older version (no policy check in its debit) releases under the old rules.
-    with open_ledger(url) as ledger:
-        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
-        stale._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
+    with _stale_gate(url) as stale:
         stale.release(mechanism, 1, None, (dataset, analyst))
     report = audit(url)
     assert report.exit_status & EXIT_BITS["limit"]
@@ -347,13 +356,7 @@ def test_reads_of_what_is_left_say_the_policy_changed(tmp_path: Path) -> None:
 def test_the_audit_checks_each_item_of_a_stale_writers_batch_against_the_cap(
         tmp_path: Path) -> None:
     url = _url(tmp_path)
-    stale_policy = load_policy_text(STALE)
-    Accountant.from_policy(stale_policy, ledger=url).close()
-    with Accountant.open(url) as owner:
-        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
-    with open_ledger(url) as ledger:
-        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
-        stale._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
+    with _stale_gate(url) as stale:
         stale.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], None, ("people", "alice"))
     report = audit(url)
     assert any("max_per_query" in p.message for p in report.problems), report.problems
