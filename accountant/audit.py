@@ -26,7 +26,14 @@ from accountant.errors import InvalidArgumentError, LedgerConflictError, Privacy
 from accountant.step import step_account
 from accountant.ledger import Account, Ledger, table_sum
 from accountant.ledger.record import charge_from_record, key_from_env
-from accountant.sources import Item, MergedSource, Source, open_source, progress_items
+from accountant.sources import (
+    REORDER_WINDOW,
+    Item,
+    MergedSource,
+    Source,
+    open_source,
+    progress_items,
+)
 from policies.accounts import PolicyLimits
 from policies.stored import POLICY_KEY
 
@@ -68,6 +75,8 @@ def audit(source: str | Ledger | Sequence[str], policy: Any = None, *,
             reported, not raised).
     """
     src = open_source(source)
+    if src.path is not None and not complete:  # a log: lines may be out of order locally
+        src.reorder = REORDER_WINDOW
     try:
         secret = key.encode("utf-8") if isinstance(key, str) else key
         limits = policy if policy is None or hasattr(policy, "limit_for") else \
@@ -325,8 +334,8 @@ class _Replay:
         out.absent, out.absent_ranges, out.resynced = (chain.absent, chain.absent_ranges,
                                                        self.resynced)
         out.writers = len(chain.writers)
-        if isinstance(self.src, MergedSource):
-            out.duplicates = self.src.duplicates
+        out.duplicates = chain.duplicates + (self.src.duplicates
+                                             if isinstance(self.src, MergedSource) else 0)
         out.first_time, out.last_time = self.first_time, self.last_time
         for group, rows in self.tallies.items():
             setattr(out, f"by_{group}", {str(name): Tally(

@@ -59,6 +59,7 @@ class ChainCheck:
         self.absent = 0
         self.absent_ranges: list[tuple[int, int]] = []
         self.gap = 0
+        self.duplicates = 0
         self.writers: dict[str, int] = {}
         self.keyless_reported = False
 
@@ -79,6 +80,14 @@ class ChainCheck:
             self.problem("malformed", f"{where}: not a ledger record ({exc})", None,
                          item.position)
             self.skip_link = True
+            return None
+        if seq == self.head[0] and item.hash == self.head[1] and seq > 0:
+            # The same line twice: a log written again after an interrupt reads it once; a
+            # complete chain (a ledger, an export) has no business holding it.
+            self.duplicates += 1
+            if self.strict:
+                self.problem("chain", f"record {seq} appears twice (a duplicated line)", seq,
+                             item.position)
             return None
         found = self._hash(item, record, seq, auth)
         found += self._order(item, record, seq, prev)
@@ -118,9 +127,6 @@ class ChainCheck:
             if seq != self.head[0]:
                 self.problem("chain", f"record {seq} appears after record {self.next_seq - 1} "
                              "(reordered or inserted)", seq, item.position)
-            elif item.hash == self.head[1]:
-                self.problem("chain", f"record {seq} appears twice (a duplicated line)", seq,
-                             item.position)
             else:
                 self.problem("chain", f"record {seq} appears twice with different contents "
                              "(forked or forged)", seq, item.position)

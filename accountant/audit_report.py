@@ -110,7 +110,8 @@ class AuditReport(BaseModel):
     resynced: int = 0
     #: Distinct writers (a ledger object in a process) whose records are in the source.
     writers: int = 0
-    #: Records found in more than one of the merged logs (read once).
+    #: Records found more than once — in several merged logs, or a log line written twice (after
+    #: an interrupt) — identical each time, so read once.
     duplicates: int = 0
     #: Refused requests found in a log (``accountant.refusals``), per analyst: never spend.
     refused: dict[str, int] = {}

@@ -53,7 +53,8 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
     if report.first_time:
         lines.append(f"  from {report.first_time} to {report.last_time}")
     if report.duplicates:
-        lines.append(f"  {report.duplicates} record(s) found in more than one file (read once)")
+        lines.append(f"  {report.duplicates} record(s) found more than once, identical "
+                     "(read once)")
     if report.absent:
         shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in report.absent_ranges[:20])
         more = ", ..." if len(report.absent_ranges) > 20 else ""

@@ -377,7 +377,7 @@ class Accountant:
 
     def limit(self, dataset: str = "default") -> DatasetLimit:
         """The limit declared for ``dataset``."""
-        return self._gate.planner.limit(dataset)
+        return self._gate.limit(dataset)
 
     def close(self) -> None:
         self._gate.ledger.close()

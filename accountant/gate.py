@@ -38,7 +38,7 @@ from accountant.step import Step, check_continues, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.accounts import dataset_key
-from policies.limits import folded_name
+from policies.limits import DatasetLimit, folded_name
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
 
@@ -298,6 +298,11 @@ class Gate:
         current = self.ledger.account(key)
         check_continues(key, target.rule, current)
         return target.rule.initial_state() if current is None else current.state
+
+    def limit(self, dataset: str) -> DatasetLimit:
+        """The limit the policy this gate enforces declares for ``dataset`` (checked in force)."""
+        self._check_policy(self.ledger.account(POLICY_KEY))
+        return self.planner.limit(dataset)
 
     def spent(self, target: Target) -> Budget:
         return target.rule.spent(self.state(target))

@@ -266,6 +266,9 @@ def dataset_limits(limits: Any, composition: str,
     out: dict[str, DatasetLimit] = {}
     for name, value in limits.items():
         _validate.text("limits key", name)
+        if any(c in name for c in ":/@+"):  # they build account keys: no name may forge one
+            raise InvalidArgumentError("limits key", name, "a dataset name without ':', '/', "
+                                       "'@' or '+'")
         if isinstance(value, DatasetLimit):
             out[name] = value
         elif value is None or isinstance(value, Budget):

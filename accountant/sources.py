@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from accountant.errors import LedgerError
 from accountant.ledger import Account, Ledger, canonical, open_ledger
 
-__all__ = ["Item", "MergedSource", "Source", "open_source", "progress_items"]
+__all__ = ["REORDER_WINDOW", "Item", "MergedSource", "Source", "open_source", "progress_items"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LINE_PREFIX = '{"hash":"'
@@ -36,13 +36,20 @@ class Item(NamedTuple):
 
 
 class Source:
-    """Records to audit, and (for a ledger) its stored running state."""
+    """Records to audit, and (for a ledger) its stored running state.
+
+    ``reorder``: for a JSONL file, yield its records in ``seq`` order within a window of that many
+    lines (0: file order). A process's log is written after each commit, so writers sharing it
+    (threads, ledger objects) can leave neighbouring lines out of order; the order of lines is not
+    part of the chain, so restoring it hides nothing.
+    """
 
     def __init__(self, name: str, ledger: Ledger | None = None, path: Path | None = None) -> None:
         # Exactly one of ledger and path is set.
         self.name = name
         self.ledger = ledger
         self.path = path
+        self.reorder = 0
 
     def items(self) -> Iterator[Item]:
         if self.ledger is not None:
@@ -50,6 +57,13 @@ class Source:
                 yield Item(entry.seq, entry.hash, entry.text)
             return
         assert self.path is not None  # exactly one of ledger and path is set
+        if self.reorder:
+            yield from (item for _, _, item in _window(_keyed(self, tag=False), self.reorder))
+            return
+        yield from self._lines()
+
+    def _lines(self) -> Iterator[Item]:
+        assert self.path is not None
         with self.path.open("r", encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, start=1):
                 line = line.rstrip("\n")
@@ -84,6 +98,8 @@ class MergedSource(Source):
         self.duplicates = 0
 
     def items(self) -> Iterator[Item]:
+        for source in self.sources:  # a k-way merge needs each stream in seq order
+            source.reorder = source.reorder or REORDER_WINDOW
         streams = [_keyed(s) for s in self.sources]
         seen: tuple[int, set[str | None]] = (-1, set())
         for seq, _, item in heapq.merge(*streams, key=lambda t: (t[0], t[1])):
@@ -104,11 +120,26 @@ class MergedSource(Source):
             source.close()
 
 
-def _keyed(source: Source) -> Iterator[tuple[int, int, Item]]:
+REORDER_WINDOW = 4096
+
+
+def _window(keyed: Iterator[tuple[int, int, Item]],
+            size: int) -> Iterator[tuple[int, int, Item]]:
+    """``keyed`` in key order within a sliding window of ``size`` items (bounded memory)."""
+    heap: list[tuple[int, int, Item]] = []
+    for entry in keyed:
+        heapq.heappush(heap, entry)
+        if len(heap) > size:
+            yield heapq.heappop(heap)
+    while heap:
+        yield heapq.heappop(heap)
+
+
+def _keyed(source: Source, tag: bool = True) -> Iterator[tuple[int, int, Item]]:
     """A source's items keyed by ``seq`` (an unreadable line keeps its place: the key of the line
     before it), tagged with the file they come from."""
     seq, rank = 0, 0
-    for item in source.items():
+    for item in (source._lines() if not tag else source.items()):
         if item.text is not None and item.refusal is None:
             try:
                 value = json.loads(item.text).get("seq")
@@ -116,7 +147,7 @@ def _keyed(source: Source) -> Iterator[tuple[int, int, Item]]:
             except (ValueError, AttributeError, RecursionError):
                 pass
         rank += 1
-        yield seq, rank, item._replace(origin=source.name)
+        yield seq, rank, item._replace(origin=source.name) if tag else item
 
 
 def _parse_line(number: int, line: str) -> Item:

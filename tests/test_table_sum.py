@@ -91,3 +91,92 @@ def test_the_audit_reports_a_forged_commitment(tmp_path: Path) -> None:
     export.write_text("\n".join(lines) + "\n")
     report = audit(str(export))
     assert any("commitment to the accounts table" in p.message for p in report.problems)
+
+
+def _rewind(path: Path) -> None:
+    with sqlite3.connect(path) as db:
+        text = db.execute("SELECT record FROM entries WHERE seq = 2").fetchone()[0]
+        state = json.dumps(json.loads(text)["accounts"]["dataset:people"]["state"],
+                           sort_keys=True, separators=(",", ":"))
+        db.execute("UPDATE accounts SET seq = 2, state = ? WHERE key = 'dataset:people'", (state,))
+
+
+def test_a_head_without_its_commitment_is_refused_when_earlier_records_carry_one(
+        tmp_path: Path) -> None:
+    url, path = _spent_ledger(tmp_path)
+    _rewind(path)
+    with sqlite3.connect(path) as db:
+        db.execute("INSERT INTO entries VALUES (6, 'junk', '{\"kind\":\"note\"}')")
+    with pytest.raises(LedgerCorruptedError):
+        Accountant.open(url)
+
+
+def test_a_keyed_ledger_refuses_an_unkeyed_head(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPBUDGET_LEDGER_KEY", "s3cret")
+    url, path = _spent_ledger(tmp_path)
+    _rewind(path)
+    with sqlite3.connect(path) as db:  # a forged head, unkeyed, committing to the rewound rows
+        head_seq, head_hash = db.execute("SELECT seq, hash FROM entries ORDER BY seq DESC "
+                                         "LIMIT 1").fetchone()
+        rows = db.execute("SELECT key, seq FROM accounts").fetchall()
+        record = {"seq": head_seq + 1, "prev": head_hash, "auth": "sha256", "kind": "note",
+                  "accounts": {}, "table": f"{table_sum.total(rows):0128x}"}
+        text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        db.execute("INSERT INTO entries VALUES (?, ?, ?)", (head_seq + 1, record_hash(text), text))
+    with pytest.raises(LedgerCorruptedError):
+        Accountant.open(url)
+
+
+def test_a_keyed_record_edited_with_its_row_is_refused(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row names a record whose state was edited (a refund): its HMAC no longer matches."""
+    monkeypatch.setenv("DPBUDGET_LEDGER_KEY", "s3cret")
+    path = tmp_path / "k.db"
+    url = f"sqlite:///{path}"
+    with Accountant(limits={"people": Budget(1.0), "other": Budget(1.0)}, ledger=url,
+                    rng=0) as acc:
+        acc.release(Laplace(1.0), 1.0, dataset="people")
+        acc.release(Laplace(0.5), 1.0, dataset="other")  # the head is not people's record
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TRIGGER IF EXISTS entries_append_only_u")
+        seq, text = db.execute("SELECT seq, record FROM entries WHERE record LIKE "
+                               "'%dataset:people%' ORDER BY seq DESC LIMIT 1").fetchone()
+        edited = text.replace('"epsilon":1.0}', '"epsilon":0.0}')
+        assert edited != text
+        db.execute("UPDATE entries SET record = ? WHERE seq = ?", (edited, seq))
+        db.execute("UPDATE accounts SET state = ? WHERE key = 'dataset:people'",
+                   ('{"delta":0.0,"epsilon":0.0}',))
+    with pytest.raises(LedgerCorruptedError):
+        Accountant.open(url)
+
+
+def test_opening_while_another_thread_writes_is_never_taken_for_tampering(
+        tmp_path: Path) -> None:
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'busy.db'}"
+    writer = Accountant(Budget(1e9), ledger=url, rng=0)
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.release(Laplace(1.0), 1.0)
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        for _ in range(40):
+            Accountant.open(url).close()
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    assert audit(url).ok
+
+
+def test_a_name_that_would_forge_an_account_key_is_refused() -> None:
+    from accountant.errors import InvalidArgumentError
+
+    for name in ("x/analyst:bob", "a:b", "a@b", "a+b"):
+        with pytest.raises(InvalidArgumentError, match="limits key"):
+            Accountant(limits={name: Budget(1.0)})

@@ -89,6 +89,9 @@ class Transaction:
             accounts: the new state of every account the record charges.
         """
         ledger = self._ledger
+        if len({a.key for a in accounts}) != len(accounts):
+            raise LedgerError("refusing to write one account twice in one record; nothing was "
+                              "written")
         seq, prev = ledger._head()
         table = ledger._table_sum(seq, prev)
         terms = ledger._terms
@@ -214,17 +217,19 @@ class Ledger(ABC):
 
         The rows must also be the whole table the chain commits to: their sum must equal the
         head record's ``table`` (``accountant.ledger.table_sum``), which shows a row rewound to
-        an earlier record, deleted or added by hand.
+        an earlier record, deleted or added by hand; and each record a row names must be
+        authentic (its hash; an HMAC on a keyed ledger).
 
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
-        rows = self.accounts()
-        table_sum.check(self, rows)
+        rows = table_sum.check(self)
         for account in rows:
             entry = self.entry(account.seq)
             recorded = None
-            if entry is not None:
+            # The record a row names must itself be authentic (under the ledger's key, when it
+            # has one): a state edited in the record and the row together would refund budget.
+            if entry is not None and table_sum.authentic(self, entry):
                 try:
                     recorded = json.loads(entry.text)["accounts"][account.key]["state"]
                 except (KeyError, TypeError, ValueError):
@@ -288,6 +293,19 @@ def _utc_now() -> str:
     return f'"{_clock[1]}.{micros:06d}+00:00"'
 
 
+def _emit(entries: tuple[Entry, ...]) -> None:
+    interrupt: BaseException | None = None
+    for entry in entries:
+        while True:
+            try:
+                _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                break
+            except KeyboardInterrupt as exc:
+                interrupt = exc
+    if interrupt is not None:
+        raise interrupt
+
+
 def _release_all(ledger: Ledger) -> None:
     """Release the ledger's lock as many times as this thread holds it, even if an interrupt
     lands in between (each pass re-checks ownership, so the lock is never left held)."""
@@ -344,10 +362,10 @@ class _Scope:
         try:
             box[1] = True  # committed: the next transaction counts these without a read
             if appended and _LOG.isEnabledFor(logging.INFO):
-                # Committed: now the logs may see them — still under the lock, so that one
-                # process's log holds its records in seq order whatever its threads do.
-                for entry in appended:
-                    _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                # Committed: now the logs may see them. An interrupt here is held back until
+                # every record is logged: a record missing from its process's log would read
+                # as deleted there (a line written twice is read once).
+                _emit(appended)
         finally:
             _release_all(ledger)
 

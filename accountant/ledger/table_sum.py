@@ -28,7 +28,7 @@ from typing import Any
 from accountant.errors import LedgerCorruptedError
 from accountant.ledger.record import record_hash
 
-__all__ = ["MODULUS", "at_head", "check", "member", "read", "term", "total"]
+__all__ = ["MODULUS", "at_head", "authentic", "check", "member", "read", "term", "total"]
 
 MODULUS = 1 << 512
 _MARK = '"table":"'
@@ -55,10 +55,14 @@ def read(text: str) -> int | None:
     at = text.find(_MARK)
     if at < 0:
         return None
-    # The member is top-level and sorted among the others; confirm on the parsed record, which
-    # also rejects a look-alike string inside another member.
+    # The member is top-level; confirm on the parsed record, which also rejects a look-alike
+    # string inside another member. A member that is there but malformed is a ValueError.
     value = json.loads(text).get("table")
-    return int(value, 16) if isinstance(value, str) and len(value) == 128 else None
+    if value is None:
+        return None
+    if not (isinstance(value, str) and len(value) == 128):
+        raise ValueError("a malformed table member")
+    return int(value, 16)
 
 
 def at_head(ledger: Any, seq: int) -> int:
@@ -71,27 +75,54 @@ def at_head(ledger: Any, seq: int) -> int:
     return value
 
 
-def check(ledger: Any, rows: list[Any]) -> None:
-    """Refuse a ledger whose account rows are not the table its head record commits to.
+def check(ledger: Any) -> list[Any]:
+    """Refuse a ledger whose account rows are not the table its head record commits to, and
+    return the rows.
+
+    The rows and the head are read until the head did not move while the rows were read (another
+    process may be committing: a row set and a head from two moments would not match). The head
+    record must be authentic — HMAC-keyed when the ledger has a key, whatever it says of itself —
+    and carry the member, unless no record of the ledger does (one from before it existed).
 
     Raises:
         LedgerCorruptedError: a row rewound, deleted or added by hand, or the head record
-            edited (its hash, an HMAC for a keyed ledger, is checked).
+            edited, forged or stripped of its commitment.
     """
-    seq = ledger.head()[0]
+    for _ in range(50):
+        seq = ledger.head()[0]
+        rows = ledger.accounts()
+        if ledger.head()[0] == seq:
+            break
+    else:  # pragma: no cover - a ledger appended to without pause for 50 reads
+        raise LedgerCorruptedError("the ledger kept moving while its accounts were read; "
+                                   "try again")
     head = ledger.entry(seq) if seq else None
     if head is None:
-        return
+        return list(rows)
     try:
         claimed = read(head.text)
-        keyed = json.loads(head.text).get("auth") == "hmac-sha256"
-    except ValueError:
-        claimed, keyed = -1, False
-    if claimed is None:  # a head written before the member existed
-        return
-    authentic = record_hash(head.text, ledger._key if keyed else None) == head.hash
-    if not authentic or claimed != total((a.key, a.seq) for a in rows):
+    except (ValueError, AttributeError):
+        claimed = -1
+    if claimed is None and any(read(e.text) is not None for e in ledger.entries()):
+        claimed = -1  # stripped from the head while earlier records carry it: forged
+    if claimed is None:  # no record carries it: a ledger from before the member existed
+        return list(rows)
+    if not authentic(ledger, head) or claimed != total((a.key, a.seq) for a in rows):
         raise LedgerCorruptedError(
             "the ledger's accounts table is not the one its last record commits to (a row "
             "rewound to an earlier record, deleted or added outside dpbudget, or the last "
-            "record edited); nothing was written; run `dpbudget audit` on it")
+            "record edited or forged); nothing was written; run `dpbudget audit` on it")
+    return list(rows)
+
+
+def authentic(ledger: Any, entry: Any) -> bool:
+    """Whether a stored record matches its stored hash — under the ledger's key when it has one
+    (a keyed ledger accepts no unkeyed record, whatever the record says of itself)."""
+    key = ledger._key
+    try:
+        says_keyed = json.loads(entry.text).get("auth") == "hmac-sha256"
+    except (ValueError, AttributeError):
+        return False
+    if key is not None and not says_keyed:
+        return False
+    return bool(record_hash(entry.text, key if says_keyed else None) == entry.hash)

@@ -303,3 +303,34 @@ def test_an_accountant_per_request_is_still_one_writer(tmp_path):
     del lines[1]
     path.write_text("\n".join(lines) + "\n")
     assert audit(str(path)).exit_status & EXIT_BITS["chain"]
+
+
+def test_a_log_shared_by_several_objects_and_threads_audits_clean(tmp_path):
+    """Objects of one process share a writer, and each logs after its own commit, so lines can
+    land out of order; the audit reads a log in seq order within a window."""
+    import time as time_module
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Accountant(Budget(1e6), ledger=url).close()
+    path = tmp_path / "log.jsonl"
+    handler = log_records_to(path)
+    handler.addFilter(lambda record: time_module.sleep(0.0005) or True)  # widen the window
+    try:
+        objects = [Accountant.open(url, rng=i) for i in range(4)]
+
+        def work(acc):
+            for _ in range(30):
+                acc.release(Laplace(0.1), 1.0)
+        threads = [threading.Thread(target=work, args=(acc,)) for acc in objects]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for acc in objects:
+            acc.close()
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    report = audit(str(path))
+    assert report.ok, report.problems
+    assert report.records == 120
