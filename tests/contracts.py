@@ -202,7 +202,8 @@ def assert_names(error: BaseException, argument: str, value: Any) -> None:
 TOLERANCE = 1e-9
 
 # The members a ledger record carries (accountant/ledger/record.py documents the format).
-CHAIN_MEMBERS = {"v", "seq", "time", "auth", "prev", "writer", "table"}
+# (A durable ledger's records also carry "table", its commitment to the accounts table.)
+CHAIN_MEMBERS = {"v", "seq", "time", "auth", "prev", "writer"}
 RELEASE_MEMBERS = CHAIN_MEMBERS | {"kind", "dataset", "analyst", "label", "mechanism", "cost",
                                    "accounts", "noise"}
 SESSION_CLOSE_MEMBERS = RELEASE_MEMBERS | {"session", "answered", "positives"}

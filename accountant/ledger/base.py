@@ -93,27 +93,21 @@ class Transaction:
             raise LedgerError("refusing to write one account twice in one record; nothing was "
                               "written")
         seq, prev = ledger._head()
-        table = ledger._table_sum(seq, prev)
-        terms = ledger._terms
-        for account in accounts:
-            old = self._check_state(account)
-            if old is not None:
-                known = terms.get(account.key)  # the term this object added last time, if any
-                table -= known[1] if known is not None and known[0] == old.seq else \
-                    table_sum.term(account.key, old.seq)
-            new = table_sum.term(account.key, seq + 1)
-            table += new
-            if len(terms) > 4096:
-                terms.clear()
-            terms[account.key] = (seq + 1, new)
-        table %= table_sum.MODULUS
+        table = None
+        if ledger.durable:  # only a stored table can be edited behind the chain's back
+            table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
+            extra = {"table": table_sum.member(table)}
+        else:
+            extra = {}
+            for account in accounts:
+                self._check_state(account)
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
         text = assemble({
-            **fields, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
+            **fields, **extra, "v": _VERSION, "seq": str(seq + 1), "prev": f'"{prev}"',
             "time": _utc_now(), "auth": ledger._auth,
-            "writer": writer.member(n), "table": table_sum.member(table),
+            "writer": writer.member(n),
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
         # The record first: a PostgreSQL server checks each account row against the record it
@@ -122,7 +116,8 @@ class Transaction:
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
         self._read.update((a.key, a) for a in written)
-        ledger._table = (seq + 1, entry.hash, table)
+        if table is not None:
+            ledger._table = (seq + 1, entry.hash, table)
         self.appended.append(entry)
         return entry
 
@@ -169,13 +164,6 @@ class Ledger(ABC):
         """What identifies this ledger to its process's writer (``accountant.ledger.writer``):
         its URL when durable (every object on it shares one writer), else None (its own)."""
         return self.url if self.durable else None
-
-    def _table_sum(self, seq: int, head: str) -> int:
-        """The accounts-table sum as of the head record ``seq`` (``accountant.ledger.table_sum``)."""
-        cached = self._table
-        if cached is not None and cached[0] == seq and cached[1] == head:
-            return cached[2]
-        return table_sum.at_head(self, seq)
 
     @property
     def authenticated(self) -> bool:

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from accountant.errors import LedgerCorruptedError
 from accountant.ledger.record import record_hash
 
-__all__ = ["MODULUS", "at_head", "authentic", "check", "member", "read", "term", "total"]
+__all__ = ["MODULUS", "advance", "at_head", "authentic", "check", "member", "read", "term", "total"]
 
 MODULUS = 1 << 512
 _MARK = '"table":"'
@@ -63,6 +63,29 @@ def read(text: str) -> int | None:
     if not (isinstance(value, str) and len(value) == 128):
         raise ValueError("a malformed table member")
     return int(value, 16)
+
+
+def advance(ledger: Any, accounts: list[Any], seq: int, head: str,
+            check_state: Callable[[Any], Any]) -> int:
+    """The sum after a record (number ``seq + 1``, following the head ``seq`` whose hash is
+    ``head``) that charges ``accounts``: the head's sum, minus each account's old term, plus its
+    new one. ``check_state(account)`` checks a new state and returns the stored account."""
+    cached = ledger._table  # (seq, hash, sum) of the last record this object wrote
+    table = cached[2] if cached is not None and cached[:2] == (seq, head) else \
+        at_head(ledger, seq)
+    terms = ledger._terms
+    for account in accounts:
+        old = check_state(account)
+        if old is not None:
+            known = terms.get(account.key)  # the term this object added last time, if any
+            table -= known[1] if known is not None and known[0] == old.seq else \
+                term(account.key, old.seq)
+        new = term(account.key, seq + 1)
+        table += new
+        if len(terms) > 4096:
+            terms.clear()
+        terms[account.key] = (seq + 1, new)
+    return table % MODULUS
 
 
 def at_head(ledger: Any, seq: int) -> int:
