@@ -89,7 +89,7 @@ class Transaction:
             accounts: the new state of every account the record charges.
         """
         ledger = self._ledger
-        if len({a.key for a in accounts}) != len(accounts):
+        if len(accounts) > 1 and len({a.key for a in accounts}) != len(accounts):
             raise LedgerError("refusing to write one account twice in one record; nothing was "
                               "written")
         seq, prev = ledger._head()
