@@ -19,8 +19,10 @@ Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`
 ``noise`` (which noise was drawn: ``exact-csprng``, ``exact-seeded``, ``float-csprng`` or
 ``float-seeded``; a batch with any float member says float; records written before this member
 existed have none, and the audit counts them as ``unrecorded``), ``writer`` (``id``: a random
-id of the ledger object that wrote it, new in each process; ``n``: that writer's count of records,
-1, 2, ...; absent from records written before this member existed), and ``prev``.
+id of this process's writer of this ledger, new in each process; ``n``: that writer's count of records,
+1, 2, ...; absent from records written before this member existed; ``accountant.ledger.writer``),
+``table`` (durable ledgers only: the running commitment to the accounts table,
+``accountant.ledger.table_sum``), and ``prev``.
 
 Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
