@@ -12,7 +12,6 @@ The report and its exit bits are defined in ``accountant.audit_report``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 

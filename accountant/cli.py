@@ -8,7 +8,6 @@ unreadable ledger or policy; ``audit`` documents its own problem bits (``account
 from __future__ import annotations
 
 import argparse
-from typing import Any
 import json
 import sys
 from pathlib import Path
