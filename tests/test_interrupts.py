@@ -231,3 +231,33 @@ def test_real_sigints_at_random_moments(tmp_path: Path) -> None:
     assert result and int(result[0].strip()) > 0  # interrupts really landed inside releases
     _assert_consistent(mine, limit)
     mine.close()
+
+
+@pytest.mark.slow
+def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
+        tmp_path: Path) -> None:
+    """A record committed but kept from the log by an interrupt is logged by the writer's next
+    transaction: the process's log audits clean alone and holds every record it committed."""
+    import json
+    import logging
+
+    from accountant.logs import LOGGER_NAME, log_records_to
+
+    path = tmp_path / "b.db"
+    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0), rng=0)
+    positions = _lines_in_one_release(acc)
+    log = tmp_path / "log.jsonl"
+    handler = log_records_to(log)
+    try:
+        first = acc.ledger.head()[0] + 1
+        for n in range(1, positions + 1):
+            _release_interrupted_at(acc, n)
+            acc.release(Laplace(0.01), 1.0, dataset="d")
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    report = audit(str(log))
+    assert report.ok, [p.message for p in report.problems]
+    logged = {json.loads(line)["record"]["seq"] for line in log.read_text().splitlines()}
+    assert logged == set(range(first, acc.ledger.head()[0] + 1))
+    acc.close()

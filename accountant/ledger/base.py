@@ -281,15 +281,24 @@ def _utc_now() -> str:
     return f'"{_clock[1]}.{micros:06d}+00:00"'
 
 
-def _emit(entries: tuple[Entry, ...]) -> None:
+def _log(entries: tuple[Entry, ...], box: list[Any] | None = None) -> None:
+    """Committed: now the logs may see them. Once this has begun (``box[2]``, inside the
+    protected loop), an interrupt is held back until every record is logged; before that, the
+    writer's next transaction logs them. A record missing from its process's log would read as
+    deleted there; a line written twice is read once."""
+    pending = list(entries) if entries and _LOG.isEnabledFor(logging.INFO) else []
     interrupt: BaseException | None = None
-    for entry in entries:
-        while True:
-            try:
-                _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
-                break
-            except KeyboardInterrupt as exc:
-                interrupt = exc
+    while True:
+        try:
+            if box is not None:
+                box[2] = True
+            while pending:
+                _LOG.info("ledger record %d", pending[0].seq,
+                          extra={"dpbudget_entry": pending[0]})
+                del pending[0]
+            break
+        except KeyboardInterrupt as exc:
+            interrupt = exc
     if interrupt is not None:
         raise interrupt
 
@@ -331,7 +340,7 @@ class _Scope:
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())
         ledger._begin()
-        writer.begin(lambda e: getattr(ledger.entry(e.seq), "hash", None) == e.hash)
+        writer.begin(lambda e: getattr(ledger.entry(e.seq), "hash", None) == e.hash, _log)
         self._tx = Transaction(ledger)
         return self._tx
 
@@ -349,11 +358,7 @@ class _Scope:
             raise
         try:
             box[1] = True  # committed: the next transaction counts these without a read
-            if appended and _LOG.isEnabledFor(logging.INFO):
-                # Committed: now the logs may see them. An interrupt here is held back until
-                # every record is logged: a record missing from its process's log would read
-                # as deleted there (a line written twice is read once).
-                _emit(appended)
+            _log(appended, box)
         finally:
             _release_all(ledger)
 

@@ -12,8 +12,11 @@ Interrupts and threads: the count moves only with commits, and only ever inside 
 which the ledger's write lock serialises across threads, objects and processes (so the writer
 needs no lock of its own, which an interrupt could leave held). A commit's records are noted as
 pending before the commit; once the commit has returned, the committer marks them confirmed (one
-atomic store); the next transaction of any object of the same writer counts them — without a read
-when confirmed, else by looking for them in the ledger (an interrupt landed in between).
+atomic store), then logged; the next transaction of any object of the same writer counts them —
+without a read when confirmed, else by looking for them in the ledger (an interrupt landed in
+between) — and logs those an interrupt kept from the log, so that the process's log still holds
+every record it committed (late, which the audit's reading window absorbs; twice at worst, which
+it reads once).
 """
 
 from __future__ import annotations
@@ -46,18 +49,24 @@ class Writer:
         """The record's ``writer`` member (canonical JSON) for its ``n``-th record."""
         return f'{{"id":"{self.id}","n":{n}}}'
 
-    def begin(self, landed: Callable[[Any], bool]) -> None:
+    def begin(self, landed: Callable[[Any], bool],
+              log: Callable[[tuple[Any, ...]], None]) -> None:
         """Count the pending commit, if any (inside a transaction): all of it when its committer
-        confirmed it, else each record that ``landed(entry)`` finds in the ledger."""
+        confirmed it, else each record that ``landed(entry)`` finds in the ledger; and ``log``
+        those that landed but were not logged."""
         written, pending = self.state
         if pending is not None:
-            entries, confirmed = pending
-            n = len(entries) if confirmed else sum(1 for entry in entries if landed(entry))
-            self.state = (written + n, None)
+            entries, confirmed, logged = pending
+            if not confirmed:
+                entries = tuple(entry for entry in entries if landed(entry))
+            if not logged and entries:
+                log(entries)
+            self.state = (written + len(entries), None)
 
     def committing(self, entries: tuple[Any, ...]) -> list[Any]:
-        """Note ``entries`` as pending (inside the transaction, before its commit)."""
-        box: list[Any] = [entries, False]
+        """Note ``entries`` as pending (inside the transaction, before its commit): the box the
+        committer marks confirmed (index 1) and logged (index 2)."""
+        box: list[Any] = [entries, False, False]
         self.state = (self.state[0], box)
         return box
 
