@@ -282,23 +282,27 @@ def _utc_now() -> str:
 
 
 def _log(entries: tuple[Entry, ...], box: list[Any] | None = None) -> None:
-    """Committed: now the logs may see them. Once this has begun (``box[2]``, inside the
-    protected loop), an interrupt is held back until every record is logged; before that, the
-    writer's next transaction logs them. A record missing from its process's log would read as
-    deleted there; a line written twice is read once."""
-    pending = list(entries) if entries and _LOG.isEnabledFor(logging.INFO) else []
+    """Committed: now the logs may see them. An interrupt is held back until every record is
+    logged; ``box[2]`` counts the records logged so far, so that if anything else cuts this short
+    the writer's next transaction logs the rest. A record missing from its process's log would
+    read as deleted there; a line written twice is read once."""
+    done = 0 if box is None else box[2]
+    if not _LOG.isEnabledFor(logging.INFO):
+        done = len(entries)
     interrupt: BaseException | None = None
-    while True:
+    while done < len(entries):
         try:
+            entry = entries[done]
+            _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+            done += 1
             if box is not None:
-                box[2] = True
-            while pending:
-                _LOG.info("ledger record %d", pending[0].seq,
-                          extra={"dpbudget_entry": pending[0]})
-                del pending[0]
-            break
+                box[2] = done
         except KeyboardInterrupt as exc:
             interrupt = exc
+        except Exception:  # a failing handler or filter must not fail a debit that committed
+            break  # (the writer's next transaction tries the rest again)
+    if box is not None:
+        box[2] = done
     if interrupt is not None:
         raise interrupt
 
@@ -350,15 +354,17 @@ class _Scope:
         appended = () if self._tx is None else tuple(self._tx.appended)
         writer = ledger._w
         assert writer is not None  # set by begin
+        committed = False
         try:
             box = writer.committing(appended)
             ledger._commit()
-        except BaseException:
-            self.abandon()
-            raise
-        try:
+            committed = True
             box[1] = True  # committed: the next transaction counts these without a read
             _log(appended, box)
+        except BaseException:
+            if not committed:  # (a rollback after the commit is harmless: nothing is open)
+                self.abandon()
+            raise
         finally:
             _release_all(ledger)
 
@@ -393,6 +399,10 @@ class _Scope:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:
+                self.abandon()  # whatever an interrupt left held (idempotent)
+                raise
         else:
             self.abandon()

@@ -57,16 +57,16 @@ class Writer:
         written, pending = self.state
         if pending is not None:
             entries, confirmed, logged = pending
-            if not confirmed:
+            if not confirmed:  # a commit lands all of its records or none
                 entries = tuple(entry for entry in entries if landed(entry))
-            if not logged and entries:
-                log(entries)
+            if logged < len(entries):
+                log(entries[logged:])
             self.state = (written + len(entries), None)
 
     def committing(self, entries: tuple[Any, ...]) -> list[Any]:
-        """Note ``entries`` as pending (inside the transaction, before its commit): the box the
-        committer marks confirmed (index 1) and logged (index 2)."""
-        box: list[Any] = [entries, False, False]
+        """Note ``entries`` as pending (inside the transaction, before its commit): the box in
+        which the committer marks them confirmed (index 1) and counts those logged (index 2)."""
+        box: list[Any] = [entries, False, 0]
         self.state = (self.state[0], box)
         return box
 

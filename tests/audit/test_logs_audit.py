@@ -334,3 +334,27 @@ def test_a_log_shared_by_several_objects_and_threads_audits_clean(tmp_path):
     report = audit(str(path))
     assert report.ok, report.problems
     assert report.records - report.duplicates == 120  # (a line written twice is read once)
+
+
+def test_a_logging_failure_neither_fails_the_release_nor_loses_the_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    handler = log_records_to(path)
+    calls = []
+
+    def flaky(record):
+        calls.append(record)
+        if len(calls) == 2:
+            raise OSError("a full disk, say")
+        return True
+    handler.addFilter(flaky)
+    try:
+        acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0)
+        for _ in range(3):
+            acc.release(Laplace(0.1), 1.0)
+        acc.close()
+    finally:
+        handler.close()
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    seqs = [json.loads(line)["record"]["seq"] for line in path.read_text().splitlines()]
+    assert sorted(set(seqs)) == [1, 2, 3, 4]  # the failed line written by the next transaction
+    assert audit(str(path)).ok
