@@ -55,6 +55,18 @@ def _two_writers(tmp_path, n=6):
     return url, export, logs
 
 
+def _in_threads(accountants, releases):
+    """One thread per accountant, each making ``releases`` releases on dataset "d"."""
+    def work(acc):
+        for _ in range(releases):
+            acc.release(Laplace(0.1), 1.0, dataset="d")
+    threads = [threading.Thread(target=work, args=(acc,)) for acc in accountants]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def _kinds(report):
     return {p.kind for p in report.problems}
 
@@ -183,15 +195,7 @@ def test_one_process_log_is_in_seq_order_whatever_its_threads_do(tmp_path):
     handler = log_records_to(path)
     try:
         acc = Accountant(Budget(1000.0), rng=0)
-
-        def work():
-            for _ in range(40):
-                acc.release(Laplace(0.1), 1.0, dataset="d")
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads([acc] * 4, 40)
     finally:
         handler.close()
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
@@ -317,15 +321,7 @@ def test_a_log_shared_by_several_objects_and_threads_audits_clean(tmp_path):
     handler.addFilter(lambda record: time_module.sleep(0.0005) or True)  # widen the window
     try:
         objects = [Accountant.open(url, rng=i) for i in range(4)]
-
-        def work(acc):
-            for _ in range(30):
-                acc.release(Laplace(0.1), 1.0)
-        threads = [threading.Thread(target=work, args=(acc,)) for acc in objects]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        _in_threads(objects, 30)
         for acc in objects:
             acc.close()
     finally:
