@@ -97,6 +97,7 @@ class CompositionRule(ABC):
         answer up to ``_EXACT_STEPS`` is then settled by replaying the debits themselves, because
         the closed form (n·x rounded up once) and the debits (x added n times, each sum rounded
         up) can disagree by a step where the total lands within a few ulps of the tolerance edge.
+        A larger answer is the closed form's, which can still be a step off at that edge.
 
         Raises:
             MechanismNotAllowedError: the rule does not admit this kind of step at all.
