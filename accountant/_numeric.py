@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 RELATIVE_TOLERANCE = 1e-9
 
@@ -70,3 +71,9 @@ def bisect(pred: Callable[[float], bool], lo: float, hi: float, *,
 def within(total: float, limit: float) -> bool:
     """True when ``total`` fits under ``limit`` with the library's relative tolerance."""
     return total <= limit + limit * RELATIVE_TOLERANCE
+
+
+def within_budget(spent: Any, limit: Any) -> bool:
+    """``within`` for both components of an (ε, δ) pair (objects with ``epsilon`` and
+    ``delta``): what spend is held to wherever a limit is reported or audited."""
+    return within(spent.epsilon, limit.epsilon) and within(spent.delta, limit.delta)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from accountant._numeric import within
+from accountant._numeric import within_budget
 from accountant.audit_chain import ChainCheck
 from accountant.audit_policy import InForce
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
@@ -366,9 +366,8 @@ class _Replay:
             spent, remaining = rule.spent(state), rule.remaining(state)
             if self.policy is not None:
                 declared = self.policy.limit_for(key)
-                if declared is not None and not declared.is_unlimited and not (
-                        within(spent.epsilon, declared.epsilon)
-                        and within(spent.delta, declared.delta)):
+                if declared is not None and not declared.is_unlimited and not within_budget(
+                        spent, declared):
                     self.over.add(key)
                     self.problem("limit", f"{key} has spent {spent}, over the policy's limit "
                                  f"{declared}")

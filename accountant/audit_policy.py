@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant._numeric import within
+from accountant._numeric import within_budget
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
 from accountant.errors import PrivacyError
@@ -69,6 +69,6 @@ class InForce:
         if declared is None or declared.is_unlimited:
             return None
         spent = rule.spent(state)
-        if within(spent.epsilon, declared.epsilon) and within(spent.delta, declared.delta):
+        if within_budget(spent, declared):
             return None
         return f"{key} has spent {spent}, over the limit in force {declared}"

@@ -37,7 +37,7 @@ from accountant.session import NumericSession, Session
 from accountant.step import Step, check_continues, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
-from policies.accounts import dataset_key
+from policies.accounts import dataset_key, dataset_name
 from policies.limits import DatasetLimit, folded_name
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
@@ -136,7 +136,7 @@ class Gate:
     def afford(self, mechanism: Mechanism, where: Where) -> bool:
         """Whether a release of ``mechanism`` would be admitted now: the debit's own traversal,
         run on the committed states outside any transaction. Debits nothing."""
-        self._check_policy(self.ledger.account(POLICY_KEY))
+        self._check_policy_now()
         try:
             plan = self.validate(mechanism, None, where)
             self._charge(self.ledger.account, Step.of(mechanism), plan, self._now(plan))
@@ -148,7 +148,9 @@ class Gate:
         """How many more releases of exactly ``mechanism`` fit now (each rule in closed form)."""
         plan = self.validate(mechanism, None, where)
         now = self._now(plan)
-        return min(t.rule.max_steps(self.state(t, now), mechanism.charge) for t in plan.targets)
+        self._check_policy_now()
+        return min(t.rule.max_steps(self._state(t, now), mechanism.charge)
+                   for t in plan.targets)
 
     # -- the one debit path ---------------------------------------------------------------------
 
@@ -188,6 +190,10 @@ class Gate:
         self._local.receipt = fields_
         return fields_
 
+    def _check_policy_now(self) -> None:
+        """``_check_policy`` on the committed pointer (a read outside any transaction)."""
+        self._check_policy(self.ledger.account(POLICY_KEY))
+
     def _check_policy(self, pointer: Account | None) -> None:
         if (None if pointer is None else pointer.seq) != self.policy_seq:
             raise PolicyChangedError(
@@ -204,7 +210,7 @@ class Gate:
             rule = target.rule
             key = target.key if now is None else target.key_at(now)
             current = read(key)
-            if current is None and key.startswith("dataset:"):
+            if current is None:
                 self._no_twin(key)
             try:
                 new = step_account(key, rule, current, charge)
@@ -217,22 +223,20 @@ class Gate:
         return accounts
 
     def _no_twin(self, key: str) -> None:
-        """A dataset charged for the first time under the default limit must not be a case-only
-        twin of one another process has charged since this gate read the ledger (the planner
-        knows only the datasets it has seen). In the debit's transaction, so no race."""
-        base = split_window(key)[0]
-        name = base[len("dataset:"):]
-        if "/" in name or name in self.planner.policy.datasets:
+        """A dataset charged for the first time under the default limit must not be a variant
+        (``folded_name``) of one another process has charged since this gate read the ledger
+        (the planner knows only the datasets it has seen). In the debit's transaction: no race."""
+        name = dataset_name(key)
+        if name is None or name in self.planner.policy.datasets:
             return
         folded = folded_name(name)
         for account in self.ledger.accounts():
-            other = split_window(account.key)[0]
-            if other.startswith("dataset:") and "/" not in other and other != base and \
-                    folded_name(other[len("dataset:"):]) == folded:
-                self.planner.know(other[len("dataset:"):], instead_of=name)
+            other = dataset_name(account.key)
+            if other is not None and other != name and folded_name(other) == folded:
+                self.planner.know(other, instead_of=name)
                 raise InvalidArgumentError("dataset", name, f"not a variant (in case or '_', "
-                                           f"'.', '-') of the dataset {other[len('dataset:'):]!r}"
-                                           " (one table, one budget)")
+                                           f"'.', '-') of the dataset {other!r} (one table, "
+                                           "one budget)")
 
     def _fields(self, step: Step, plan: Plan, label: str | None, kind: str,
                 accounts: list[Account]) -> dict[str, str]:
@@ -292,8 +296,11 @@ class Gate:
         return where if isinstance(where, Plan) else self.planner.plan(*where)
 
     def state(self, target: Target, now: float | None = None) -> State:
-        """An account's committed state (a read; takes no write lock)."""
-        self._check_policy(self.ledger.account(POLICY_KEY))
+        """An account's committed state (a read; takes no write lock), under the policy in force."""
+        self._check_policy_now()
+        return self._state(target, now)
+
+    def _state(self, target: Target, now: float | None) -> State:
         key = target.key_at(self.clock() if now is None else now)
         current = self.ledger.account(key)
         check_continues(key, target.rule, current)
@@ -301,7 +308,7 @@ class Gate:
 
     def limit(self, dataset: str) -> DatasetLimit:
         """The limit the policy this gate enforces declares for ``dataset`` (checked in force)."""
-        self._check_policy(self.ledger.account(POLICY_KEY))
+        self._check_policy_now()
         return self.planner.limit(dataset)
 
     def spent(self, target: Target) -> Budget:
@@ -332,8 +339,9 @@ def check_ledger(ledger: Ledger, planner: Planner) -> None:
     specs = planner.specs
     for account in ledger.accounts():
         base, period = split_window(account.key)
-        if base.startswith("dataset:") and "/" not in base:
-            planner.know(base[len("dataset:"):])  # for the case-only-twin check
+        name = dataset_name(account.key)
+        if name is not None:
+            planner.know(name)  # for the twin check
         spec = specs.get(base)
         if spec is None:
             continue
@@ -358,11 +366,10 @@ def refuse_raised(ledger: Ledger, planner: Planner) -> None:
     raised = []
     for account in ledger.accounts():
         recorded = account.config.get("limit") if account.key != POLICY_KEY else None
-        base = split_window(account.key)[0]
-        spec = planner.specs.get(base)
+        spec = planner.specs.get(split_window(account.key)[0])
         if spec is not None:
             declared = spec.rule.limit
-        elif base.startswith("dataset:") and "/" not in base and planner.default is not None:
+        elif dataset_name(account.key) is not None and planner.default is not None:
             declared = planner.default.rule().limit
         else:
             continue

@@ -16,7 +16,7 @@ from typing import Any
 from accountant import _numeric
 from accountant.composition import CompositionRule, rule_from_config
 from accountant.ledger import Account, Ledger
-from policies.accounts import dataset_spec, policy_accounts
+from policies.accounts import dataset_key, dataset_name, dataset_spec, policy_accounts
 from policies.limits import DatasetLimit
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
@@ -40,9 +40,9 @@ def budget_rows(ledger: Ledger, policy: Any = None,
         default = default if default is not None else getattr(policy, "other_datasets", None)
         if default is not None:
             for account in ledger.accounts():
-                base = split_window(account.key)[0]
-                if base.startswith("dataset:") and "/" not in base and base not in specs:
-                    specs[base] = dataset_spec(base[len("dataset:"):], default, "default")
+                name = dataset_name(account.key)
+                if name is not None and dataset_key(name) not in specs:
+                    specs[dataset_key(name)] = dataset_spec(name, default, "default")
     rows = []
     for account in ledger.accounts():
         if account.key == POLICY_KEY:  # the pointer to the policy in force, not a limit
@@ -87,9 +87,7 @@ def _over(rule: CompositionRule, account: Account) -> bool:
     limit = rule.limit
     if limit is None:
         return False
-    spent = rule.spent(account.state)
-    return not (_numeric.within(spent.epsilon, limit.epsilon)
-                and _numeric.within(spent.delta, limit.delta))
+    return not _numeric.within_budget(rule.spent(account.state), limit)
 
 
 def budget_table(ledger: Ledger, policy: Any = None, default: DatasetLimit | None = None) -> str:

@@ -58,7 +58,7 @@ class Source:
             return
         assert self.path is not None  # exactly one of ledger and path is set
         if self.reorder:
-            yield from (item for _, _, item in _window(_keyed(self, tag=False), self.reorder))
+            yield from (item for _, _, item in _window(_keyed(self._lines()), self.reorder))
             return
         yield from self._lines()
 
@@ -100,7 +100,7 @@ class MergedSource(Source):
     def items(self) -> Iterator[Item]:
         for source in self.sources:  # a k-way merge needs each stream in seq order
             source.reorder = source.reorder or REORDER_WINDOW
-        streams = [_keyed(s) for s in self.sources]
+        streams = [_keyed(s.items(), s.name) for s in self.sources]
         seen: tuple[int, set[str | None]] = (-1, set())
         for seq, _, item in heapq.merge(*streams, key=lambda t: (t[0], t[1])):
             if item.text is not None and seq == seen[0]:
@@ -135,11 +135,11 @@ def _window(keyed: Iterator[tuple[int, int, Item]],
         yield heapq.heappop(heap)
 
 
-def _keyed(source: Source, tag: bool = True) -> Iterator[tuple[int, int, Item]]:
-    """A source's items keyed by ``seq`` (an unreadable line keeps its place: the key of the line
-    before it), tagged with the file they come from."""
+def _keyed(items: Iterator[Item], origin: str = "") -> Iterator[tuple[int, int, Item]]:
+    """Items keyed by ``seq`` (an unreadable line keeps its place: the key of the line before
+    it), and their file order; tagged with the file they come from when ``origin`` is given."""
     seq, rank = 0, 0
-    for item in (source._lines() if not tag else source.items()):
+    for item in items:
         if item.text is not None and item.refusal is None:
             try:
                 value = json.loads(item.text).get("seq")
@@ -147,7 +147,7 @@ def _keyed(source: Source, tag: bool = True) -> Iterator[tuple[int, int, Item]]:
             except (ValueError, AttributeError, RecursionError):
                 pass
         rank += 1
-        yield seq, rank, item._replace(origin=source.name) if tag else item
+        yield seq, rank, item._replace(origin=origin) if origin else item
 
 
 def _parse_line(number: int, line: str) -> Item:

@@ -25,10 +25,11 @@ from typing import Any, NamedTuple
 from accountant.composition import CompositionRule, make_rule
 from accountant.errors import PolicyError, PrivacyError
 from policies.limits import DatasetLimit, _Limit
-from policies.periods import Period
+from policies.periods import Period, split_window
 from policies.policy import Policy, load_policy
 
-__all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "dataset_analyst_key", "dataset_key",
+__all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "dataset_analyst_key",
+           "dataset_key", "dataset_name",
            "pipeline_key", "policy_accounts"]
 
 GLOBAL = "global"
@@ -36,6 +37,19 @@ GLOBAL = "global"
 
 def dataset_key(dataset: str) -> str:
     return f"dataset:{dataset}"
+
+
+def dataset_name(key: str) -> str | None:
+    """The dataset whose own limit account ``key`` is (a renewal window's suffix ignored), or
+    None for any other account (an analyst's, a pipeline's, the global one).
+
+    >>> dataset_name("dataset:adult@2026-11-21+1d"), dataset_name("dataset:adult/analyst:bob")
+    ('adult', None)
+    """
+    base = split_window(key)[0]
+    if not base.startswith("dataset:") or "/" in base:
+        return None
+    return base[len("dataset:"):]
 
 
 def dataset_analyst_key(dataset: str, analyst: str) -> str:
@@ -121,8 +135,7 @@ class PolicyLimits:
         self.default = None if default is None else default.rule().limit
 
     def limit_for(self, key: str) -> Any:
-        base = key.split("@", 1)[0]
-        spec = self.specs.get(base)
+        spec = self.specs.get(split_window(key)[0])
         if spec is None:
-            return self.default if base.startswith("dataset:") and "/" not in base else None
+            return self.default if dataset_name(key) is not None else None
         return spec.rule.limit
