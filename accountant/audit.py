@@ -211,24 +211,15 @@ class _Replay:
             try:
                 new = step_account(key, rule, current, charge)
             except LedgerConflictError as conflict:  # allowed only so far: report, continue
-                self.problem("limit", f"record {seq}: {key} changed its configuration: "
-                             f"{str(conflict).split(': ', 1)[-1]}", seq)
-                self.over.add(key)
+                self.step_failed(seq, key, conflict)
                 if previous.get("rule") != rule.name:  # another rule's state: start it afresh
                     current = None
                 else:
                     current = None if state is None else Account(key, rule.name, config, state,
                                                                  0)
                 new = step_account(key, rule, current, charge)
-        except InvalidArgumentError as invalid:  # a negative, NaN or infinite cost: a refund
-            self.problem("malformed", f"record {seq}: {key} was charged an invalid cost "
-                         f"({invalid})", seq)
-            self.over.add(key)
-            new = stored["state"]
-        except (Refused, PrivacyError) as refusal:
-            self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
-                         f"({refusal})", seq)
-            self.over.add(key)
+        except (Refused, PrivacyError) as error:
+            self.step_failed(seq, key, error)
             new = stored["state"]
         self.configs[key] = config
         if new != stored["state"]:
@@ -240,6 +231,17 @@ class _Replay:
             self.diverged[key] = (later or 0) + 1
         self.states[key] = new
         self.after_debit(seq, key, rule, new)
+
+    def step_failed(self, seq: int, key: str, error: Exception) -> None:
+        """Report why a replayed step of account ``key`` failed (record ``seq``)."""
+        if isinstance(error, LedgerConflictError):
+            kind, what = "limit", f"changed its configuration: {str(error).split(': ', 1)[-1]}"
+        elif isinstance(error, InvalidArgumentError):  # a negative, NaN or infinite cost
+            kind, what = "malformed", f"was charged an invalid cost ({error})"
+        else:
+            kind, what = "limit", f"admitted a release its rule refuses ({error})"
+        self.problem(kind, f"record {seq}: {key} {what}", seq)
+        self.over.add(key)
 
     def after_debit(self, seq: int, key: str, rule: CompositionRule,
                     state: dict[str, float]) -> None:
@@ -259,20 +261,8 @@ class _Replay:
         self.resynced += 1
         try:
             floor = step_account(key, rule, current, charge)
-        except LedgerConflictError as conflict:
-            self.problem("limit", f"record {seq}: {key} changed its configuration: "
-                         f"{str(conflict).split(': ', 1)[-1]}", seq)
-            self.over.add(key)
-            return
-        except InvalidArgumentError as invalid:
-            self.problem("malformed", f"record {seq}: {key} was charged an invalid cost "
-                         f"({invalid})", seq)
-            self.over.add(key)
-            return
-        except (Refused, PrivacyError) as refusal:
-            self.problem("limit", f"record {seq}: {key} admitted a release its rule refuses "
-                         f"({refusal})", seq)
-            self.over.add(key)
+        except (Refused, PrivacyError) as error:
+            self.step_failed(seq, key, error)
             return
         if not all(stored.get(name, -1.0) >= value for name, value in floor.items()):
             self.problem("state", f"record {seq}: {key} stores state {stored}, below what the "

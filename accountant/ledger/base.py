@@ -10,7 +10,6 @@ limit (an "account") is kept beside the records, so resuming or debiting costs O
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import threading
@@ -22,7 +21,7 @@ from typing import Any, NamedTuple
 
 from accountant.errors import LedgerCorruptedError, LedgerError
 from accountant.ledger import table_sum
-from accountant.ledger.writer import Writer, writer_for
+from accountant.ledger.writer import Writer, log_records, writer_for
 from accountant.ledger.record import (
     FORMAT_VERSION,
     GENESIS,
@@ -35,7 +34,6 @@ from accountant.ledger.record import (
 __all__ = ["Account", "Entry", "Ledger", "Transaction"]
 
 _VERSION = str(FORMAT_VERSION)
-_LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
 
 
 class Account(NamedTuple):
@@ -160,6 +158,11 @@ class Ledger(ABC):
         self._table: tuple[int, str, int] | None = None
         self._terms: dict[str, tuple[int, int]] = {}  # key -> (seq, its term), as last added
 
+    def _landed(self, entry: Entry) -> bool:
+        """Whether ``entry`` is in the ledger as written (after a commit an interrupt cut off)."""
+        stored = self.entry(entry.seq)
+        return stored is not None and stored.hash == entry.hash
+
     def _writer_key(self) -> str | None:
         """What identifies this ledger to its process's writer (``accountant.ledger.writer``):
         its URL when durable (every object on it shares one writer), else None (its own)."""
@@ -281,32 +284,6 @@ def _utc_now() -> str:
     return f'"{_clock[1]}.{micros:06d}+00:00"'
 
 
-def _log(entries: tuple[Entry, ...], box: list[Any] | None = None) -> None:
-    """Committed: now the logs may see them. An interrupt is held back until every record is
-    logged; ``box[2]`` counts the records logged so far, so that if anything else cuts this short
-    the writer's next transaction logs the rest. A record missing from its process's log would
-    read as deleted there; a line written twice is read once."""
-    done = 0 if box is None else box[2]
-    if not _LOG.isEnabledFor(logging.INFO):
-        done = len(entries)
-    interrupt: BaseException | None = None
-    while done < len(entries):
-        try:
-            entry = entries[done]
-            _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
-            done += 1
-            if box is not None:
-                box[2] = done
-        except KeyboardInterrupt as exc:
-            interrupt = exc
-        except Exception:  # a failing handler or filter must not fail a debit that committed
-            break  # (the writer's next transaction tries the rest again)
-    if box is not None:
-        box[2] = done
-    if interrupt is not None:
-        raise interrupt
-
-
 def _release_all(ledger: Ledger) -> None:
     """Release the ledger's lock as many times as this thread holds it, even if an interrupt
     lands in between (each pass re-checks ownership, so the lock is never left held)."""
@@ -344,7 +321,7 @@ class _Scope:
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())
         ledger._begin()
-        writer.begin(lambda e: getattr(ledger.entry(e.seq), "hash", None) == e.hash, _log)
+        writer.begin(ledger._landed)
         self._tx = Transaction(ledger)
         return self._tx
 
@@ -360,7 +337,7 @@ class _Scope:
             ledger._commit()
             committed = True
             box[1] = True  # committed: the next transaction counts these without a read
-            _log(appended, box)
+            log_records(appended, box)
         except BaseException:
             if not committed:  # (a rollback after the commit is harmless: nothing is open)
                 self.abandon()

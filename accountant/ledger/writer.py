@@ -1,4 +1,5 @@
-"""Who wrote a record: one writer per process and ledger, with its own count of records.
+"""Who wrote a record — one writer per process and ledger, with its own count of records — and
+the logging of each committed record to ``dpbudget.ledger`` (``log_records``).
 
 Each record's ``writer`` member names the writer (a random id) and its count ``n`` (1, 2, ...),
 so that one process's log can be audited alone as a subsequence of the chain
@@ -21,13 +22,16 @@ it reads once).
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Writer", "writer_for"]
+__all__ = ["Writer", "log_records", "writer_for"]
+
+_LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
 
 
 class Writer:
@@ -49,18 +53,17 @@ class Writer:
         """The record's ``writer`` member (canonical JSON) for its ``n``-th record."""
         return f'{{"id":"{self.id}","n":{n}}}'
 
-    def begin(self, landed: Callable[[Any], bool],
-              log: Callable[[tuple[Any, ...]], None]) -> None:
+    def begin(self, landed: Callable[[Any], bool]) -> None:
         """Count the pending commit, if any (inside a transaction): all of it when its committer
-        confirmed it, else each record that ``landed(entry)`` finds in the ledger; and ``log``
-        those that landed but were not logged."""
+        confirmed it, else each record that ``landed(entry)`` finds in the ledger; and log those
+        that landed but were not logged."""
         written, pending = self.state
         if pending is not None:
             entries, confirmed, logged = pending
             if not confirmed:  # a commit lands all of its records or none
                 entries = tuple(entry for entry in entries if landed(entry))
             if logged < len(entries):
-                log(entries[logged:])
+                log_records(entries[logged:])
             self.state = (written + len(entries), None)
 
     def committing(self, entries: tuple[Any, ...]) -> list[Any]:
@@ -84,3 +87,29 @@ def writer_for(ledger_key: str | None) -> Writer:
         if writer is None or writer.pid != os.getpid():
             writer = _WRITERS[ledger_key] = Writer()
         return writer
+
+
+def log_records(entries: tuple[Any, ...], box: list[Any] | None = None) -> None:
+    """Committed: now the logs may see them. An interrupt is held back until every record is
+    logged; ``box[2]`` counts the records logged so far, so that if anything else cuts this short
+    the writer's next transaction logs the rest. A record missing from its process's log would
+    read as deleted there; a line written twice is read once."""
+    done = 0 if box is None else box[2]
+    if not _LOG.isEnabledFor(logging.INFO):
+        done = len(entries)
+    interrupt: BaseException | None = None
+    while done < len(entries):
+        try:
+            entry = entries[done]
+            _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+            done += 1
+            if box is not None:
+                box[2] = done
+        except KeyboardInterrupt as exc:
+            interrupt = exc
+        except Exception:  # a failing handler or filter must not fail a debit that committed
+            break  # (the writer's next transaction tries the rest again)
+    if box is not None:
+        box[2] = done
+    if interrupt is not None:
+        raise interrupt
