@@ -31,15 +31,22 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "quote_ident
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
 SCHEMA_VERSION = "3"
 
-# (table, trigger name): the ledger is current only when all of these exist and are enabled.
-TRIGGERS = (
-    ("dpbudget_entries", "dpbudget_entries_append_only"),
-    ("dpbudget_entries", "dpbudget_entries_no_truncate"),
-    ("dpbudget_entries", "dpbudget_entries_chain"),
-    ("dpbudget_accounts", "dpbudget_accounts_match_record"),
-    ("dpbudget_accounts", "dpbudget_accounts_no_delete"),
-    ("dpbudget_accounts", "dpbudget_accounts_no_truncate"),
+# (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
+# only when all of them exist and are enabled.
+_TRIGGERS = (
+    ("dpbudget_entries", "dpbudget_entries_append_only", "UPDATE OR DELETE", "ROW",
+     "dpbudget_append_only"),
+    ("dpbudget_entries", "dpbudget_entries_no_truncate", "TRUNCATE", "STATEMENT",
+     "dpbudget_append_only"),
+    ("dpbudget_entries", "dpbudget_entries_chain", "INSERT", "ROW", "dpbudget_entry_check"),
+    ("dpbudget_accounts", "dpbudget_accounts_match_record", "INSERT OR UPDATE", "ROW",
+     "dpbudget_account_check"),
+    ("dpbudget_accounts", "dpbudget_accounts_no_delete", "DELETE", "ROW",
+     "dpbudget_append_only"),
+    ("dpbudget_accounts", "dpbudget_accounts_no_truncate", "TRUNCATE", "STATEMENT",
+     "dpbudget_append_only"),
 )
+TRIGGERS = tuple((table, name) for table, name, *_ in _TRIGGERS)
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -192,25 +199,7 @@ END $$;
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check() FROM PUBLIC;
 
-DROP TRIGGER IF EXISTS dpbudget_entries_append_only ON {S}.dpbudget_entries;
-CREATE TRIGGER dpbudget_entries_append_only BEFORE UPDATE OR DELETE ON {S}.dpbudget_entries
-    FOR EACH ROW EXECUTE FUNCTION {S}.dpbudget_append_only();
-DROP TRIGGER IF EXISTS dpbudget_entries_no_truncate ON {S}.dpbudget_entries;
-CREATE TRIGGER dpbudget_entries_no_truncate BEFORE TRUNCATE ON {S}.dpbudget_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION {S}.dpbudget_append_only();
-DROP TRIGGER IF EXISTS dpbudget_entries_chain ON {S}.dpbudget_entries;
-CREATE TRIGGER dpbudget_entries_chain BEFORE INSERT ON {S}.dpbudget_entries
-    FOR EACH ROW EXECUTE FUNCTION {S}.dpbudget_entry_check();
-DROP TRIGGER IF EXISTS dpbudget_accounts_match_record ON {S}.dpbudget_accounts;
-CREATE TRIGGER dpbudget_accounts_match_record BEFORE INSERT OR UPDATE ON {S}.dpbudget_accounts
-    FOR EACH ROW EXECUTE FUNCTION {S}.dpbudget_account_check();
-DROP TRIGGER IF EXISTS dpbudget_accounts_no_delete ON {S}.dpbudget_accounts;
-CREATE TRIGGER dpbudget_accounts_no_delete BEFORE DELETE ON {S}.dpbudget_accounts
-    FOR EACH ROW EXECUTE FUNCTION {S}.dpbudget_append_only();
-DROP TRIGGER IF EXISTS dpbudget_accounts_no_truncate ON {S}.dpbudget_accounts;
-CREATE TRIGGER dpbudget_accounts_no_truncate BEFORE TRUNCATE ON {S}.dpbudget_accounts
-    FOR EACH STATEMENT EXECUTE FUNCTION {S}.dpbudget_append_only();
-
+{TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 """
@@ -231,7 +220,13 @@ def quote_ident(name: str) -> str:
 def ddl(schema: str) -> str:
     """The statements that create (or bring up to date) a ledger's tables and triggers in
     ``schema``. Idempotent; only the tables' owner can run them once the tables exist."""
-    return _DDL.replace("{S}", quote_ident(schema)).replace("{V}", SCHEMA_VERSION)
+    triggers = "".join(
+        f"DROP TRIGGER IF EXISTS {name} ON {{S}}.{table};\n"
+        f"CREATE TRIGGER {name} BEFORE {when} ON {{S}}.{table}\n"
+        f"    FOR EACH {each} EXECUTE FUNCTION {{S}}.{function}();\n"
+        for table, name, when, each, function in _TRIGGERS)
+    return _DDL.replace("{TRIGGERS}", triggers).replace("{S}", quote_ident(schema)).replace(
+        "{V}", SCHEMA_VERSION)
 
 
 def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
