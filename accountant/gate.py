@@ -172,7 +172,7 @@ class Gate:
         # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
         scope = self.ledger.transaction()
         try:
-            tx = scope.begin()
+            tx = scope.begin(plan.prefetch if now is None else plan.keys_at(now))
             self._check_policy(tx.account(POLICY_KEY))
             accounts = self._charge(tx.account, step, plan, now)
             fields = self._fields(step, plan, label, kind, accounts)

@@ -50,6 +50,7 @@ from policies.accounts import (
 from policies.limits import DatasetLimit, folded_name, valid_name
 from policies.periods import Period
 from policies.policy import Policy
+from policies.stored import POLICY_KEY
 
 __all__ = ["Plan", "Planner", "Target"]
 
@@ -86,6 +87,7 @@ class Plan(NamedTuple):
     members: Mapping[str, str]
     windowed: bool
     fixed: Mapping[str, str]
+    prefetch: tuple[str, ...]  # what a debit reads without windows: the policy pointer, targets
 
     @classmethod
     def make(cls, dataset: str | tuple[str, ...], analyst: str | None,
@@ -100,7 +102,8 @@ class Plan(NamedTuple):
             fixed["datasets"] = canonical(list(dataset))
         fixed.update(members)
         return cls(dataset, analyst, targets, checks, members,
-                   any(t.period is not None for t in targets), fixed)
+                   any(t.period is not None for t in targets), fixed,
+                   (POLICY_KEY, *(t.key for t in targets)))
 
     def child(self, target: Target, members: Mapping[str, str]) -> "Plan":
         """The plan of a pipeline opened on this one: charged to ``target`` (its own account)
@@ -110,6 +113,10 @@ class Plan(NamedTuple):
     def keys(self, now: float) -> list[str]:
         """The account keys in force at time ``now``."""
         return [t.key_at(now) for t in self.targets]
+
+    def keys_at(self, now: float) -> list[str]:
+        """What a debit at time ``now`` reads: the policy pointer and ``keys(now)``."""
+        return [POLICY_KEY, *self.keys(now)]
 
     def refused_dataset(self, key: str) -> str:
         """The dataset a refusal of account ``key`` is reported on: the one asked for, or for a

@@ -1,5 +1,5 @@
 """Ledger backends: the ``LedgerContract`` battery on every registered backend, SQLite specifics
-(WAL, synchronous=FULL, append-only triggers, format version), and ``open_ledger``'s URL parsing."""
+(WAL, synchronous=NORMAL with its own sync (tests/test_group_commit.py), append-only triggers, format version), and ``open_ledger``'s URL parsing."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class TestSqliteLedger:
         ledger = SqliteLedger(tmp_path / "l.db")
         try:
             assert ledger._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+            assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL + _sync
         finally:
             ledger.close()
         # WAL is persistent in the file: another connection sees it too.

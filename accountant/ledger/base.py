@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
@@ -246,10 +246,17 @@ class Ledger(ABC):
 
     # Storage primitives, called with self._lock held.
     @abstractmethod
-    def _begin(self) -> None: ...
+    def _begin(self, prefetch: Sequence[str] = ()) -> None:
+        """Begin and take the write lock; ``prefetch`` names accounts the transaction will read
+        (a backend whose every read is a round trip reads them with the lock, in one)."""
 
     @abstractmethod
-    def _commit(self) -> None: ...
+    def _commit(self) -> Any:
+        """Commit; returns what ``_sync`` needs to make this commit durable, if anything."""
+
+    def _sync(self, token: Any) -> None:
+        """Make the commit that returned ``token`` durable, if ``_commit`` did not (called
+        without the lock). Raises ``LedgerError`` when it cannot be confirmed."""
 
     @abstractmethod
     def _rollback(self) -> None: ...
@@ -314,13 +321,15 @@ class _Scope:
         self._ledger = ledger
         self._tx: Transaction | None = None
 
-    def begin(self) -> Transaction:
+    def begin(self, prefetch: Sequence[str] = ()) -> Transaction:
+        """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
+        (an optimisation only: any account can still be read)."""
         ledger = self._ledger
         ledger._lock.acquire()
         writer = ledger._w
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())
-        ledger._begin()
+        ledger._begin(prefetch)
         writer.begin(ledger._landed)
         self._tx = Transaction(ledger)
         return self._tx
@@ -334,7 +343,7 @@ class _Scope:
         committed = False
         try:
             box = writer.committing(appended)
-            ledger._commit()
+            token = ledger._commit()
             committed = True
             box[1] = True  # committed: the next transaction counts these without a read
             log_records(appended, box)
@@ -344,6 +353,10 @@ class _Scope:
             raise
         finally:
             _release_all(ledger)
+        if appended:
+            # On disk before the caller may act on it (draw noise): after the lock, so that
+            # other threads' transactions go on meanwhile and one sync covers them all.
+            ledger._sync(token)
 
     def abandon(self) -> None:
         """Roll back the open transaction (if any) and release the lock (if held), even if

@@ -6,7 +6,7 @@ inside a transaction are staged and applied only on commit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 
@@ -31,7 +31,7 @@ class MemoryLedger(Ledger):
         self._staged_entries: list[Entry] = []
         self._staged_accounts: dict[str, Account] = {}
 
-    def _begin(self) -> None:
+    def _begin(self, prefetch: Sequence[str] = ()) -> None:
         self._rollback()
 
     def _commit(self) -> None:

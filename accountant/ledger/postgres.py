@@ -20,14 +20,20 @@ from __future__ import annotations
 import math
 import os
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from accountant.errors import LedgerError
-from accountant.ledger.base import Account, Entry
+from accountant.ledger.base import EMPTY_HEAD, Account, Entry
+from accountant.ledger.record import float_object
 from accountant.ledger.postgres_schema import SCHEMA_VERSION, TRIGGERS, ddl
-from accountant.ledger.sql import SqlLedger
+from accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PostgresLedger"]
+
+# Makes the asynchronous commit before it durable (``PostgresLedger._commit``): a write, so its
+# transaction waits for the disk; a row per backend slot, so that writers do not queue on one row.
+_FLUSH = "UPDATE dpbudget_flush SET n = n + 1 WHERE slot = mod(pg_backend_pid(), 64)"
 
 # One advisory lock key per ledger kind; per-database, so ledgers in different databases are
 # independent.
@@ -56,6 +62,10 @@ class PostgresLedger(SqlLedger):
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
+        self._tx_read: dict[str, Account | None] | None = None  # inside a transaction
+        self._tx_head: tuple[int, str] = EMPTY_HEAD
+        self._tx_entry: Entry | None = None
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
         try:
             import psycopg
         except ImportError:
@@ -109,7 +119,7 @@ class PostgresLedger(SqlLedger):
     def _schema_current(self) -> bool:
         if self._value("SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
                        "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') "
-                       "IS NOT NULL") is not True:
+                       "IS NOT NULL AND to_regclass('dpbudget_flush') IS NOT NULL") is not True:
             return False
         if self._value("SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
             return False
@@ -172,20 +182,118 @@ class PostgresLedger(SqlLedger):
         except self._psycopg.Error as exc:
             raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
 
-    def _begin(self) -> None:
+    def _begin(self, prefetch: Sequence[str] = ()) -> None:
         self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
+        # One round trip: begin, take the ledger's lock, read the head and the accounts the
+        # debit will read. Commits are asynchronous (the lock is released without waiting for the
+        # disk); ``_commit`` makes each one durable before it returns (see there).
+        sql = ("BEGIN; SET LOCAL synchronous_commit = off; "
+               f"SELECT pg_advisory_xact_lock({_LOCK_KEY}); "
+               "SELECT seq, hash, record FROM dpbudget_entries ORDER BY seq DESC LIMIT 1; "
+               "SELECT key, rule, config, state, seq FROM dpbudget_accounts WHERE key = ANY(%s)")
         try:
-            self._conn.execute("BEGIN")
-        except self._psycopg.OperationalError:
-            # The session died since its last use and only BEGIN found out: nothing has run in
-            # this transaction yet, so a new session can start it afresh.
+            results = self._batch(sql, (list(prefetch),))
+        except LedgerError:
+            if not self._conn.broken:
+                raise
+            # The session died since its last use and only this found out: nothing has run in
+            # this transaction, so a new session can start it afresh.
             self._reconnect()
-            self._execute("BEGIN")
-        self._execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            results = self._batch(sql, (list(prefetch),))
+        head = results[1]
+        self._tx_entry = Entry(head[0][0], head[0][2], head[0][1]) if head else None
+        self._tx_head = EMPTY_HEAD if not head else (head[0][0], head[0][1])
+        read: dict[str, Account | None] = dict.fromkeys(prefetch)
+        read.update((row[0], _account(row)) for row in results[2])
+        self._tx_read = read
+        self._pending = []
+
+    def _batch(self, sql: str, args: tuple[Any, ...] = ()) -> list[list[Any]]:
+        """Run several statements in one round trip (the simple query protocol, with the values
+        bound by psycopg on the client); the rows of each statement that returns rows."""
+        cursor = self._psycopg.ClientCursor(self._conn)
+        try:
+            cursor.execute(sql, args)
+            results = []
+            while True:
+                if cursor.description is not None:
+                    results.append(cursor.fetchall())
+                if not cursor.nextset():
+                    return results
+        except self._psycopg.Error as exc:
+            raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
+
+    def _head(self) -> tuple[int, str]:
+        if self._tx_read is not None:
+            return self._tx_head
+        return super()._head()
+
+    def _read_account(self, key: str) -> Account | None:
+        read = self._tx_read
+        if read is None:
+            return super()._read_account(key)
+        if key not in read:
+            read[key] = super()._read_account(key)
+        return read[key]
+
+    def _write_entry(self, entry: Entry) -> None:
+        self._pending.append(("INSERT INTO dpbudget_entries (seq, hash, record) VALUES "
+                              "(%s, %s, %s)", (entry.seq, entry.hash, entry.text)))
+        self._tx_head, self._tx_entry = (entry.seq, entry.hash), entry
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
+        read = self._tx_read
+        assert read is not None  # only inside a transaction
+        for a in accounts:
+            row = (a.rule, self._config_text(a.config), float_object(a.state), a.seq, a.key)
+            if self._read_account(a.key) is None:  # (read under the lock: it cannot appear)
+                sql = ("INSERT INTO dpbudget_accounts (rule, config, state, seq, key) VALUES "
+                       "(%s, %s, %s, %s, %s)")
+            else:
+                sql = ("UPDATE dpbudget_accounts SET rule = %s, config = %s, state = %s, "
+                       "seq = %s WHERE key = %s")
+            self._pending.append((sql, row))
+            read[a.key] = a
+
+    def _commit(self) -> None:
+        """Write what the transaction staged, commit, and wait until the commit is on disk — in
+        one round trip, with the ledger's lock held only until the commit, not through the disk
+        write: group commit across processes.
+
+        The transaction commits asynchronously, which releases its locks as soon as its commit
+        record is in the write-ahead log; the statement after it (one row of ``dpbudget_flush``
+        updated, with ``synchronous_commit`` on) returns only once the log is on disk up to its
+        own commit record, which comes after ours. Any writer that reads our record before it is
+        on disk commits after it in the log, so it cannot outlive ours in a crash; and no answer
+        is released before this returns.
+
+        Raises:
+            LedgerError: nothing was committed; or, when it says so, the commit happened but the
+                server did not confirm that it is on disk (the debit may stand; nothing may be
+                drawn on it).
+        """
+        statements = [sql for sql, _ in self._pending]
+        args = tuple(value for _, row in self._pending for value in row)
+        self._pending = []
+        self._tx_read = None
+        # (A transaction that wrote nothing has nothing to make durable.)
+        sql = "; ".join(statements + ["COMMIT", _FLUSH] if statements else ["COMMIT"])
+        try:
+            self._batch(sql, args)
+        except LedgerError as exc:
+            status = self._conn.info.transaction_status
+            if status == self._psycopg.pq.TransactionStatus.IDLE:
+                raise LedgerError(
+                    "PostgreSQL ledger: the debit was committed but the server did not confirm "
+                    f"that it reached the disk ({exc}); nothing was drawn on it, and its budget "
+                    "stays spent") from exc
+            raise
 
     def _rollback(self) -> None:
+        self._pending = []
+        self._tx_read = None
         try:
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:
@@ -208,6 +316,9 @@ class PostgresLedger(SqlLedger):
 
     def entry(self, seq: int) -> Entry | None:
         with self._lock:
+            staged = self._tx_entry if self._tx_read is not None else None
+            if staged is not None and staged.seq == seq:  # the head, read with the lock
+                return staged
             self._usable()
         return super().entry(seq)
 

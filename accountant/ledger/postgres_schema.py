@@ -29,7 +29,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "quote_ident
 
 # Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.
@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS {S}.dpbudget_entries (
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_accounts (
     key TEXT PRIMARY KEY, rule TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL,
     seq BIGINT NOT NULL);
+-- Rows the writers update after each asynchronous commit, to wait until it is on disk
+-- (accountant.ledger.postgres): what they hold means nothing.
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_flush (slot INT PRIMARY KEY, n BIGINT NOT NULL);
+INSERT INTO {S}.dpbudget_flush SELECT g, 0 FROM generate_series(0, 63) g ON CONFLICT DO NOTHING;
 
 CREATE OR REPLACE FUNCTION {S}.dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
@@ -247,7 +251,7 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
                           "readers must not own the ledger's tables")
     s, owner = quote_ident(schema), quote_ident(owner_role)
     writer, reader = quote_ident(writer_role), quote_ident(reader_role)
-    tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts")]
+    tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts", "flush")]
     functions = [f"{s}.dpbudget_{f}()" for f in ("append_only", "entry_check", "account_check")]
     return [f"ALTER TABLE {t} OWNER TO {owner}" for t in tables] + [
         f"ALTER FUNCTION {f} OWNER TO {owner}" for f in functions
@@ -262,5 +266,7 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         # Not the key column: an account's key never changes (the trigger refuses it as well).
         f"GRANT SELECT, INSERT, UPDATE (rule, config, state, seq) ON {s}.dpbudget_accounts "
         f"TO {writer}",
+        # The rows a writer updates to wait for the disk (``PostgresLedger._commit``).
+        f"GRANT SELECT, UPDATE (n) ON {s}.dpbudget_flush TO {writer}",
         f"GRANT SELECT ON {', '.join(tables)} TO {reader}",
     ]

@@ -58,9 +58,6 @@ class SqlLedger(Ledger):
             raise LedgerError(f"the ledger at {self.url} has record format {row[0]}; this version "
                               f"of dpbudget reads format {FORMAT_VERSION}")
 
-    def _commit(self) -> None:
-        self._execute("COMMIT")
-
     def _head(self) -> tuple[int, str]:
         row = self._execute(self._sql(
             "SELECT seq, hash FROM {T}entries ORDER BY seq DESC LIMIT 1")).fetchone()
