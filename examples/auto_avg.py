@@ -21,23 +21,27 @@ from mechanisms import AboveThreshold, Laplace
 
 def auto_avg(acc: Accountant, values: np.ndarray, epsilon: float, *, dataset: str,
              bounds: range) -> tuple[int, float]:
-    """(the chosen clipping bound, the private mean), spending ``epsilon`` on ``dataset``."""
+    """(the chosen clipping bound, the private mean), spending ``epsilon`` on ``dataset``.
+
+    All or nothing: the whole ε is allocated to a pipeline before anything is released, so an
+    average that does not fit spends nothing; the noisy sum and count are then one batch."""
     third = epsilon / 3
 
     def clipped_sum(b: float) -> float:
         return float(np.clip(values, 0, b).sum())
 
     chosen = bounds[-1]  # if no bound is reported ⊤, the largest candidate
-    with acc.session(AboveThreshold(epsilon=third, threshold=0.0, sensitivity=1.0),
-                     dataset=dataset, label="auto_avg: clipping bound") as svt:
-        for b in bounds:
-            if svt.test(clipped_sum(b) - clipped_sum(b + 1)):  # no further debit
-                chosen = b
-                break
-    noisy_sum = acc.release(Laplace(third, sensitivity=chosen), clipped_sum(chosen),
-                            dataset=dataset, label="auto_avg: clipped sum")
-    noisy_count = acc.release(Laplace(third, sensitivity=1.0), float(len(values)),
-                              dataset=dataset, label="auto_avg: count")
+    with acc.pipeline("auto_avg", dataset=dataset, budget=Budget(epsilon)) as p:
+        with p.session(AboveThreshold(epsilon=third, threshold=0.0, sensitivity=1.0),
+                       label="auto_avg: clipping bound") as svt:
+            for b in bounds:
+                if svt.test(clipped_sum(b) - clipped_sum(b + 1)):  # no further debit
+                    chosen = b
+                    break
+        noisy_sum, noisy_count = p.release_many(
+            [(Laplace(third, sensitivity=chosen), clipped_sum(chosen)),
+             (Laplace(third, sensitivity=1.0), float(len(values)))],
+            label="auto_avg: clipped sum and count")
     return chosen, noisy_sum / noisy_count
 
 

@@ -174,8 +174,8 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     """A differentially private mean of values clamped into [lower, upper], costing ``epsilon``.
 
     Under add/remove neighbours the mean is a noisy sum over a noisy count, ε split between them
-    (``count_share`` to the count), each a Laplace release debited separately through
-    ``accountant`` (basic composition: ε in total). With ``centred`` the sum is taken around the
+    (``count_share`` to the count), two Laplace releases debited through ``accountant`` as one
+    batch (``release_many``): both or neither, ε in total under basic composition. With ``centred`` the sum is taken around the
     midpoint, halving its sensitivity. Under replace neighbours n is public and only the sum is
     noised (all of ε). The noisy count is floored at 1 and the result clamped back into
     [lower, upper] — post-processing, which costs no privacy (Dwork–Roth 2014, Prop. 2.1).
@@ -204,16 +204,18 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
         n = float(len(data))
         if n == 0:
             raise InvalidDataError("data", data, "non-empty under replace neighbours")
-        noisy_n, sum_eps = n, eps
+        noisy_n = n
+        noisy_sum = accountant.release(Laplace(eps, total.l1_sensitivity), total.value,
+                                       label=f"{tag}: sum", **common)
     else:
         n_query = count(data)
-        sum_eps = eps * (1.0 - share)
-        # Releases are debited one at a time; if the second is refused the first stays spent, as
-        # it was released — the caller sees the refusal and the ledger shows both attempts' truth.
-        noisy_n = accountant.release(Laplace(eps * share, n_query.l1_sensitivity), n_query.value,
-                                     label=f"{tag}: count", **common)
-    noisy_sum = accountant.release(Laplace(sum_eps, total.l1_sensitivity), total.value,
-                                   label=f"{tag}: sum", **common)
+        # All or nothing: the count and the sum are one batch, debited in one transaction, so
+        # a mean that does not fit spends nothing (released one at a time, a refused sum would
+        # leave the count's ε spent on an answer nobody gets).
+        noisy_n, noisy_sum = accountant.release_many(
+            [(Laplace(eps * share, n_query.l1_sensitivity), n_query.value),
+             (Laplace(eps * (1.0 - share), total.l1_sensitivity), total.value)],
+            label=tag, **common)
     noisy_n = max(noisy_n, 1.0)
     estimate = ((lo + hi) / 2.0 if centred else 0.0) + noisy_sum / noisy_n
     return float(min(max(estimate, lo), hi))

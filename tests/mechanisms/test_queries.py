@@ -8,8 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from mechanisms import Neighbouring, clamped_sum, count, histogram, noisy_mean
+from accountant import (
+    Accountant,
+    Budget,
+    BudgetExceededError,
+    InvalidArgumentError,
+    InvalidTypeError,
+)
+from mechanisms import Laplace, Neighbouring, clamped_sum, count, histogram, noisy_mean
 
 AR, RP = Neighbouring.ADD_REMOVE, Neighbouring.REPLACE
 
@@ -106,14 +112,26 @@ def test_noisy_mean_costs_epsilon_and_stays_in_range(relation, centred):
     assert 0 <= est <= 100
     assert abs(est - np.mean(data)) < 1.0  # n = 5000 at ε = 0.5: the noise is far smaller
     assert acc.spent().epsilon == pytest.approx(0.5)
-    releases = len(list(acc.ledger.entries()))
-    assert releases == (2 if relation is AR else 1)  # under replace, n is public
+    records = [e.record for e in acc.ledger.entries()]
+    assert len(records) == 1  # add/remove: count and sum as one batch; replace: n is public
+    assert records[0]["mechanism"]["name"] == ("batch" if relation is AR else "Laplace")
 
 
 def test_noisy_mean_output_is_clamped_even_for_tiny_data():
     acc = Accountant(None, rng=1)
     for _ in range(50):
         assert 10 <= noisy_mean(acc, [99.0], 10, 20, epsilon=0.01) <= 20
+
+
+def test_a_refused_mean_spends_nothing_even_when_its_count_would_fit():
+    """Attack: a mean whose count fits but whose sum does not must not leave the count's ε
+    spent (all or nothing). Released one at a time, 0.25 would stay spent here."""
+    acc = Accountant(Budget(1.0), rng=1)
+    acc.release(Laplace(0.6), 1.0)
+    with pytest.raises(BudgetExceededError):
+        noisy_mean(acc, [1.0, 2.0], 0, 10, epsilon=0.5)  # count 0.25 fits, count + sum does not
+    assert acc.spent().epsilon == 0.6
+    assert len(list(acc.ledger.entries())) == 1
 
 
 def test_noisy_mean_refused_leaves_nothing_when_the_first_release_does_not_fit():
