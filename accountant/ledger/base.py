@@ -353,10 +353,9 @@ class _Scope:
             raise
         finally:
             _release_all(ledger)
-        if appended:
-            # On disk before the caller may act on it (draw noise): after the lock, so that
-            # other threads' transactions go on meanwhile and one sync covers them all.
-            ledger._sync(token)
+        # On disk before the caller may act on it (draw noise): after the lock, so that other
+        # threads' transactions go on meanwhile and one sync covers them all.
+        ledger._sync(token)
 
     def abandon(self) -> None:
         """Roll back the open transaction (if any) and release the lock (if held), even if

@@ -2,9 +2,9 @@
 
 Same records, chain and account states as the SQLite ledger. Every check-and-debit is one
 transaction that first takes a transaction-level advisory lock dedicated to this ledger, so writers
-are serialised exactly as the hash chain requires (each record names the one before it), and the
-lock is released by the COMMIT that makes the debit durable (``synchronous_commit`` is forced on
-for the session).
+are serialised exactly as the hash chain requires (each record names the one before it). The lock
+is released by the COMMIT, which is asynchronous; the same round trip then waits until the commit
+is on disk (``PostgresLedger._commit``: group commit), before anything is drawn on it.
 
 The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
 triggers keep the records an append-only, correctly linked chain and every account's row equal to
@@ -32,8 +32,11 @@ from accountant.ledger.sql import SqlLedger, _account
 __all__ = ["PostgresLedger"]
 
 # Makes the asynchronous commit before it durable (``PostgresLedger._commit``): a write, so its
-# transaction waits for the disk; a row per backend slot, so that writers do not queue on one row.
-_FLUSH = "UPDATE dpbudget_flush SET n = n + 1 WHERE slot = mod(pg_backend_pid(), 64)"
+# transaction waits for the disk — an upsert, which writes a row even if someone deleted them all
+# (an UPDATE matching no row would write nothing and wait for nothing); a row per backend slot, so
+# that writers do not queue on one row.
+_FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
+          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1")
 
 # One advisory lock key per ledger kind; per-database, so ledgers in different databases are
 # independent.
@@ -163,7 +166,13 @@ class PostgresLedger(SqlLedger):
         After ``fork()`` the child never touches its parent's session: the parent's connection
         object is kept (so that its finaliser cannot end the parent's session from here) and the
         child opens its own. A session lost since its last use (a server restart, a dropped
-        connection) is replaced; nothing was in flight on it."""
+        connection) is replaced; nothing was in flight on it. Inside a transaction nothing is
+        replaced: a new session would not hold the transaction or its lock."""
+        if self._tx_read is not None:
+            if self._pid != os.getpid() or self._conn.closed or self._conn.broken:
+                raise LedgerError("PostgreSQL ledger: the session ended inside a transaction; "
+                                  "nothing was written")
+            return
         if self._pid != os.getpid():
             _INHERITED.append(self._conn)
             self._reconnect()
@@ -212,7 +221,8 @@ class PostgresLedger(SqlLedger):
 
     def _batch(self, sql: str, args: tuple[Any, ...] = ()) -> list[list[Any]]:
         """Run several statements in one round trip (the simple query protocol, with the values
-        bound by psycopg on the client); the rows of each statement that returns rows."""
+        bound by psycopg on the client); the rows of each statement that returns rows, and last
+        the row count of the last statement."""
         cursor = self._psycopg.ClientCursor(self._conn)
         try:
             cursor.execute(sql, args)
@@ -220,8 +230,9 @@ class PostgresLedger(SqlLedger):
             while True:
                 if cursor.description is not None:
                     results.append(cursor.fetchall())
+                count = cursor.rowcount
                 if not cursor.nextset():
-                    return results
+                    return results + [[count]]
         except self._psycopg.Error as exc:
             raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
 
@@ -264,32 +275,56 @@ class PostgresLedger(SqlLedger):
 
         The transaction commits asynchronously, which releases its locks as soon as its commit
         record is in the write-ahead log; the statement after it (one row of ``dpbudget_flush``
-        updated, with ``synchronous_commit`` on) returns only once the log is on disk up to its
+        written, with ``synchronous_commit`` on) returns only once the log is on disk up to its
         own commit record, which comes after ours. Any writer that reads our record before it is
         on disk commits after it in the log, so it cannot outlive ours in a crash; and no answer
         is released before this returns.
 
         Raises:
-            LedgerError: nothing was committed; or, when it says so, the commit happened but the
-                server did not confirm that it is on disk (the debit may stand; nothing may be
-                drawn on it).
+            LedgerError: nothing was committed; or, when it says so, the commit happened (or may
+                have) but the server did not confirm that it is on disk: the debit may stand, and
+                nothing may be drawn on it.
         """
         statements = [sql for sql, _ in self._pending]
         args = tuple(value for _, row in self._pending for value in row)
+        staged, self._tx_entry = self._tx_entry, None
         self._pending = []
         self._tx_read = None
-        # (A transaction that wrote nothing has nothing to make durable.)
-        sql = "; ".join(statements + ["COMMIT", _FLUSH] if statements else ["COMMIT"])
+        status = self._psycopg.pq.TransactionStatus
+        if self._conn.info.transaction_status != status.INTRANS:
+            raise LedgerError("PostgreSQL ledger: the transaction was lost (its session ended) "
+                              "before it committed; nothing was written")
+        if not statements:  # (a transaction that wrote nothing has nothing to make durable)
+            self._batch("COMMIT")
+            return
         try:
-            self._batch(sql, args)
+            written = self._batch("; ".join(statements + ["COMMIT", _FLUSH]), args)[-1][0]
         except LedgerError as exc:
-            status = self._conn.info.transaction_status
-            if status == self._psycopg.pq.TransactionStatus.IDLE:
-                raise LedgerError(
-                    "PostgreSQL ledger: the debit was committed but the server did not confirm "
-                    f"that it reached the disk ({exc}); nothing was drawn on it, and its budget "
-                    "stays spent") from exc
-            raise
+            landed = self._landed_after(staged, exc)
+            if landed is False:
+                raise
+            raise LedgerError(
+                f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
+                f"but the server did not confirm that it reached the disk ({exc}); nothing was "
+                "drawn on it, and its budget stays spent") from exc
+        if written != 1:
+            raise LedgerError(
+                "PostgreSQL ledger: the debit was committed but the server did not confirm that "
+                "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
+                "refused); nothing was drawn on it, and its budget stays spent")
+
+    def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
+        """After a failed commit round trip: whether the transaction's record is in the ledger
+        (True), is not (False: the failure came before or at the COMMIT), or cannot be known."""
+        status = self._conn.info.transaction_status
+        if status == self._psycopg.pq.TransactionStatus.INERROR:
+            return False  # a statement before the COMMIT failed; the rest was skipped
+        if status != self._psycopg.pq.TransactionStatus.IDLE or staged is None:
+            return None  # the session broke: the COMMIT may or may not have run
+        try:
+            return self._landed(staged)
+        except LedgerError:
+            return None
 
     def _rollback(self) -> None:
         self._pending = []

@@ -267,6 +267,6 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         f"GRANT SELECT, INSERT, UPDATE (rule, config, state, seq) ON {s}.dpbudget_accounts "
         f"TO {writer}",
         # The rows a writer updates to wait for the disk (``PostgresLedger._commit``).
-        f"GRANT SELECT, UPDATE (n) ON {s}.dpbudget_flush TO {writer}",
+        f"GRANT SELECT, INSERT, UPDATE (n) ON {s}.dpbudget_flush TO {writer}",
         f"GRANT SELECT ON {', '.join(tables)} TO {reader}",
     ]

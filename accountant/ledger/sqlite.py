@@ -46,6 +46,13 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
 """
 
 
+# Ledger files (by path) whose WAL sync failed in this process: no object of this process debits
+# them again (``SqliteLedger._sync``).
+_FAILED_SYNCS: dict[str, str] = {}
+_AFTER_FAILURE = ("After a failed disk write this process refuses every further debit on this "
+                  "ledger: check the disk, restart, and audit the ledger")
+
+
 class SqliteLedger(SqlLedger):
     """A ledger in an SQLite file. ``SqliteLedger("budget.db")`` or ``"sqlite:///budget.db"``.
 
@@ -68,6 +75,8 @@ class SqliteLedger(SqlLedger):
         self._synced = 0
         self._wal: int | None = None  # a descriptor of the WAL file, for ``_sync``
         self._old_wals: list[int] = []
+        self._changes = 0  # the connection's total_changes when the transaction began
+        self._closed = False
         # Absolute: the identity check must find the same file after the caller's chdir.
         self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
@@ -108,7 +117,13 @@ class SqliteLedger(SqlLedger):
 
     def _begin(self, prefetch: Sequence[str] = ()) -> None:
         self._rollback()  # a transaction an interrupt left open: it never committed
+        failed = _FAILED_SYNCS.get(str(self.path))
+        if failed is not None:
+            raise LedgerError(f"SQLite ledger {str(self.path)!r}: a sync of its WAL failed "
+                              f"earlier in this process ({failed}); nothing was written. "
+                              + _AFTER_FAILURE)
         self._execute("BEGIN IMMEDIATE")
+        self._changes = self._conn.total_changes
         # Under the write lock: the file must still be the one opened. A ledger deleted while in
         # use would take debits into an unlinked file (lost to every later reader), and one
         # replaced by a restored backup would forget spend; both are refused, nothing written.
@@ -122,7 +137,11 @@ class SqliteLedger(SqlLedger):
                               "in use; nothing was written (reopen it, and audit it)")
 
     def _commit(self) -> int:
+        """Commit; the number of this commit for ``_sync`` (0 when it wrote nothing)."""
+        wrote = self._conn.total_changes != self._changes
         self._execute("COMMIT")
+        if not wrote:
+            return 0
         self._commits += 1
         return self._commits
 
@@ -132,19 +151,30 @@ class SqliteLedger(SqlLedger):
         No lock: one that an interrupt left held would stop every later release. Threads that
         sync at once each sync (the kernel serves them together); ``_synced`` may lag behind,
         which costs a sync, never skips one: it is raised only to a count of commits read before
-        a sync that then completed."""
+        a sync that then completed.
+
+        A failed sync fails the ledger for good in this process: Linux reports a write error once
+        and marks the pages clean, so a later sync that succeeds proves nothing about the frames
+        the failed one held — and a crash would then lose them and every commit after them.
+        (PostgreSQL stops the server on a failed sync, for the same reason.)"""
         if self._synced >= token:
             return  # a sync that began after this commit has completed
+        failed = _FAILED_SYNCS.get(str(self.path))
+        if failed is not None or self._closed:
+            raise LedgerError(self._unconfirmed(failed or "the ledger was closed"))
         target = self._commits  # every commit counted so far is in the WAL or the database
         try:
             os.fsync(self._wal_descriptor())
         except OSError as exc:
-            raise LedgerError(
-                f"SQLite ledger {str(self.path)!r}: the debit was committed but could not be "
-                f"confirmed on disk ({exc.strerror}); nothing was drawn on it, and its budget "
-                "stays spent") from None
+            _FAILED_SYNCS[str(self.path)] = str(exc.strerror)
+            raise LedgerError(self._unconfirmed(str(exc.strerror))) from None
         if target > self._synced:
             self._synced = target
+
+    def _unconfirmed(self, why: str) -> str:
+        return (f"SQLite ledger {str(self.path)!r}: the debit was committed but could not be "
+                f"confirmed on disk ({why}); nothing was drawn on it, and its budget stays spent. "
+                + _AFTER_FAILURE)
 
     def _wal_descriptor(self) -> int:
         """A descriptor of the current WAL file (a new one if the file was replaced; the old one
@@ -152,13 +182,13 @@ class SqliteLedger(SqlLedger):
         wal = f"{self.path}-wal"
         fd = self._wal
         if fd is None or os.fstat(fd).st_ino != os.stat(wal).st_ino:
-            fd = os.open(wal, os.O_RDONLY)
-            # The file's name must be on disk as well as its content.
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            fd = os.open(wal, os.O_RDONLY if os.name == "posix" else os.O_RDWR)
+            if os.name == "posix":  # the file's name must be on disk as well as its content
+                directory = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
             if self._wal is not None:
                 self._old_wals.append(self._wal)
             self._wal = fd
@@ -183,6 +213,12 @@ class SqliteLedger(SqlLedger):
 
     def close(self) -> None:
         with self._lock:
+            if not self._closed and self._synced < self._commits:
+                try:  # a commit whose own sync has not run yet (another thread's)
+                    self._sync(self._commits)
+                except LedgerError:
+                    pass  # that thread's sync reports it
+            self._closed = True
             self._conn.close()
             for fd in [*self._old_wals, self._wal]:
                 if fd is not None:
