@@ -14,7 +14,16 @@ from mechanisms.gaussian import (
     analytic_gaussian_sigma,
 )
 from mechanisms.laplace import Laplace
-from mechanisms.queries import Neighbouring, Query, clamped_sum, count, histogram, noisy_mean
+from mechanisms.quantile import Median, Quantile
+from mechanisms.queries import (
+    Neighbouring,
+    Query,
+    clamped_sum,
+    count,
+    histogram,
+    noisy_mean,
+    noisy_quantiles,
+)
 from mechanisms.sampling import Sampler
 from mechanisms.selection import (
     Exponential,
@@ -26,10 +35,10 @@ from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, abov
 
 __all__ = [
     "AboveThreshold", "AnalyticGaussian", "DiscreteGaussian", "DiscreteLaplace", "Exponential",
-    "Gaussian", "Laplace", "Mechanism",
-    "Neighbouring", "NumericMechanism", "NumericSparse", "PermuteAndFlip", "Query",
+    "Gaussian", "Laplace", "Mechanism", "Median",
+    "Neighbouring", "NumericMechanism", "NumericSparse", "PermuteAndFlip", "Quantile", "Query",
     "RandomizedResponse", "ReportNoisyMax", "Sampler", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
-    "clamped_sum", "count", "histogram", "noisy_mean",
+    "clamped_sum", "count", "histogram", "noisy_mean", "noisy_quantiles",
 ]

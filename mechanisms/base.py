@@ -68,8 +68,8 @@ class _Frozen(ABCMeta):
         if type(cost) is not Budget and not isinstance(cost, Budget):  # (ABC checks are slow)
             raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
         for name, value in mechanism.params().items():
-            if isinstance(value, float) and not (math.isfinite(value) and (value != 0.0 or
-                                                                            name == "threshold")):
+            if isinstance(value, float) and not (math.isfinite(value) and (
+                    value != 0.0 or name in type(mechanism)._may_be_zero)):
                 raise InvalidArgumentError(
                     name, value, "a finite, non-zero double (the parameters given overflow or "
                     "underflow it)")
@@ -88,6 +88,9 @@ class Mechanism(ABC, metaclass=_Frozen):
 
     _cost: Budget
     _charge: Charge
+    # Public float parameters for which 0 is a value, not an underflow (every other float
+    # parameter must be a finite, non-zero double).
+    _may_be_zero: ClassVar[tuple[str, ...]] = ("threshold",)
 
     @property
     def cost(self) -> Budget:
