@@ -14,6 +14,7 @@ from mechanisms.gaussian import (
     analytic_gaussian_sigma,
 )
 from mechanisms.laplace import Laplace
+from mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
 from mechanisms.quantile import Median, Quantile
 from mechanisms.queries import (
     Neighbouring,
@@ -36,7 +37,8 @@ from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, abov
 __all__ = [
     "AboveThreshold", "AnalyticGaussian", "DiscreteGaussian", "DiscreteLaplace", "Exponential",
     "Gaussian", "Laplace", "Mechanism", "Median",
-    "Neighbouring", "NumericMechanism", "NumericSparse", "PermuteAndFlip", "Quantile", "Query",
+    "Neighbouring", "NumericMechanism", "NumericSparse", "PTRMean", "PTRMedian", "PTRRefused",
+    "PTRStatistic", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
     "RandomizedResponse", "ReportNoisyMax", "Sampler", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
