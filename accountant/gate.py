@@ -83,7 +83,7 @@ class Gate:
         except REFUSALS as refusal:
             self.refused(refusal, mechanism.name, mechanism.cost, where, label)
             raise
-        return mechanism._release(prepared, self.sampler)
+        return mechanism.draw(prepared, self.sampler)
 
     def release_many(self, items: Any, label: str | None, where: Where) -> list[Any]:
         """A batch fixed in advance: every item validated, one debit, then every draw."""
@@ -108,7 +108,7 @@ class Gate:
         except REFUSALS as refusal:
             self.refused(refusal, "batch", step.cost, where, label)
             raise
-        return [m._release(v, self.sampler) for m, v in zip(mechanisms, prepared)]
+        return [m.draw(v, self.sampler) for m, v in zip(mechanisms, prepared)]
 
     def open_session(self, mechanism: StreamMechanism, label: str | None,
                      where: Where) -> Session:

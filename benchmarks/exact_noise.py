@@ -88,9 +88,9 @@ def main() -> None:
     rows: dict[str, Callable[[], object]] = {
         "dpbudget discrete Laplace (scale 10)": lambda: discrete_laplace_array(bits, 1, 10, n),
         "dpbudget discrete Gaussian (sigma 10)": lambda: discrete_gaussian_array(bits, 100, 1, n),
-        "dpbudget Laplace on floats, grid (scale 10)": lambda: grid._release(zeros, Sampler(None)),
+        "dpbudget Laplace on floats, grid (scale 10)": lambda: grid.draw(zeros, Sampler(None)),
         "dpbudget AnalyticGaussian on floats, grid (sigma 10)":
-            lambda: gauss._release(zeros, Sampler(None)),
+            lambda: gauss.draw(zeros, Sampler(None)),
         "floor: numpy Generator.laplace (insecure float)": lambda: generator.laplace(0, 10, n),
         "floor: numpy Generator.normal (insecure float)": lambda: generator.normal(0, 10, n),
         "floor: os.urandom, 8 bytes per sample": lambda: os.urandom(8 * n),

@@ -3,8 +3,10 @@
 Invariant: ``cost`` (and ``rho``/``mu`` where defined) is a pure function of the constructor's
 parameters, fixed at construction; a mechanism holds no data and no randomness, and is immutable once
 built (the metaclass freezes it when its constructor returns). The accountant calls ``prepare``
-(validation only) before it debits, and ``_release`` (the only method that draws noise) after the
-debit has committed. A mechanism declares its name, public parameters and cost; composition math
+(validation only) before it debits, and ``draw`` (the only method that draws noise) after the
+debit has committed. Every mechanism of the library, and every one a user writes
+(docs/custom-mechanisms.md), uses the same public surface: ``declare`` its cost in ``__init__``,
+``params``, ``prepare``, ``draw``. A mechanism declares its name, public parameters and cost; composition math
 lives in ``accountant.composition`` and the ledger's encoding in ``accountant.ledger.record``,
 never here.
 """
@@ -66,7 +68,7 @@ class _Frozen(ABCMeta):
         state = mechanism.__dict__
         cost = state.get("_cost")
         if type(cost) is not Budget and not isinstance(cost, Budget):  # (ABC checks are slow)
-            raise TypeError(f"{cls.__name__}.__init__ must set self._cost to a Budget")
+            raise TypeError(f"{cls.__name__}.__init__ must declare its cost: self.declare(Budget(...))")
         for name, value in mechanism.params().items():
             if isinstance(value, float) and not (math.isfinite(value) and (
                     value != 0.0 or name in type(mechanism)._may_be_zero)):
@@ -80,10 +82,14 @@ class _Frozen(ABCMeta):
 
 
 class Mechanism(ABC, metaclass=_Frozen):
-    """Base of every mechanism.
+    """Base of every mechanism, the library's and yours (docs/custom-mechanisms.md).
 
-    Subclasses set ``self._cost`` (a ``Budget``) in ``__init__`` and implement ``params``,
-    ``prepare`` and ``_release``; they are immutable once constructed.
+    A subclass, in ``__init__``, validates its public parameters and calls ``self.declare(cost)``
+    with the (ε, δ) ``Budget`` of one release, computed from those parameters only; it implements
+    ``params`` (the public parameters, written to the ledger), ``prepare`` (validate the true
+    value, raise a typed error naming it, draw nothing) and ``draw`` (the noisy answer, using only
+    the ``Sampler`` it is given). Where it has a tighter zCDP or Gaussian-DP cost it overrides
+    ``rho`` / ``mu``. It is immutable once constructed.
     """
 
     _cost: Budget
@@ -96,6 +102,15 @@ class Mechanism(ABC, metaclass=_Frozen):
     def cost(self) -> Budget:
         """The (ε, δ)-DP cost of one release."""
         return self._cost
+
+    def declare(self, cost: Budget) -> None:
+        """Declare the (ε, δ) cost of one release; called once, in ``__init__``, with a value
+        computed from the public parameters only (never from data)."""
+        if "_frozen" in self.__dict__:
+            raise AttributeError(f"{self.name} is immutable; its cost is declared in __init__")
+        if not isinstance(cost, Budget):
+            raise InvalidTypeError("cost", cost, "a Budget")
+        object.__setattr__(self, "_cost", cost)
 
     @property
     def rho(self) -> float | None:
@@ -131,8 +146,9 @@ class Mechanism(ABC, metaclass=_Frozen):
         """Validate the true value; raise a typed error naming it. Draws nothing."""
 
     @abstractmethod
-    def _release(self, value: Any, sampler: Sampler) -> Any:
-        """The noisy answer. Called by the accountant only, after the debit has committed."""
+    def draw(self, value: Any, sampler: Sampler) -> Any:
+        """The noisy answer to ``value`` (what ``prepare`` returned), drawing randomness only
+        from ``sampler``. The accountant calls it only after the debit has committed."""
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
@@ -201,7 +217,7 @@ class StreamMechanism(Mechanism):
         raise InvalidTypeError("mechanism", self, "a one-shot mechanism for Accountant.release; "
                                "open a sparse-vector mechanism with Accountant.session")
 
-    def _release(self, value: Any, sampler: Sampler) -> Any:  # pragma: no cover - prepare refuses
+    def draw(self, value: Any, sampler: Sampler) -> Any:  # pragma: no cover - prepare refuses
         raise InvalidTypeError("mechanism", self, "a one-shot mechanism")
 
     @abstractmethod

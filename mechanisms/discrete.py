@@ -98,7 +98,7 @@ class DiscreteLaplace(_IntegerMechanism):
                 Fraction(math.floor(rate / 2 ** -k) * 2 ** -k)
         self._s, self._t = rate.numerator, rate.denominator
         self.scale = _numeric.div_up(float(self._t), float(self._s))
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def zero_probability(self) -> float:
@@ -108,7 +108,7 @@ class DiscreteLaplace(_IntegerMechanism):
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale}
 
-    def _release(self, value: Any, sampler: Sampler) -> Any:
+    def draw(self, value: Any, sampler: Sampler) -> Any:
         if isinstance(value, int):
             return value + discrete_laplace(sampler.bits, self._s, self._t)
         noise = discrete_laplace_array(sampler.bits, self._s, self._t, value.size)
@@ -145,7 +145,7 @@ class DiscreteGaussian(_IntegerMechanism):
         sigma2 = _calibrate(self.epsilon, self.delta, self.sensitivity)
         self._num, self._den = sigma2.numerator, sigma2.denominator
         self.sigma = _numeric.mul_up(math.sqrt(float(sigma2)), 1.0 + 2.0 ** -52)
-        self._cost = Budget(self.epsilon, self.delta)
+        self.declare(Budget(self.epsilon, self.delta))
 
     @property
     def rho(self) -> float:
@@ -169,7 +169,7 @@ class DiscreteGaussian(_IntegerMechanism):
                                        "calibrated for scalar queries)")
         return x
 
-    def _release(self, value: Any, sampler: Sampler) -> Any:
+    def draw(self, value: Any, sampler: Sampler) -> Any:
         return value + discrete_gaussian(sampler.bits, self._num, self._den)
 
     def sample(self, sampler: Sampler, size: int) -> Any:

@@ -41,7 +41,7 @@ class _GaussianFamily(NumericMechanism):
         self._noise = noise_kind(noise)
         self.grid = (_grid(self.epsilon, self.delta, self.sensitivity, self.sigma)
                      if self._noise == "exact" else None)
-        self._cost = Budget(self.epsilon, self.delta)
+        self.declare(Budget(self.epsilon, self.delta))
 
     @property
     def noise(self) -> str:
@@ -84,7 +84,7 @@ class _GaussianFamily(NumericMechanism):
                                    "(the noise grid of this scale cannot represent more)")
         return x
 
-    def _release(self, value: Any, sampler: Sampler) -> Any:
+    def draw(self, value: Any, sampler: Sampler) -> Any:
         if self.grid is not None:
             return self.grid.release(sampler.bits, value)
         if isinstance(value, float):

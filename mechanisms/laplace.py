@@ -52,7 +52,7 @@ class Laplace(NumericMechanism):
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
         self._noise = noise_kind(noise)
         self.grid = _grid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def noise(self) -> str:
@@ -71,7 +71,7 @@ class Laplace(NumericMechanism):
                                    "(the noise grid of this scale cannot represent more)")
         return x
 
-    def _release(self, value: Any, sampler: Sampler) -> Any:
+    def draw(self, value: Any, sampler: Sampler) -> Any:
         if self.grid is not None:
             return self.grid.release(sampler.bits, value)
         if isinstance(value, float):

@@ -4,7 +4,7 @@ from any dataset where that bound fails.
 
 Invariant: the bound, ε, δ, the statistic and its clamping range are public and fixed at
 construction; the data is validated in ``prepare``, before any debit; the distance is computed and
-tested, and the answer drawn, only in ``_release``, after the whole cost was debited. A refused
+tested, and the answer drawn, only in ``draw``, after the whole cost was debited. A refused
 test is a typed result (``PTRRefused``), charged like an answer: the test itself spent budget.
 """
 
@@ -202,7 +202,7 @@ class ProposeTestRelease(Mechanism):
         threshold = _numeric.div_up(-math.log(self.delta), half) * (1 + 1e-12)
         self.threshold = math.ceil(threshold)
         self._cap = self.threshold + math.ceil(40 / half)
-        self._cost = Budget(self.epsilon, self.delta)
+        self.declare(Budget(self.epsilon, self.delta))
 
     @property
     def noise(self) -> str:
@@ -217,10 +217,10 @@ class ProposeTestRelease(Mechanism):
         data = _data(value, "value")
         return np.sort(np.clip(data, self.statistic.lower, self.statistic.upper))
 
-    def _release(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
+    def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
         gamma = min(self.statistic.distance(value, self.bound, self._cap), self._cap)
         z = discrete_laplace(sampler.bits, self._rate.numerator, self._rate.denominator)
         if gamma + z <= self.threshold:
             return PTRRefused(self.bound)
-        answer = self._answer._release(self._answer.prepare(self.statistic.value(value)), sampler)
+        answer = self._answer.draw(self._answer.prepare(self.statistic.value(value)), sampler)
         return float(min(max(answer, self.statistic.lower), self.statistic.upper))

@@ -87,7 +87,7 @@ class Quantile(Mechanism):
         self._grid = np.asarray(self.candidates, dtype=np.float64)
         self._q = Fraction(self.q)
         self._rate = Fraction(self.epsilon) / (2 * self._q.denominator)  # γ per score unit
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def noise(self) -> str:
@@ -120,7 +120,7 @@ class Quantile(Mechanism):
             raise InvalidDataError("value", value, "free of NaN", f"; value[{int(nan[0])}] is nan")
         return np.sort(np.clip(arr, self.lower, self.upper))
 
-    def _release(self, value: np.ndarray, sampler: Sampler) -> float:
+    def draw(self, value: np.ndarray, sampler: Sampler) -> float:
         scores = self.scores(value)
         best = min(scores)
         bits = sampler.bits

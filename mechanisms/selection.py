@@ -84,7 +84,7 @@ class _NoisyArgmax(Mechanism):
         self._noise_kind = noise_kind(noise)
         # γ_r = (u* − u_r)·rate is the exact exponent of the selection law.
         self._rate = Fraction(self.epsilon) / (Fraction(self.sensitivity) * (1 if monotonic else 2))
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def noise(self) -> str:
@@ -121,7 +121,7 @@ class _NoisyArgmax(Mechanism):
                                    f"; scores[{bad[0]}] is not finite")
         return arr
 
-    def _release(self, value: np.ndarray, sampler: Sampler) -> Any:
+    def draw(self, value: np.ndarray, sampler: Sampler) -> Any:
         if self._noise_kind == "exact":
             return self.candidates[self._exact(value, sampler.bits)]
         return self.candidates[int(np.argmax(value + self._noise(sampler, value.size)))]
@@ -294,7 +294,7 @@ class RandomizedResponse(Mechanism):
         self._noise_kind = noise_kind(noise)
         exponent = Fraction(self.epsilon)
         self._e_num, self._e_den = exponent.numerator, exponent.denominator
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def noise(self) -> str:
@@ -319,7 +319,7 @@ class RandomizedResponse(Mechanism):
                                        f"categories")
         return index
 
-    def _release(self, value: int, sampler: Sampler) -> Any:
+    def draw(self, value: int, sampler: Sampler) -> Any:
         if self._noise_kind == "exact":
             bits = sampler.bits
             k = len(self.categories)

@@ -112,7 +112,7 @@ class Sparse(StreamMechanism):
             raise InvalidArgumentError("threshold", threshold, f"at most {self.limit:.6g} in "
                                        "magnitude for this noise scale")
         self._more_scales(shares)
-        self._cost = Budget(self.epsilon)
+        self.declare(Budget(self.epsilon))
 
     @property
     def noise(self) -> str:

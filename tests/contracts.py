@@ -448,13 +448,13 @@ class MechanismContract(DocumentedAndExported):
         m = self.make()
         acc = Accountant(Budget(100.0, 0.5), rng=SEED)
         seen: list[int] = []
-        original = m._release
+        original = m.draw
 
         def spy(value: Any, sampler: Any) -> Any:
             seen.append(acc.ledger.head()[0])  # the record must already be committed
             return original(value, sampler)
 
-        object.__setattr__(m, "_release", spy)
+        object.__setattr__(m, "draw", spy)
         acc.release(m, self.value)
         assert seen == [1]
 

@@ -599,7 +599,7 @@ def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> No
         def params(self) -> dict:
             return {}
 
-        def _release(self, value, sampler):
+        def draw(self, value, sampler):
             return value + sampler.laplace(1.0 / self.epsilon)
 
     acc = Accountant(Budget(10.0), rng=0)
@@ -631,7 +631,7 @@ def test_a_mechanism_with_its_own_equality_is_charged_its_own_cost() -> None:
         def __hash__(self) -> int:
             return hash(self.scale)
 
-        def _release(self, value, sampler):
+        def draw(self, value, sampler):
             return value + sampler.laplace(self.scale)
 
     acc = Accountant(Budget(5.0), rng=0)

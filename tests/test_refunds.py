@@ -29,7 +29,7 @@ class _Forged(NumericMechanism):
     def params(self) -> dict[str, Any]:
         return {}  # (a finite-looking ε in params would already be refused at construction)
 
-    def _release(self, value: Any, sampler: Any) -> Any:
+    def draw(self, value: Any, sampler: Any) -> Any:
         return value + sampler.laplace(1.0)
 
 

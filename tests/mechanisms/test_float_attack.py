@@ -125,7 +125,7 @@ def test_selection_exact_by_default_and_float_only_on_request(make: Callable[[st
     scores = exact_m.prepare([0.0, 3.0, 1.0])  # type: ignore[attr-defined]
     s = Sampler(5)
     for m in (exact_m, float_m):
-        picks = [m._release(scores, s) for _ in range(3000)]  # type: ignore[attr-defined]
+        picks = [m.draw(scores, s) for _ in range(3000)]  # type: ignore[attr-defined]
         assert picks.count("b") > picks.count("c") > picks.count("a") > 0
 
 
@@ -153,7 +153,7 @@ def test_randomized_response_exact_is_exactly_p() -> None:
     from mechanisms.sampling import Sampler
     m = RandomizedResponse(math.log(3.0), ["y", "n"])
     s = Sampler(8)
-    truthful = sum(m._release(0, s) == "y" for _ in range(40_000))
+    truthful = sum(m.draw(0, s) == "y" for _ in range(40_000))
     p = stats.binomtest(truthful, 40_000, 0.75).pvalue
     assert p > ALPHA
     assert stats.binomtest(truthful, 40_000, 0.7).pvalue < ALPHA  # power

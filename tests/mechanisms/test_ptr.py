@@ -37,7 +37,7 @@ def test_distance_zero_passes_with_probability_at_most_delta(epsilon: float, del
 def _pass_rate(m: ProposeTestRelease, data: list[float], n: int, seed: int) -> int:
     sampler = Sampler(seed)
     prepared = m.prepare(data)
-    return sum(not isinstance(m._release(prepared, sampler), PTRRefused) for _ in range(n))
+    return sum(not isinstance(m.draw(prepared, sampler), PTRRefused) for _ in range(n))
 
 
 class _NotesThreshold(ProposeTestRelease):

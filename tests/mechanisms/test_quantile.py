@@ -34,7 +34,7 @@ def draws(m: Quantile, data: list[float], n: int, seed: int) -> np.ndarray:
     prepared = m.prepare(data)
     counts = np.zeros(len(CANDIDATES))
     for _ in range(n):
-        counts[CANDIDATES.index(m._release(prepared, sampler))] += 1
+        counts[CANDIDATES.index(m.draw(prepared, sampler))] += 1
     return counts
 
 

@@ -36,7 +36,7 @@ def test_randomized_response_draws_do_not_depend_on_the_truth(k: int) -> None:
             bits = _CountingBits(seed)
             sampler = Sampler(np.random.default_rng(0))
             sampler.bits = bits  # type: ignore[misc]
-            outs.append(m._release(truth, sampler))
+            outs.append(m.draw(truth, sampler))
             used.add(bits.used)
         assert len(used) == 1, seed
         # one shared draw: either every truth is reported, or none is

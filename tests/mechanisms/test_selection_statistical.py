@@ -1,5 +1,5 @@
 """The selection mechanisms' output laws (α = 1e-6, χ² with 0.7×/1.3× power checks). Draws go
-through ``mechanism._release`` — the code ``Accountant.release`` runs after the debit."""
+through ``mechanism.draw`` — the code ``Accountant.release`` runs after the debit."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def counts_of(mechanism, value, n=N, seed=7):
                                          or mechanism.categories)}
     out = np.zeros(len(index))
     for _ in range(n):
-        out[index[mechanism._release(prepared, s)]] += 1
+        out[index[mechanism.draw(prepared, s)]] += 1
     return out
 
 
