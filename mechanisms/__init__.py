@@ -25,6 +25,7 @@ from mechanisms.queries import (
     noisy_mean,
     noisy_quantiles,
 )
+from mechanisms.sample_aggregate import SampleAndAggregate
 from mechanisms.sampling import Sampler
 from mechanisms.selection import (
     Exponential,
@@ -39,7 +40,7 @@ __all__ = [
     "Gaussian", "Laplace", "Mechanism", "Median",
     "Neighbouring", "NumericMechanism", "NumericSparse", "PTRMean", "PTRMedian", "PTRRefused",
     "PTRStatistic", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
-    "RandomizedResponse", "ReportNoisyMax", "Sampler", "Sparse", "StreamMechanism",
+    "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
     "clamped_sum", "count", "histogram", "noisy_mean", "noisy_quantiles",
