@@ -167,7 +167,8 @@ class NumericMechanism(Mechanism):
     """A mechanism that adds noise to a number or a numpy array of numbers."""
 
     def prepare(self, value: Any) -> Any:
-        """A finite real scalar (returned as ``float``) or a non-empty array of them (``float64``).
+        """A finite real scalar (returned as ``float``) or a non-empty array of them (``float64``);
+        a pandas Series or DataFrame is taken as the array of its values.
 
         Raises:
             InvalidTypeError: a string, a bool, None, or an array that is not numeric.
@@ -180,6 +181,9 @@ class NumericMechanism(Mechanism):
             if not np.isfinite(x):
                 raise InvalidDataError("value", value, "a finite number")
             return x
+        if hasattr(value, "to_numpy") and hasattr(value, "dtypes" if hasattr(value, "columns")
+                                                  else "dtype"):
+            value = value.to_numpy()  # a pandas Series or DataFrame: its values, as an array
         if isinstance(value, (np.ndarray, list, tuple)):
             try:
                 arr = np.asarray(value)

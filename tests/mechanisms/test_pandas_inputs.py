@@ -1,0 +1,43 @@
+"""pandas is an accepted input wherever a numpy array is: a Series or DataFrame column through the
+numeric mechanisms and the helpers, as the array of its values (the answer is a numpy array)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from accountant import Accountant, Budget
+from accountant.errors import InvalidDataError, InvalidDataTypeError
+from mechanisms import AnalyticGaussian, Laplace, Median, clamped_sum, noisy_mean
+
+pd = pytest.importorskip("pandas")
+
+
+@pytest.mark.parametrize("make", [lambda: Laplace(0.5), lambda: AnalyticGaussian(0.5, 1e-6)])
+def test_numeric_mechanisms_take_a_series_and_a_frame(make: object) -> None:
+    acc = Accountant(Budget(10.0, 1e-3), rng=0)
+    series = pd.Series([1.0, 2.0, 3.0], index=["a", "b", "c"])
+    out = acc.release(make(), series)  # type: ignore[operator]
+    assert isinstance(out, np.ndarray) and out.shape == (3,)
+    frame = pd.DataFrame({"x": [1.0, 2.0], "y": [3, 4]})
+    assert acc.release(make(), frame).shape == (2, 2)  # type: ignore[operator]
+
+
+def test_pandas_bad_values_are_typed_and_hidden() -> None:
+    acc = Accountant(Budget(1.0), rng=0)
+    with pytest.raises(InvalidDataTypeError):
+        acc.release(Laplace(0.1), pd.Series(["secret-a", "secret-b"]))
+    with pytest.raises(InvalidDataError) as caught:
+        acc.release(Laplace(0.1), pd.Series([424242.0, math.nan]))
+    assert "424242" not in str(caught.value)
+    assert acc.spent() == Budget(0.0)
+
+
+def test_helpers_and_selection_take_a_column() -> None:
+    frame = pd.DataFrame({"age": np.arange(20.0, 80.0)})
+    acc = Accountant(Budget(3.0), rng=1)
+    assert clamped_sum(frame["age"], 0, 100).value == float(np.arange(20.0, 80.0).sum())
+    assert 0 <= noisy_mean(acc, frame["age"], 0, 100, epsilon=1.0) <= 100
+    assert 0 <= acc.release(Median(1.0, 0.0, 100.0), frame["age"]) <= 100
