@@ -13,6 +13,7 @@ from mechanisms.gaussian import (
     analytic_gaussian_delta,
     analytic_gaussian_sigma,
 )
+from mechanisms.group_by import group_by
 from mechanisms.laplace import Laplace
 from mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
 from mechanisms.quantile import Median, Quantile
@@ -43,5 +44,5 @@ __all__ = [
     "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
-    "clamped_sum", "count", "histogram", "noisy_mean", "noisy_quantiles",
+    "clamped_sum", "count", "group_by", "histogram", "noisy_mean", "noisy_quantiles",
 ]

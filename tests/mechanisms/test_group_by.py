@@ -1,0 +1,122 @@
+"""``group_by``: one debit of ε for the whole table whatever the number of groups (parallel
+composition), the sensitivities stated (checked by brute force on neighbours), the noise law (KS,
+α = 1e-6, power check; a per-group ε charged k times as negative control would be rejected),
+undeclared keys dropped without an error, means all or nothing, and bad input typed."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
+from accountant.errors import InvalidDataError
+from accountant.errors import InvalidTypeError
+from mechanisms import Neighbouring, group_by
+from mechanisms.group_by import _group_index
+from tests.mechanisms.stat_checks import ks_with_power, laplace_cdf
+
+GROUPS = ["a", "b", "c", "d"]
+KEYS = ["a"] * 40 + ["b"] * 25 + ["c"] * 5 + ["x"] * 7  # "x" is not declared
+VALUES = list(np.linspace(-5.0, 15.0, len(KEYS)))
+
+
+def _true(statistic: str, keys: list[str], values: list[float], lo: float = 0.0,
+          hi: float = 10.0) -> np.ndarray:
+    idx = _group_index(keys, GROUPS)
+    kept = idx >= 0
+    v = np.clip(np.asarray(values), lo, hi)
+    counts = np.bincount(idx[kept], minlength=4).astype(float)
+    if statistic == "count":
+        return counts
+    return np.bincount(idx[kept], weights=v[kept], minlength=4)
+
+
+@pytest.mark.parametrize("relation, statistic, delta", [
+    (Neighbouring.ADD_REMOVE, "count", 1.0), (Neighbouring.REPLACE, "count", 2.0),
+    (Neighbouring.ADD_REMOVE, "sum", 10.0), (Neighbouring.REPLACE, "sum", 20.0),
+])
+def test_stated_sensitivity_holds_on_every_neighbour(relation: Neighbouring, statistic: str,
+                                                     delta: float) -> None:
+    base = _true(statistic, KEYS, VALUES)
+    worst = 0.0
+    for i in range(len(KEYS)):
+        if relation is Neighbouring.ADD_REMOVE:
+            neighbours = [(KEYS[:i] + KEYS[i + 1:], VALUES[:i] + VALUES[i + 1:])]
+        else:
+            neighbours = [(KEYS[:i] + [g] + KEYS[i + 1:], VALUES[:i] + [v] + VALUES[i + 1:])
+                          for g in GROUPS + ["x"] for v in (-100.0, 0.0, 10.0, 100.0)]
+        for keys, values in neighbours:
+            worst = max(worst, float(np.abs(_true(statistic, keys, values) - base).sum()))
+    assert worst <= delta
+    assert worst == delta  # and it is attained: not an over-statement
+
+
+def test_one_debit_for_the_whole_table() -> None:
+    acc = Accountant(Budget(1.0), rng=0)
+    many = [f"g{i}" for i in range(500)]
+    out = group_by(acc, [f"g{i % 500}" for i in range(5000)], many, epsilon=1.0)
+    assert len(out) == 500
+    records = [e.record for e in acc.ledger.entries() if e.record["kind"] == "release"]
+    assert len(records) == 1 and records[0]["cost"]["epsilon"] == 1.0
+    assert acc.spent() == Budget(1.0)
+
+
+def test_count_noise_is_laplace_one_over_epsilon() -> None:
+    acc = Accountant(None, rng=np.random.default_rng(41))
+    noise = np.array([group_by(acc, KEYS, GROUPS, epsilon=0.5)["d"] for _ in range(3000)])
+    ks_with_power(noise, laplace_cdf, 1.0 / 0.5)  # group d is empty: the release is pure noise
+
+
+def test_undeclared_keys_are_dropped_silently() -> None:
+    acc = Accountant(None, rng=1)
+    out = group_by(acc, KEYS, GROUPS, epsilon=1e3)  # almost no noise
+    assert [round(out[g]) for g in GROUPS] == [40, 25, 5, 0]
+    assert "x" not in out
+
+
+def test_means_are_one_batch_all_or_nothing() -> None:
+    acc = Accountant(Budget(1.0), rng=2)
+    acc.release(__import__("mechanisms").Laplace(0.6), 1.0)
+    with pytest.raises(BudgetExceededError):
+        group_by(acc, KEYS, GROUPS, values=VALUES, statistic="mean", lower=0, upper=10,
+                 epsilon=0.5)
+    assert acc.spent() == Budget(0.6)
+    out = group_by(Accountant(None, rng=3), KEYS, GROUPS, values=VALUES, statistic="mean",
+                   lower=0, upper=10, epsilon=1e4)
+    truth = _true("sum", KEYS, VALUES) / np.maximum(_true("count", KEYS, VALUES), 1)
+    assert all(abs(out[g] - truth[i]) < 0.05 for i, g in enumerate(GROUPS[:3]))
+
+
+def test_pandas_columns() -> None:
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame({"state": KEYS, "income": VALUES})
+    out = group_by(Accountant(None, rng=4), frame["state"], GROUPS, values=frame["income"],
+                   statistic="sum", lower=0, upper=10, epsilon=1e3)
+    assert abs(out["a"] - _true("sum", KEYS, VALUES)[0]) < 0.1
+
+
+@pytest.mark.parametrize("kwargs, error, argument", [
+    ({"groups": []}, InvalidArgumentError, "groups"),
+    ({"groups": {"a", "b"}}, InvalidTypeError, "groups"),
+    ({"groups": ["a", "a"]}, InvalidArgumentError, "groups[1]"),
+    ({"statistic": "median"}, InvalidArgumentError, "statistic"),
+    ({"statistic": "sum"}, InvalidArgumentError, "lower"),
+    ({"statistic": "sum", "lower": 0, "upper": 1}, InvalidArgumentError, "values"),
+    ({"statistic": "sum", "lower": 0, "upper": 1, "values": [1.0]}, InvalidArgumentError,
+     "values"),
+    ({"statistic": "sum", "lower": 0, "upper": 1, "values": [math.nan] * len(KEYS)},
+     InvalidDataError, "values"),
+    ({"epsilon": 0.0}, InvalidArgumentError, "epsilon"),
+    ({"keys": 5}, InvalidTypeError, "keys"),
+])
+def test_bad_input_is_typed_and_debits_nothing(kwargs: dict[str, Any], error: type,
+                                               argument: str) -> None:
+    acc = Accountant(Budget(1.0), rng=5)
+    params: dict[str, Any] = {"keys": KEYS, "groups": GROUPS, "epsilon": 0.5, **kwargs}
+    with pytest.raises(error) as caught:
+        group_by(acc, params.pop("keys"), params.pop("groups"), **params)
+    assert caught.value.argument == argument
+    assert acc.spent() == Budget(0.0)
