@@ -14,8 +14,20 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
     ("auto_avg.py", "spent: Budget(epsilon=1.0, delta=0.0)"),
     ("range_query_svt.py", "spent Budget(epsilon=1.0, delta=0.0)"),
     ("custom_mechanism.py", "spent: Budget(epsilon=0.5, delta=0.0)"),
+    ("course_workloads.py", "spent: ε = 3.0000, δ = 1e-06 of the limit (3, 1e-05)"),
 ])
 def test_example_runs(script, expected, capsys):
     runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     out = capsys.readouterr().out
     assert expected in out
+
+
+def test_averages_experiment_runs_fast_and_plots(tmp_path: Path, capsys) -> None:
+    """At fast settings: every private variant is charged exactly ε per run (the script checks
+    its ledger), the table and the figure are produced."""
+    module = runpy.run_path(str(EXAMPLES / "averages_experiment.py"))
+    figure = tmp_path / "averages.png"
+    module["main"](["--trials", "8", "--plot", str(figure)])
+    out = capsys.readouterr().out
+    assert "| sum/count, centred |" in out and "At ε = 0.01 the smallest error is" in out
+    assert figure.stat().st_size > 10_000
