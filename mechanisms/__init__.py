@@ -28,6 +28,7 @@ from mechanisms.queries import (
 )
 from mechanisms.sample_aggregate import SampleAndAggregate
 from mechanisms.sampling import Sampler
+from mechanisms.smooth import SmoothSensitivity, smooth_sensitivity
 from mechanisms.selection import (
     Exponential,
     PermuteAndFlip,
@@ -41,8 +42,8 @@ __all__ = [
     "Gaussian", "Laplace", "Mechanism", "Median",
     "Neighbouring", "NumericMechanism", "NumericSparse", "PTRMean", "PTRMedian", "PTRRefused",
     "PTRStatistic", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
-    "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "Sparse", "StreamMechanism",
+    "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "SmoothSensitivity", "Sparse", "StreamMechanism",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
-    "clamped_sum", "count", "group_by", "histogram", "noisy_mean", "noisy_quantiles",
+    "clamped_sum", "count", "group_by", "smooth_sensitivity", "histogram", "noisy_mean", "noisy_quantiles",
 ]

@@ -24,15 +24,22 @@ from mechanisms import (
     Exponential,
     Gaussian,
     Laplace,
+    Median,
     NumericSparse,
     PermuteAndFlip,
+    ProposeTestRelease,
+    Quantile,
     RandomizedResponse,
     ReportNoisyMax,
+    SampleAndAggregate,
+    SmoothSensitivity,
     Sparse,
     clamped_sum,
     count,
+    group_by,
     histogram,
     noisy_mean,
+    noisy_quantiles,
 )
 
 CANARY = 987654.321
@@ -79,6 +86,29 @@ def _cases() -> list[Any]:
             cases.append(pytest.param(
                 lambda acc, c=cls, v=bad: acc.release(c(1.0, ["a", "b"]), v),
                 id=f"{cls.__name__}-{i}"))
+    # Mechanisms over rows (issue 13): a list of rows with a NaN, text, nesting or a scalar.
+    rows_bad = [[CANARY, NAN], TEXT, [TEXT, CANARY], [[CANARY], [1.0, 2.0]], CANARY,
+                np.array([CANARY, NAN]), [CANARY, None], complex(CANARY, 1.0)]
+    row_mechanisms: list[Callable[[], Any]] = [
+        lambda: Median(1.0, 0.0, 1e6), lambda: Quantile(1.0, 0.9, 0.0, 1e6),
+        lambda: ProposeTestRelease(1.0, 1e-6, 1.0, "median", 0.0, 1e6),
+        lambda: ProposeTestRelease(1.0, 1e-6, 1.0, "mean", 0.0, 1e6),
+        lambda: SmoothSensitivity(1.0, 1e-6, 0.0, 1e6)]
+    for j, make in enumerate(row_mechanisms):
+        for i, bad in enumerate(rows_bad):
+            cases.append(pytest.param(lambda acc, mk=make, v=bad: acc.release(mk(), v),
+                                      id=f"rows-{j}-{i}"))
+    for i, bad in enumerate([TEXT, CANARY, complex(CANARY, 1.0), np.float64(CANARY)]):
+        # Rows of any content go to the user's function (its failures are contained); only
+        # what is not rows at all is refused.
+        cases.append(pytest.param(lambda acc, v=bad: acc.release(
+            SampleAndAggregate(1.0, np.mean, 3, 0.0, 1e6), v), id=f"sample-aggregate-{i}"))
+    for i, bad in enumerate(rows_bad[:4]):
+        cases.append(pytest.param(lambda acc, v=bad: noisy_quantiles(
+            acc, v, [0.5], 0.0, 1e6, epsilon=0.5), id=f"quantiles-{i}"))
+        cases.append(pytest.param(lambda acc, v=bad: group_by(
+            acc, ["a", "b"], ["a", "b"], values=v, statistic="sum", lower=0.0, upper=1e6,
+            epsilon=0.5), id=f"group-by-{i}"))
     for i, bad in enumerate([TEXT, [CANARY], CANARY, {TEXT}]):
         cases.append(pytest.param(
             lambda acc, v=bad: acc.release(RandomizedResponse(1.0, ["a", "b"]), v), id=f"rr-{i}"))
