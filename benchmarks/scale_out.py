@@ -107,6 +107,33 @@ def _run(make: Any, target: str, processes: int, distinct: bool, n: int) -> floa
     return processes * n / (max(t[1] for t in times) - min(t[0] for t in times))
 
 
+def threads(url: str, count: int, n: int) -> float:
+    """Releases per second from ``count`` threads sharing one accountant on one dataset (group
+    commit within a process: the threads' commits share syncs)."""
+    import threading
+
+    acc = Accountant.open(url)
+    mechanism = Laplace(1e-6)
+    acc.release(mechanism, 1.0, dataset="d0")
+    barrier = threading.Barrier(count + 1)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(n):
+            acc.release(mechanism, 1.0, dataset="d0")
+
+    workers = [threading.Thread(target=work) for _ in range(count)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    rate = count * n / (time.perf_counter() - start)
+    acc.close()
+    return rate
+
+
 # -- backends --------------------------------------------------------------------------------------
 
 class _Sqlite:
@@ -302,6 +329,13 @@ def main(argv: list[str] | None = None) -> int:
             for backend in backends:
                 rows = scale(backend, args.processes, args.releases, args.rounds)
                 print(table(backend.name, rows, args.processes) + "\n")
+            for backend in backends:
+                cells = {t: statistics.median(threads(backend.dpbudget_target(), t,
+                                                      args.releases) for _ in range(args.rounds))
+                         for t in (1, 8)}
+                print(f"- {backend.name}, threads sharing one accountant on one dataset: "
+                      f"{cells[1]:,.0f}/s with 1 thread, {cells[8]:,.0f}/s with 8 "
+                      f"(×{cells[8] / cells[1]:.2f})")
             for backend in backends:
                 print("- " + overspend(backend))
         finally:
