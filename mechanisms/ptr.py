@@ -57,6 +57,9 @@ class PTRStatistic(ABC):
     ``bound``, or ``cap`` if that is larger. Contract for a subclass: the distance must never be
     larger than the true one, and must change by at most 1 between neighbouring datasets (it is
     released with Laplace noise of sensitivity 1); whatever it returns, ``min(·, cap)`` is used.
+    Neither method may raise or keep state: a distance that raises counts as 0, a value that
+    raises (or is not a finite number) as the range's midpoint, since an escaping error would
+    itself be an un-noised release.
     """
 
     name: str
@@ -81,12 +84,12 @@ class PTRStatistic(ABC):
 class PTRMean(PTRStatistic):
     """The mean of values clamped into [lower, upper], add/remove neighbours (n is private).
 
-    Removing a row v from n rows moves the mean by (v − mean)/(n − 1), adding one by
-    (v − mean)/(n + 1); so its local sensitivity is at most B(n) = (U − L)/(n − 1) (infinite for
-    n ≤ 1), and the distance to a dataset where it may exceed b is at least the number of rows
-    that must be removed before B exceeds b: ``min{k : B(n − k) > b}``, a function of n that
-    moves by at most 1 between neighbours. (Some course notes use (U − L)/(n − k): one row too
-    few, which under-states the sensitivity.)
+    Removing a row v from n rows moves the mean by (v − mean)/(n − 1) = (v − mean')/n, with
+    mean' the mean of the other n − 1 rows, and adding one moves it by (v − mean)/(n + 1); so the
+    local sensitivity of n rows is at most B(n) = (U − L)/n (infinite for n = 0), and the distance
+    to a dataset where it may exceed b is the number of rows that must be removed before B exceeds
+    b: ``min{k : B(n − k) > b}``, a function of n that moves by at most 1 between neighbours (the
+    course notes' (U − L)/(n − k)).
     """
 
     name = "mean"
@@ -97,10 +100,9 @@ class PTRMean(PTRStatistic):
 
     def distance(self, ordered: np.ndarray, bound: float, cap: int) -> int:
         width = Fraction(self.upper) - Fraction(self.lower)
-        # B(m) = width/(m − 1) <= b  ⇔  m >= 1 + width/b; the least such m, exactly.
-        least = 1 + math.floor(width / Fraction(bound))
-        least += 1 if Fraction(least - 1) * Fraction(bound) < width else 0
-        return max(0, min(cap, ordered.size - max(least, 2) + 1))
+        # B(m) = width/m <= b  ⇔  m >= width/b; the least such m (at least 1), exactly.
+        least = max(1, math.ceil(width / Fraction(bound)))
+        return max(0, min(cap, ordered.size - least + 1))
 
 
 class PTRMedian(PTRStatistic):
@@ -127,8 +129,15 @@ class PTRMedian(PTRStatistic):
         centre = m - 1 + pad  # x[centre] is x_m
         for k in range(cap):
             # x_{m+t} − x_{m+t−k−1} for t = 0..k+1
-            gaps = x[centre:centre + k + 2] - x[centre - k - 1:centre + 1]
-            if float(gaps.max()) > bound:
+            high, low = x[centre:centre + k + 2], x[centre - k - 1:centre + 1]
+            gaps = high - low
+            if (gaps > bound).any():
+                return k
+            # Rounding is monotone, so a true gap above the bound rounds to at least the bound:
+            # only the gaps that round to it exactly need the exact difference.
+            ties = np.flatnonzero(gaps == bound)
+            if any(Fraction(float(high[i])) - Fraction(float(low[i])) > Fraction(bound)
+                   for i in ties):
                 return k
         return cap
 
@@ -218,9 +227,23 @@ class ProposeTestRelease(Mechanism):
         return np.sort(np.clip(data, self.statistic.lower, self.statistic.upper))
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
-        gamma = min(self.statistic.distance(value, self.bound, self._cap), self._cap)
+        # A statistic (a user's PTRStatistic) that raises must not tell, without noise, that it
+        # did: its distance is then taken as 0 (always a lower bound: the test passes with
+        # probability <= δ), its value as the range's midpoint.
+        try:
+            gamma = int(self.statistic.distance(value, self.bound, self._cap))
+        except Exception:
+            gamma = 0
+        gamma = max(0, min(gamma, self._cap))
         z = discrete_laplace(sampler.bits, self._rate.numerator, self._rate.denominator)
         if gamma + z <= self.threshold:
             return PTRRefused(self.bound)
-        answer = self._answer.draw(self._answer.prepare(self.statistic.value(value)), sampler)
-        return float(min(max(answer, self.statistic.lower), self.statistic.upper))
+        lower, upper = self.statistic.lower, self.statistic.upper
+        try:
+            statistic = min(max(float(self.statistic.value(value)), lower), upper)
+        except Exception:
+            statistic = math.nan
+        if not math.isfinite(statistic):
+            statistic = (lower + upper) / 2
+        answer = self._answer.draw(self._answer.prepare(statistic), sampler)
+        return float(min(max(answer, lower), upper))

@@ -165,9 +165,12 @@ def _candidates(candidates: Any, bins: Any, lower: float, upper: float) -> tuple
         count = int(bins)
         if not 1 <= count < MAX_CANDIDATES:
             raise InvalidArgumentError("bins", bins, f"between 1 and {MAX_CANDIDATES - 1}")
-        step = (upper - lower) / count
-        grid = [lower + step * j for j in range(count)] + [upper]
-        return tuple(min(max(c, lower), upper) for c in grid)
+        step = upper / count - lower / count  # (never overflows, unlike upper − lower)
+        grid = [min(max(lower + step * j, lower), upper) for j in range(count)] + [upper]
+        if any(not b > a for a, b in zip(grid, grid[1:])):
+            raise InvalidArgumentError("bins", bins, f"few enough that {count} + 1 evenly spaced "
+                                       f"candidates in [{lower}, {upper}] are distinct doubles")
+        return tuple(grid)
     if isinstance(candidates, (str, bytes, set, frozenset, dict)) or not hasattr(
             candidates, "__iter__"):
         raise InvalidTypeError("candidates", candidates, "an increasing sequence of numbers")

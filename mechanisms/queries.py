@@ -81,6 +81,9 @@ def _bounds(lower: Any, upper: Any) -> tuple[float, float]:
     hi = _validate.finite("upper", upper)
     if not lo < hi:
         raise InvalidArgumentError("upper", upper, f"greater than lower={lo!r}")
+    if not math.isfinite(hi - lo):
+        raise InvalidArgumentError("upper", upper, f"within a finite distance of lower={lo!r} "
+                                   "(upper − lower must be a finite double)")
     return lo, hi
 
 

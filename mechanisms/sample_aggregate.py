@@ -41,6 +41,9 @@ class SampleAndAggregate(Mechanism):
     **Rows are individuals.** The guarantee is per row: if a person has several rows, group them
     into one row first (or they may land in several chunks and be protected only at k times ε).
 
+    **The function must be pure**: no state kept from one chunk to the next, no I/O — what it
+    carries across chunks would break the "one chunk differs" argument.
+
     **The function runs on private data.** A function that raises, or answers something that is
     not a finite number, counts as the midpoint (lower + upper)/2 for its chunk — silently: an
     error that escaped would tell which chunk had which property, without noise. Its running
@@ -121,9 +124,8 @@ class SampleAndAggregate(Mechanism):
         fallback = (self.lower + self.upper) / 2
         total = 0.0
         for j in range(self.chunks):
-            rows = _take(value, order[edges[j]:edges[j + 1]])
             try:
-                answer = float(self.function(rows))
+                answer = float(self.function(_take(value, order[edges[j]:edges[j + 1]])))
             except Exception:  # the error would itself be a release: see the class docstring
                 answer = fallback
             if not math.isfinite(answer):

@@ -27,7 +27,12 @@ from mechanisms.sampling import Sampler
 
 __all__ = ["SmoothSensitivity", "smooth_sensitivity"]
 
-_MARGIN = 2.0 ** -40  # β is lowered by this much: the float upper bound on S is (β + 2^-50)-smooth
+# β is lowered by _MARGIN. S is computed in floats and inflated by 1 + _SLACK: log, exp and k·β
+# err by at most about 3·745·2^-53 < 2^-41 relative, so the result is >= the true S, and the ratio
+# of two such bounds is within (1 + 2^-40)·e^β of the true ratio: a (β + 2^-39)-smooth bound,
+# still at most the nominal β.
+_MARGIN = 2.0 ** -38
+_SLACK = 2.0 ** -40
 
 
 class SmoothSensitivity(Mechanism):
@@ -39,9 +44,9 @@ class SmoothSensitivity(Mechanism):
     dataset within distance k; for an order statistic x_m of sorted values padded with lower
     below and upper above, A^(k)(x) = max_{0≤t≤k+1} (x_{m+t} − x_{m+t−k−1}) (§3.1). Laplace noise
     is (ε/2, ε/(2 ln(2/δ)))-admissible (Lemma 2.9), so x_m + (2S/ε)·Z, Z ~ Lap(1), with
-    β = ε/(2 ln(2/δ)) is (ε, δ)-DP (Lemma 2.6). Here β is lowered by 2^−40 and S is computed as
-    a float upper bound (every difference and exponential rounded up), which is still a smooth
-    bound for the lowered β. The paper's pure-DP variant (Cauchy-like noise, Lemma 2.10) needs
+    β = ε/(2 ln(2/δ)) is (ε, δ)-DP (Lemma 2.6). Here β is lowered by 2^−38 and S is computed as
+    a float upper bound (differences rounded up, the result inflated by 1 + 2^−40 to cover
+    log's and exp's rounding), which is still a smooth bound for the nominal β. The paper's pure-DP variant (Cauchy-like noise, Lemma 2.10) needs
     heavier-tailed noise and is not offered.
 
     m = ⌈q·n⌉ (at least 1): the lower median for even n. Cost: O(K²) for the K distances until
@@ -78,7 +83,7 @@ class SmoothSensitivity(Mechanism):
         self.beta = self.epsilon / (2 * math.log(2 / self.delta)) - _MARGIN
         if not self.beta > 0:
             raise InvalidArgumentError("epsilon", epsilon, "large enough that "
-                                       "β = ε/(2 ln(2/δ)) exceeds 2^-40")
+                                       "β = ε/(2 ln(2/δ)) exceeds 2^-38")
         self.grid = math.ldexp(1.0, math.frexp((self.upper - self.lower) * 2.0 ** -40)[1])
         self.declare(Budget(self.epsilon, self.delta))
 
@@ -88,15 +93,16 @@ class SmoothSensitivity(Mechanism):
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "lower": self.lower,
-                "upper": self.upper, "q": self.q, "beta": self.beta, "noise": "exact"}
+                "upper": self.upper, "q": self.q, "beta": self.beta, "neighbouring": "replace",
+                "noise": "exact"}
 
     def prepare(self, value: Any) -> np.ndarray:
         """The values, clamped into [lower, upper] and sorted; NaN refused naming its index."""
         return np.sort(np.clip(_data(value, "value"), self.lower, self.upper))
 
     def index(self, n: int) -> int:
-        """The 1-based order statistic released for n rows."""
-        return max(1, math.ceil(self.q * n)) if n else 1
+        """The 1-based order statistic released for n rows: ⌈q·n⌉ exactly, at least 1."""
+        return max(1, math.ceil(Fraction(self.q) * n)) if n else 1
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float:
         m = self.index(value.size)
@@ -135,8 +141,8 @@ def smooth_sensitivity(ordered: np.ndarray, m: int, beta: float, lower: float,
         k += 1
     if k >= n:  # every row may change: A^(k) = upper − lower from here on
         best = max(best, log_width - k * beta)
-    # Rounded up (a relative 2^-49 covers exp's and log's rounding), never below the least double.
-    return max(math.nextafter(math.exp(best) * (1 + 2.0 ** -49), math.inf), 5e-324)
+    # Rounded up (module constants), never below the least positive double.
+    return max(math.nextafter(math.exp(best) * (1 + _SLACK), math.inf), 5e-324)
 
 
 def _padded(ordered: np.ndarray, i: np.ndarray, lower: float, upper: float) -> np.ndarray:

@@ -1,7 +1,7 @@
 """``group_by``: one debit of ε for the whole table whatever the number of groups (parallel
-composition), the sensitivities stated (checked by brute force on neighbours), the noise law (KS,
-α = 1e-6, power check; a per-group ε charged k times as negative control would be rejected),
-undeclared keys dropped without an error, means all or nothing, and bad input typed."""
+composition), the sensitivities stated (checked by brute force on neighbours, with asymmetric
+bounds, and attained), the noise law (KS, α = 1e-6, power check), undeclared keys dropped without
+an error, means all or nothing, and bad input typed."""
 
 from __future__ import annotations
 
@@ -31,27 +31,41 @@ def _true(statistic: str, keys: list[str], values: list[float], lo: float = 0.0,
     counts = np.bincount(idx[kept], minlength=4).astype(float)
     if statistic == "count":
         return counts
+    if statistic == "centred":  # the sums a mean releases: around the midpoint
+        v = v - (lo + hi) / 2
     return np.bincount(idx[kept], weights=v[kept], minlength=4)
 
 
-@pytest.mark.parametrize("relation, statistic, delta", [
-    (Neighbouring.ADD_REMOVE, "count", 1.0), (Neighbouring.REPLACE, "count", 2.0),
-    (Neighbouring.ADD_REMOVE, "sum", 10.0), (Neighbouring.REPLACE, "sum", 20.0),
+@pytest.mark.parametrize("lo, hi", [(0.0, 10.0), (-15.0, 10.0), (2.0, 10.0)])
+@pytest.mark.parametrize("relation, statistic", [
+    (Neighbouring.ADD_REMOVE, "count"), (Neighbouring.REPLACE, "count"),
+    (Neighbouring.ADD_REMOVE, "sum"), (Neighbouring.REPLACE, "sum"),
+    (Neighbouring.ADD_REMOVE, "centred"), (Neighbouring.REPLACE, "centred"),
 ])
 def test_stated_sensitivity_holds_on_every_neighbour(relation: Neighbouring, statistic: str,
-                                                     delta: float) -> None:
-    base = _true(statistic, KEYS, VALUES)
+                                                     lo: float, hi: float) -> None:
+    reach = max(abs(lo), abs(hi))
+    delta = {("count", True): 1.0, ("count", False): 2.0,
+             ("sum", True): reach, ("sum", False): max(hi - lo, 2 * reach),
+             ("centred", True): (hi - lo) / 2, ("centred", False): hi - lo}[
+        (statistic, relation is Neighbouring.ADD_REMOVE)]
+    # The data holds both bounds, so that the worst case over all datasets is attained here.
+    data_keys, data_values = KEYS + ["a", "b"], VALUES + [lo, hi]
+    base = _true(statistic, data_keys, data_values, lo, hi)
     worst = 0.0
-    for i in range(len(KEYS)):
+    for i in range(len(data_keys)):
+        ks, vs = data_keys, data_values
         if relation is Neighbouring.ADD_REMOVE:
-            neighbours = [(KEYS[:i] + KEYS[i + 1:], VALUES[:i] + VALUES[i + 1:])]
+            neighbours = [(ks[:i] + ks[i + 1:], vs[:i] + vs[i + 1:])]
+            neighbours += [(ks + [g], vs + [v]) for g in GROUPS for v in (lo, hi)]
         else:
-            neighbours = [(KEYS[:i] + [g] + KEYS[i + 1:], VALUES[:i] + [v] + VALUES[i + 1:])
-                          for g in GROUPS + ["x"] for v in (-100.0, 0.0, 10.0, 100.0)]
+            neighbours = [(ks[:i] + [g] + ks[i + 1:], vs[:i] + [v] + vs[i + 1:])
+                          for g in GROUPS + ["x"] for v in (-100.0, lo, 0.0, hi, 100.0)]
         for keys, values in neighbours:
-            worst = max(worst, float(np.abs(_true(statistic, keys, values) - base).sum()))
-    assert worst <= delta
-    assert worst == delta  # and it is attained: not an over-statement
+            worst = max(worst, float(np.abs(_true(statistic, keys, values, lo, hi)
+                                            - base).sum()))
+    assert worst <= delta + 1e-9
+    assert worst == pytest.approx(delta)  # and it is attained: not an over-statement
 
 
 def test_one_debit_for_the_whole_table() -> None:

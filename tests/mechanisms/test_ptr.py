@@ -6,6 +6,7 @@ and bad input is typed, shows no data and changes nothing."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -95,15 +96,40 @@ def test_median_distance_matches_brute_force() -> None:
 
 def test_mean_distance_is_rows_to_remove() -> None:
     stat = PTRMean(0.0, 10.0)
-    # B(m) = 10/(m − 1) <= b needs m >= 1 + 10/b: for b = 2, m >= 6.
-    for n, expected in [(0, 0), (5, 0), (6, 1), (7, 2), (100, 50)]:
+    # B(m) = 10/m <= b needs m >= 10/b: for b = 2, m >= 5.
+    for n, expected in [(0, 0), (4, 0), (5, 1), (6, 2), (100, 50)]:
         assert stat.distance(np.zeros(n), 2.0, 50) == expected
-    assert stat.distance(np.zeros(7), 3.0, 50) == 3  # m >= 1 + 10/3, so m >= 5
-    # The local sensitivity bound it rests on, checked directly on one dataset:
-    x = np.array([0.0, 10.0, 10.0, 10.0])
-    removals = [abs(np.delete(x, i).mean() - x.mean()) for i in range(4)]
-    additions = [abs(np.append(x, v).mean() - x.mean()) for v in (0.0, 10.0)]
-    assert max(removals + additions) <= 10.0 / (4 - 1) + 1e-12
+    assert stat.distance(np.zeros(7), 3.0, 50) == 4  # m >= 10/3, so m >= 4
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_mean_local_sensitivity_is_range_over_n(n: int) -> None:
+    """By brute force over datasets of n values in {L, U} (the extremes are the worst case) and
+    every neighbour: LS = (U − L)/n exactly — the bound PTRMean's distance rests on."""
+    worst = 0.0
+    for x in itertools.product((0.0, 10.0), repeat=n):
+        base = np.mean(x)
+        removals = [abs(np.mean(x[:i] + x[i + 1:]) - base) for i in range(n)]
+        additions = [abs(np.mean(x + (v,)) - base) for v in (0.0, 10.0)]
+        worst = max(worst, *removals, *additions)
+    assert worst == pytest.approx(10.0 / n, rel=1e-12)
+
+
+def test_median_distance_ties_are_decided_exactly() -> None:
+    """A gap that is just above the bound but rounds to it: the distance is 0, not the cap."""
+    stat = PTRMedian(-2.0 ** -60, 1.0)
+    assert stat.distance(np.array([-2.0 ** -60, 1.0]), 1.0, 10) == 0
+
+
+def test_a_statistic_that_raises_never_escapes_after_the_debit() -> None:
+    class Fragile(PTRMedian):
+        def distance(self, ordered: np.ndarray, bound: float, cap: int) -> int:
+            raise ValueError(f"secret {ordered[0]}")
+
+    acc = Accountant(Budget(1.0, 1e-5), rng=2)
+    result = acc.release(ProposeTestRelease(1.0, 1e-6, 1.0, Fragile(0.0, 10.0)), [5.0] * 9)
+    assert isinstance(result, (PTRRefused, float))  # the test ran on a distance of 0
+    assert acc.spent() == Budget(1.0, 1e-6)
 
 
 def test_the_whole_cost_is_debited_also_when_refused() -> None:

@@ -53,18 +53,27 @@ def test_negative_control_a_law_with_epsilon_not_halved_is_rejected() -> None:
     assert stats.chisquare(counts, counts.sum() * law(DATA, 0.5, 1.6)).pvalue < ALPHA
 
 
-def test_privacy_ratio_on_neighbours_stays_under_epsilon() -> None:
-    """Removing one row changes P[output = c] by at most e^ε (Clopper–Pearson lower bound on the
-    log ratio of the likeliest-moved candidate, α = 1e-6)."""
+def _ratio_bound(m: Quantile, x: list[float], x2: list[float], n: int, seeds: tuple[int, int],
+                 candidate: int) -> float:
+    cx, cx2 = draws(m, x, n, seed=seeds[0]), draws(m, x2, n, seed=seeds[1])
+    return max(epsilon_lower_bound(int(cx[candidate]), int(cx2[candidate]), n),
+               epsilon_lower_bound(int(cx2[candidate]), int(cx[candidate]), n))
+
+
+def test_privacy_ratio_on_neighbours_is_the_laws_and_a_broken_variant_exceeds_it() -> None:
+    """Removing one row changes P[output = c] by the exact law's ratio (at most e^ε): the
+    Clopper–Pearson lower bound (α = 1e-6) on the most-moved candidate's log ratio stays under
+    that ratio, and the exponential mechanism without its /2 — a real bug — exceeds it."""
     epsilon, n = 1.0, 40_000
     x, x2 = DATA, DATA[:-1]
-    m = Quantile(epsilon, 0.5, 0.0, 10.0, candidates=CANDIDATES)
-    cx, cx2 = draws(m, x, n, seed=13), draws(m, x2, n, seed=14)
-    ratios = law(x, 0.5, epsilon) / law(x2, 0.5, epsilon)
-    for c in (int(np.argmax(ratios)), int(np.argmin(ratios))):
-        bound = max(epsilon_lower_bound(int(cx[c]), int(cx2[c]), n),
-                    epsilon_lower_bound(int(cx2[c]), int(cx[c]), n))
-        assert bound <= epsilon
+    ratios = np.abs(np.log(law(x, 0.5, epsilon) / law(x2, 0.5, epsilon)))
+    worst = int(np.argmax(ratios))
+    assert ratios[worst] <= epsilon
+    right = Quantile(epsilon, 0.5, 0.0, 10.0, candidates=CANDIDATES)
+    assert _ratio_bound(right, x, x2, n, (13, 14), worst) <= ratios[worst]
+    broken = Quantile(epsilon, 0.5, 0.0, 10.0, candidates=CANDIDATES)
+    object.__setattr__(broken, "_rate", broken._rate * 2)  # ε·u instead of ε·u/2
+    assert _ratio_bound(broken, x, x2, n, (15, 16), worst) > ratios[worst]
 
 
 def test_declared_cost_is_what_the_ledger_debits() -> None:

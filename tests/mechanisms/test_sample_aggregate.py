@@ -32,8 +32,24 @@ def test_chunks_are_a_disjoint_cover_of_the_rows() -> None:
     together = np.sort(np.concatenate(seen))
     assert np.array_equal(together, np.arange(1000))  # every row once, in exactly one chunk
     sizes = [len(c) for c in seen]
-    # Independent uniform assignment: the sizes are multinomial(1000, 1/7); χ² at α = 1e-6.
-    assert stats.chisquare(sizes).pvalue > ALPHA
+    # Independent uniform assignment: the sizes are multinomial(1000, 1/7) — neither too uneven
+    # nor too even (a fixed split into equal chunks would pass the first check).
+    assert ALPHA < stats.chisquare(sizes).pvalue < 1 - ALPHA
+
+
+def test_each_row_lands_in_a_uniform_chunk_whatever_its_position() -> None:
+    """Over many releases, the chunk holding the first row, and the one holding the last, is
+    uniform on the k chunks (a contiguous split would always put row 0 in chunk 0)."""
+    seen: list[list[int]] = []
+    m = SampleAndAggregate(1.0, lambda rows: seen.append(list(rows)) or 0.5, 5, 0.0, 1.0)
+    first, last = np.zeros(5), np.zeros(5)
+    for seed in range(600):
+        seen.clear()
+        m.draw(m.prepare(list(range(40))), Sampler(seed))
+        first[[0 in chunk for chunk in seen].index(True)] += 1
+        last[[39 in chunk for chunk in seen].index(True)] += 1
+    assert stats.chisquare(first).pvalue > ALPHA and stats.chisquare(last).pvalue > ALPHA
+    assert stats.chisquare([600, 0, 0, 0, 0]).pvalue < ALPHA  # power: a fixed chunk is seen
 
 
 def _noise(m: SampleAndAggregate, n: int, seed: int) -> np.ndarray:

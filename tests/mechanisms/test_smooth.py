@@ -60,19 +60,21 @@ def test_noise_is_laplace_of_scale_two_s_over_epsilon() -> None:
     that computation (checked on a few seeds), and its law is checked on the exact sampler
     directly (the smooth bound itself is checked against its definition above)."""
     x = np.random.default_rng(5).normal(50, 1, 601)
-    m = SmoothSensitivity(1.0, 1e-6, 0.0, 100.0)
+    epsilon = 0.5  # (not 1: a scale missing its /ε would pass at ε = 1)
+    m = SmoothSensitivity(epsilon, 1e-6, 0.0, 100.0)
     prepared = m.prepare(x)
     centre = Fraction(float(prepared[m.index(x.size) - 1]))
     s = smooth_sensitivity(prepared, m.index(x.size), m.beta, 0.0, 100.0)
-    scale = Fraction(s) * 2
+    assert m.beta == pytest.approx(epsilon / (2 * math.log(2 / 1e-6)))
+    scale = Fraction(s) * 2 / Fraction(epsilon)
     for seed in range(3):
         expected = _round_noisy(Sampler(seed).bits, centre, scale, Fraction(m.grid))
         assert m.draw(prepared, Sampler(seed)) == min(max(expected, 0.0), 100.0)
     bits = Sampler(6).bits
     noise = np.array([_round_noisy(bits, centre, scale, Fraction(m.grid)) for _ in range(8000)])
     noise -= float(centre)
-    ks_with_power(noise, laplace_cdf, 2 * s)
-    assert stats.kstest(noise, lambda z: laplace_cdf(z, s)).pvalue < ALPHA  # S/ε: too little
+    ks_with_power(noise, laplace_cdf, 2 * s / epsilon)
+    assert stats.kstest(noise, lambda z: laplace_cdf(z, s / epsilon)).pvalue < ALPHA  # S/ε
 
 
 @pytest.mark.parametrize("j", [1, 2, 5])
@@ -94,6 +96,12 @@ def test_the_declared_cost_is_debited_and_the_answer_is_in_range() -> None:
     assert record["mechanism"]["params"]["q"] == 0.25 and "9.0" not in str(record["accounts"])
 
 
+def test_the_order_statistic_is_exact() -> None:
+    # The double 0.1 is a hair above 1/10 (so ⌈q·10⌉ = 2), the double 0.3 a hair below 3/10.
+    assert SmoothSensitivity(1.0, 1e-6, 0.0, 1.0, q=0.1).index(10) == 2
+    assert SmoothSensitivity(1.0, 1e-6, 0.0, 1.0, q=0.3).index(10) == 3
+
+
 def test_large_constant_data_is_fast_and_exact_enough() -> None:
     acc = Accountant(None, rng=9)
     assert acc.release(SmoothSensitivity(1.0, 1e-6, 0.0, 100.0), np.full(200_000, 50.0)) == 50.0
@@ -101,7 +109,7 @@ def test_large_constant_data_is_fast_and_exact_enough() -> None:
 
 @pytest.mark.parametrize("kwargs, argument", [
     ({"delta": 0.0}, "delta"), ({"q": 2.0}, "q"), ({"lower": 3.0, "upper": 1.0}, "upper"),
-    ({"epsilon": 1e-15}, "epsilon"),
+    ({"epsilon": 1e-15}, "epsilon"), ({"lower": -1e308, "upper": 1e308}, "upper"),
 ])
 def test_bad_constructions_are_typed(kwargs: dict[str, Any], argument: str) -> None:
     params: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "lower": 0.0, "upper": 10.0,
