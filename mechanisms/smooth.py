@@ -33,6 +33,7 @@ __all__ = ["SmoothSensitivity", "smooth_sensitivity"]
 # still at most the nominal β.
 _MARGIN = 2.0 ** -38
 _SLACK = 2.0 ** -40
+_BLOCK = 1 << 16  # pairs scanned at once instead of dividing further
 
 
 class SmoothSensitivity(Mechanism):
@@ -49,8 +50,7 @@ class SmoothSensitivity(Mechanism):
     log's and exp's rounding), which is still a smooth bound for the nominal β. The paper's pure-DP variant (Cauchy-like noise, Lemma 2.10) needs
     heavier-tailed noise and is not offered.
 
-    m = ⌈q·n⌉ (at least 1): the lower median for even n. Cost: O(K²) for the K distances until
-    e^{−Kβ}(upper − lower) falls below the bound found so far (K ≤ ln((U − L)/S)/β).
+    m = ⌈q·n⌉ (at least 1): the lower median for even n. Cost: O(n log n) (``smooth_sensitivity``).
 
     Exactness: the output is round((x_m + (2S/ε)·Z)/G)·G for a public power-of-two grid G of
     about (upper − lower)·2^−40, computed exactly: Z's integer part is an exact geometric draw
@@ -116,40 +116,70 @@ class SmoothSensitivity(Mechanism):
 def smooth_sensitivity(ordered: np.ndarray, m: int, beta: float, lower: float,
                        upper: float) -> float:
     """An upper bound (rounded up) on S*_β of the m-th order statistic (1-based) of the sorted,
-    clamped ``ordered``: max over k of e^{−kβ}·A^(k) (NRS 2007, §3.1).
+    clamped ``ordered`` (NRS 2007, §3.1), in O(n log n).
 
-    A^(k) is 0 while the window x_{m−k−1} … x_{m+k+1} holds one repeated value (padding
-    included); the scan starts where it first is not, and stops once e^{−kβ}(upper − lower) is
-    below the bound found, or at k = n, past which A^(k) = upper − lower."""
+    S*_β = max_k e^{−kβ} A^(k) = max over i ≤ m ≤ j, i < j, of (x_j − x_i)·e^{−β(j−i−1)}, with
+    x_0 = lower and x_{n+1} = upper (indices further out are dominated by these two). For a fixed
+    i the best j moves right as i does — log((x_j − x_{i'})/(x_j − x_i)) grows with j for i < i' —
+    so a divide and conquer over i finds every i's best j with O(log) scans of each j (the
+    monotonicity NRS use). Only pairs closer than K = (log(U − L) − log S₀)/β + 1 can matter, for
+    a first bound S₀ (the nearest pairs around m), which keeps typical data far below n."""
     n = ordered.size
-    width = upper - lower
-    centre = float(ordered[m - 1]) if n else lower
-    # The run of values equal to x_m, 1-based [first, last]; unbounded where x_m is a bound.
-    first = 1 - (1 << 62) if centre == lower else int(np.searchsorted(ordered, centre)) + 1
-    last = (1 << 62) if centre == upper else int(np.searchsorted(ordered, centre, "right"))
-    k = max(0, min(m - first, last - m))  # the first k whose window leaves the run
-    # In logarithms (e^{−kβ} underflows for large k): log S = max_k (log A^(k) − kβ).
-    log_width = math.log(width)
-    best = -math.inf
-    while log_width - k * beta > best and k < n:
-        t = np.arange(k + 2)
-        gap = float(np.max(np.nextafter(_padded(ordered, m + t, lower, upper)
-                                        - _padded(ordered, m + t - k - 1, lower, upper),
-                                        np.inf)))  # each difference rounded up
-        if gap > 0:
-            best = max(best, math.log(gap) - k * beta)
-        k += 1
-    if k >= n:  # every row may change: A^(k) = upper − lower from here on
-        best = max(best, log_width - k * beta)
+    x = np.concatenate([[lower], ordered, [upper]])  # x[i] = x_i for i = 0 … n + 1
+    log_width = math.log(upper - lower)
+    # A first bound from the pairs at distance k0 … k0 + 3, k0 the first whose window leaves the
+    # run of values equal to x_m (A^(k) = 0 before it).
+    centre = x[m]
+    first = 0 if centre == lower else int(np.searchsorted(ordered, centre)) + 1
+    last = n + 1 if centre == upper else int(np.searchsorted(ordered, centre, "right"))
+    best = log_width - beta * n  # the pair (0, n + 1)
+    for k in range(max(0, min(m - first, last - m)), n):
+        i = np.arange(max(0, m - k - 1), m + 1)
+        j = i + k + 1
+        keep = j <= n + 1
+        best = max(best, _log_gap(x, i[keep], j[keep], beta))
+        if k >= min(m - first, last - m) + 3:
+            break
+    reach = min(n + 1, math.ceil((log_width - best) / beta) + 2)
+    stack = [(max(0, m - reach), m, m, min(n + 1, m + reach))]
+    while stack:
+        a, b, c, d = stack.pop()
+        if a > b:
+            continue
+        if (b - a + 1) * (d - c + 1) <= _BLOCK:  # small enough: every pair at once
+            i_all, j_all = np.meshgrid(np.arange(a, b + 1), np.arange(c, d + 1), indexing="ij")
+            keep = j_all > i_all
+            best = max(best, _log_gap(x, i_all[keep], j_all[keep], beta))
+            continue
+        i = (a + b) // 2
+        j = np.arange(max(c, i + 1), d + 1)
+        if j.size == 0:
+            stack += [(a, i - 1, c, d), (i + 1, b, c, d)]
+            continue
+        values = _log_gaps(x, i, j, beta)
+        top = int(np.argmax(values))
+        if values[top] == -math.inf:
+            # x_j = x_i for every j here, so also for every i' > i (x_i <= x_i' <= x_m <= x_j):
+            # nothing to find on the right; on the left, no constraint on j.
+            stack.append((a, i - 1, c, d))
+            continue
+        best = max(best, float(values[top]))
+        stack += [(a, i - 1, c, int(j[top])), (i + 1, b, int(j[top]), d)]
     # Rounded up (module constants), never below the least positive double.
     return max(math.nextafter(math.exp(best) * (1 + _SLACK), math.inf), 5e-324)
 
 
-def _padded(ordered: np.ndarray, i: np.ndarray, lower: float, upper: float) -> np.ndarray:
-    """x_i (1-based) for each i: lower for i < 1, upper for i > n."""
-    inside = ordered[np.clip(i, 1, max(ordered.size, 1)) - 1] if ordered.size else \
-        np.full(i.shape, lower)
-    return np.where(i < 1, lower, np.where(i > ordered.size, upper, inside))
+def _log_gaps(x: np.ndarray, i: Any, j: np.ndarray, beta: float) -> np.ndarray:
+    """log(x_j − x_i) − β(j − i − 1) for each pair, differences rounded up (a difference of two
+    doubles is 0 only when they are equal: −inf then, not the log of the least double)."""
+    gap = x[j] - x[i]
+    with np.errstate(divide="ignore"):
+        return np.log(np.where(gap > 0, np.nextafter(gap, np.inf), 0.0)) - beta * (j - i - 1)
+
+
+def _log_gap(x: np.ndarray, i: np.ndarray, j: np.ndarray, beta: float) -> float:
+    """The largest of ``_log_gaps``, or −inf for no pair."""
+    return float(np.max(_log_gaps(x, i, j, beta))) if i.size else -math.inf
 
 
 def _fraction_bit(bits: RandomBits, j: int) -> int:
