@@ -134,10 +134,10 @@ def smooth_sensitivity(ordered: np.ndarray, m: int, beta: float, lower: float,
     last = n + 1 if centre == upper else int(np.searchsorted(ordered, centre, "right"))
     best = log_width - beta * n  # the pair (0, n + 1)
     for k in range(max(0, min(m - first, last - m)), n):
-        i = np.arange(max(0, m - k - 1), m + 1)
-        j = i + k + 1
-        keep = j <= n + 1
-        best = max(best, _log_gap(x, i[keep], j[keep], beta))
+        left = np.arange(max(0, m - k - 1), m + 1)
+        right = left + k + 1
+        keep = right <= n + 1
+        best = max(best, _log_gap(x, left[keep], right[keep], beta))
         if k >= min(m - first, last - m) + 3:
             break
     reach = min(n + 1, math.ceil((log_width - best) / beta) + 2)
