@@ -174,7 +174,8 @@ def _log_gaps(x: np.ndarray, i: Any, j: np.ndarray, beta: float) -> np.ndarray:
     doubles is 0 only when they are equal: −inf then, not the log of the least double)."""
     gap = x[j] - x[i]
     with np.errstate(divide="ignore"):
-        return np.log(np.where(gap > 0, np.nextafter(gap, np.inf), 0.0)) - beta * (j - i - 1)
+        logs: np.ndarray = np.log(np.where(gap > 0, np.nextafter(gap, np.inf), 0.0))
+    return logs - beta * (j - i - 1)
 
 
 def _log_gap(x: np.ndarray, i: np.ndarray, j: np.ndarray, beta: float) -> float:
