@@ -175,7 +175,8 @@ def _log_gaps(x: np.ndarray, i: Any, j: np.ndarray, beta: float) -> np.ndarray:
     gap = x[j] - x[i]
     with np.errstate(divide="ignore"):
         logs: np.ndarray = np.log(np.where(gap > 0, np.nextafter(gap, np.inf), 0.0))
-    return logs - beta * (j - i - 1)
+    out: np.ndarray = logs - beta * (j - i - 1)
+    return out
 
 
 def _log_gap(x: np.ndarray, i: np.ndarray, j: np.ndarray, beta: float) -> float:
