@@ -23,6 +23,8 @@ from accountant.charge import Charge
 from accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
+    InvalidDataError,
+    InvalidDataTypeError,
     InvalidTypeError,
     LedgerConflictError,
     LedgerCorruptedError,
@@ -34,6 +36,7 @@ from accountant.errors import (
     PrivacyError,
     UnknownAnalystError,
     UnknownDatasetError,
+    WindowEndedError,
 )
 
 if TYPE_CHECKING:
@@ -53,10 +56,11 @@ _LAZY = {
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
-    "InvalidArgumentError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
+    "InvalidArgumentError", "InvalidDataError", "InvalidDataTypeError", "InvalidTypeError",
+    "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "NumericSession",
     "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
-    "UnknownDatasetError",
+    "UnknownDatasetError", "WindowEndedError",
 ]
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "BudgetExceededError",
     "MechanismNotAllowedError",
     "MechanismExhaustedError",
+    "WindowEndedError",
     "LedgerError",
     "LedgerCorruptedError",
     "LedgerConflictError",
@@ -206,6 +207,20 @@ class MechanismNotAllowedError(PrivacyError):
     """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
     step under the ``"gaussian"`` rule, one costlier than the declared per-query cost, or one a
     policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
+
+
+class WindowEndedError(PrivacyError):
+    """A session or pipeline was opened in a renewal window (``period``) that has since ended:
+    that window paid for it, so it answers nothing more (``policies.periods``). Nothing was drawn
+    or debited; open a new one, charged to the current window.
+
+    Attributes:
+        ended: when the window ended (seconds since the epoch).
+    """
+
+    def __init__(self, message: str, ended: float) -> None:
+        self.ended = ended
+        super().__init__(message)
 
 
 class MechanismExhaustedError(PrivacyError):

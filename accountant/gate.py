@@ -110,22 +110,35 @@ class Gate:
             raise
         return [m.draw(v, self.sampler) for m, v in zip(mechanisms, prepared)]
 
-    def open_session(self, mechanism: StreamMechanism, label: str | None,
-                     where: Where) -> Session:
-        """Debit a sparse-vector mechanism's whole fixed cost once, then open its stream."""
+    def open_session(self, mechanism: StreamMechanism, label: str | None, where: Where,
+                     ends: float | None = None) -> Session:
+        """Debit a sparse-vector mechanism's whole fixed cost once, then open its stream. A
+        session charged to a renewal window (or opened in a pipeline that ``ends``) answers
+        only until that window ends."""
         if not isinstance(mechanism, StreamMechanism):
             raise InvalidTypeError("mechanism", mechanism, "a sparse-vector mechanism "
                                    "(AboveThreshold, Sparse or NumericSparse)")
         try:
             plan = self.validate(mechanism, label, where)
             step = Step.of(mechanism)
+            ends = self.window_end(plan, ends)  # (read before the debit: never later)
             receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
         except REFUSALS as refusal:
             self.refused(refusal, mechanism.name, mechanism.cost, where, label)
             raise
         stream = mechanism._open(self.sampler)
         cls = NumericSession if mechanism.releases_values else Session
-        return cls(lambda s: self._close_session(s, step, plan), stream, receipt)
+        return cls(lambda s: self._close_session(s, step, plan), stream, receipt, ends,
+                   self.clock)
+
+    def window_end(self, plan: Plan, ends: float | None = None) -> float | None:
+        """When an allocation made now on ``plan`` must stop answering: the end of the renewal
+        window it is charged to, or ``ends`` if earlier (None: never). Read before the debit, so
+        a debit that lands just after a window boundary ends, at worst, at once."""
+        own = plan.window_end(self.clock()) if plan.windowed else None
+        if own is None or ends is None:
+            return own if ends is None else ends
+        return min(own, ends)
 
     def refused(self, error: Exception, name: str, cost: Budget, where: Where,
                 label: Any) -> None:

@@ -31,8 +31,10 @@ Semantics, and why they are valid when every step is chosen adaptively (docs/the
 4. **An allocation that does not fit in the parent is refused when the pipeline opens**
    (``BudgetExceededError``), and nothing is debited.
 
-A pipeline opened in a renewal window keeps its allocation after the window ends (the window paid
-for it). The pipeline's id is ``<name>#<seq>``, ``seq`` being its opening record's sequence number,
+A pipeline opened in a renewal window ends with that window (the window paid for it): after it,
+every call raises ``WindowEndedError`` and nothing is drawn or debited, so nothing opened at
+23:59:59 releases on the next day's budget; open a new pipeline, charged to the new window. Nested
+pipelines and sessions opened in it end with it too. The pipeline's id is ``<name>#<seq>``, ``seq`` being its opening record's sequence number,
 so the same name can be opened many times (each time a new allocation).
 """
 
@@ -45,7 +47,7 @@ from typing import Any
 from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule, make_rule
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError, WindowEndedError
 from accountant.gate import Gate, Step, Where
 from accountant.ledger.record import canonical
 from accountant.planner import Plan, Target, pipeline_members
@@ -71,8 +73,9 @@ class Pipeline:
     """
 
     def __init__(self, gate: Gate, plan: Plan, parent: "Pipeline | None", name: str,
-                 pipeline_id: str, budget: Budget) -> None:
+                 pipeline_id: str, budget: Budget, ends: float | None = None) -> None:
         self._gate = gate
+        self._ends = ends  # the end of the renewal window that paid for it (None: none)
         self._plan = plan
         self._account = plan.targets[0]
         self.parent = parent
@@ -108,7 +111,7 @@ class Pipeline:
         """``Accountant.session`` inside this pipeline: its fixed cost is debited once from the
         pipeline's allocation when it opens."""
         self._require_open()
-        return self._gate.open_session(mechanism, label, self._plan)
+        return self._gate.open_session(mechanism, label, self._plan, self._ends)
 
     def can_afford(self, mechanism: Mechanism) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. Debits nothing."""
@@ -160,6 +163,11 @@ class Pipeline:
         if not self._open:
             raise InvalidArgumentError("pipeline", self.id, "open (a closed pipeline accepts no "
                                        "more releases; open a new one)")
+        if self._ends is not None and self._gate.clock() >= self._ends:
+            raise WindowEndedError(
+                f"pipeline {self.id!r} was opened in a renewal window that has ended; the window "
+                "paid for it, so it releases nothing more (nothing was drawn or debited). Open "
+                "a new pipeline, charged to the current window", self._ends)
 
 
 def pipeline_rule(name: Any, budget: Any, composition: Any, per_query: Any) -> CompositionRule:
@@ -191,6 +199,7 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
 
     try:
         parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
+        ends = gate.window_end(parent_plan, None if parent is None else parent._ends)
         gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
                    extra=members)
     except REFUSALS as refusal:
@@ -198,7 +207,7 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
         raise
     plan = parent_plan.child(Target.of(pipeline_key(opened[0]), rule),
                              pipeline_members(opened[0]))
-    return Pipeline(gate, plan, parent, name, opened[0], budget)
+    return Pipeline(gate, plan, parent, name, opened[0], budget, ends)
 
 
 def budgeted(opener: Callable[[], Pipeline]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -114,6 +114,11 @@ class Plan(NamedTuple):
         """The account keys in force at time ``now``."""
         return [t.key_at(now) for t in self.targets]
 
+    def window_end(self, now: float) -> float | None:
+        """When the earliest renewal window among the targets ends (None: no window)."""
+        ends = [t.period.end(now) for t in self.targets if t.period is not None]
+        return min(ends) if ends else None
+
     def keys_at(self, now: float) -> list[str]:
         """What a debit at time ``now`` reads: the policy pointer and ``keys(now)``."""
         return [POLICY_KEY, *self.keys(now)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from accountant.errors import WindowEndedError
 from accountant.receipt import Receipt
 
 __all__ = ["NumericSession", "Session"]
@@ -38,10 +39,13 @@ class Session:
     (True, True, 1, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, close: Any, stream: Any, receipt: Receipt) -> None:
+    def __init__(self, close: Any, stream: Any, receipt: Receipt, ends: float | None = None,
+                 clock: Any = None) -> None:
         self._close = close
         self._stream = stream
         self._receipt = receipt
+        # Opened in a renewal window: it answers only until that window ends (policies.periods).
+        self._ends, self._clock = ends, clock
         # One query at a time: the stream's cutoff counter and its noise generator are not
         # atomic, and threads racing them could pass the cutoff (more ⊤ answers than paid for).
         self._lock = threading.Lock()
@@ -54,10 +58,19 @@ class Session:
 
         Raises:
             MechanismExhaustedError: the session already gave its c ⊤ answers, or is closed.
+            WindowEndedError: the renewal window the session was opened (and paid) in has ended.
             InvalidArgumentError, InvalidTypeError: the value is not a finite real number.
         """
         with self._lock:
+            self._check_window()
             return bool(self._stream.test(value))
+
+    def _check_window(self) -> None:
+        if self._ends is not None and self._clock() >= self._ends:
+            raise WindowEndedError(
+                "this session was opened in a renewal window that has ended; the window paid "
+                "for it, so it answers nothing more (nothing was drawn or debited). Open a new "
+                "session, charged to the current window", self._ends)
 
     @property
     def receipt(self) -> Receipt:
@@ -103,5 +116,6 @@ class NumericSession(Session):
             MechanismExhaustedError, InvalidArgumentError, InvalidTypeError: as :meth:`test`.
         """
         with self._lock:
+            self._check_window()
             answer: float | None = self._stream.query(value)
             return answer

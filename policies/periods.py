@@ -1,7 +1,8 @@
 """Renewal windows (``period = "1d"``): each window of time is an account of its own.
 
 **A weaker guarantee than a lifetime budget.** A windowed limit of (ε, δ) per day bounds what is
-released about a dataset *within each day*. Over n windows the releases compose, so the guarantee
+released about a dataset *within each day* (sessions and pipelines included: they end with the
+window that paid for them). Over n windows the releases compose, so the guarantee
 for the whole history is only (n·ε, n·δ) by basic composition (Dwork–Roth 2014, Thm 3.16; under
 full adaptivity, Rogers–Roth–Ullman–Vadhan 2016, Thm 3.6): the total privacy loss grows without
 bound as time passes. Some production systems renew budgets this way; use it only where that is an
@@ -14,6 +15,11 @@ with the suffix ``@<window start>+<period>``, e.g. ``dataset:adult@2026-11-21+1d
 
 Invariant: the key of the window containing time ``t`` is a pure function of (period, t); the
 current window is found in O(1) (one integer division, its key cached until the window changes).
+
+**Allocations end with their window.** A session or pipeline opened in a window was paid for by
+that window; it answers only until the window ends (then ``WindowEndedError``; open a new one,
+charged to the new window). So everything released within a window was charged to it: nothing
+opened at 23:59:59 goes on releasing on the next day's budget.
 """
 
 from __future__ import annotations
@@ -74,6 +80,14 @@ class Period:
         text = f"@{start.strftime(self._format)}+{self.text}"
         self._cached = (index, text)
         return text
+
+    def end(self, now: float) -> float:
+        """When the window that contains ``now`` ends (seconds since the epoch).
+
+        >>> Period("1d").end(1_795_000_000.0) - 1_795_000_000.0  # 11:06:40 → midnight
+        46400.0
+        """
+        return float((int(now // self.seconds) + 1) * self.seconds)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Period) and other.text == self.text

@@ -9,6 +9,7 @@ from tests.support import charged_accounts
 
 from accountant import (
     Accountant, Budget, BudgetExceededError, InvalidTypeError, LedgerConflictError,
+    WindowEndedError,
 )
 from accountant.ledger import MemoryLedger
 from mechanisms import Laplace
@@ -79,11 +80,15 @@ def test_lifetime_limits_beside_windows(make, clock):
     assert info.value.account == "global"
 
 
-def test_a_pipeline_keeps_its_allocation_after_its_window(make, clock):
+def test_a_pipeline_ends_with_its_window(make, clock):
+    """The window that paid for a pipeline is the only one it releases in (more in
+    test_window_allocations.py): the next day it refuses, and the next day's budget is untouched."""
     acc = make(DAILY)
     with acc.pipeline("r", dataset="adult", budget=Budget(0.5)) as p:
         clock.now += DAY
-        p.release(Laplace(0.5), 1.0)
+        with pytest.raises(WindowEndedError):
+            p.release(Laplace(0.5), 1.0)
+        assert p.spent() == Budget(0.0)
     assert acc.spent("adult") == Budget(0.0)  # today's window is untouched
     clock.now -= DAY
     assert acc.spent("adult") == Budget(0.5)
