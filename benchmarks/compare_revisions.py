@@ -10,7 +10,7 @@ so that load from other processes on a shared machine hits both alike:
 * ``memory-fresh``: the same with a new ``Laplace`` built per release (the common usage);
 * ``policy``: ``Accountant.from_policy`` with a dataset, an analyst and a global limit, so every
   release debits three accounts;
-* ``sqlite``: the default durable SQLite ledger (WAL, ``synchronous=FULL``), wall clock over
+* ``sqlite``: the default durable SQLite ledger (WAL, synced before each draw), wall clock over
   ``--n-sqlite`` releases.
 
 It prints the median over ``--rounds`` rounds per workload and revision, and the ratio
