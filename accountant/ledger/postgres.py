@@ -68,7 +68,7 @@ class PostgresLedger(SqlLedger):
         self._tx_read: dict[str, Account | None] | None = None  # inside a transaction
         self._tx_head: tuple[int, str] = EMPTY_HEAD
         self._tx_entry: Entry | None = None
-        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._pending: list[str] = []  # the transaction's writes, as SQL with literals
         try:
             import psycopg
         except ImportError:
@@ -198,43 +198,67 @@ class PostgresLedger(SqlLedger):
         # One round trip: begin, take the ledger's lock, read the head and the accounts the
         # debit will read. Commits are asynchronous (the lock is released without waiting for the
         # disk); ``_commit`` makes each one durable before it returns (see there).
+        keys = ", ".join(self._literal(k) for k in prefetch) or "NULL"
         sql = ("BEGIN; SET LOCAL synchronous_commit = off; "
                f"SELECT pg_advisory_xact_lock({_LOCK_KEY}); "
-               "SELECT seq, hash, record FROM dpbudget_entries ORDER BY seq DESC LIMIT 1; "
-               "SELECT key, rule, config, state, seq FROM dpbudget_accounts WHERE key = ANY(%s)")
+               "SELECT 'h', seq, hash, record, NULL, NULL FROM (SELECT seq, hash, record FROM "
+               "dpbudget_entries ORDER BY seq DESC LIMIT 1) h UNION ALL SELECT 'a', seq, key, "
+               f"rule, config, state FROM dpbudget_accounts WHERE key IN ({keys})")
         try:
-            results = self._batch(sql, (list(prefetch),))
+            rows = self._raw(sql)
         except LedgerError:
             if not self._conn.broken:
                 raise
             # The session died since its last use and only this found out: nothing has run in
             # this transaction, so a new session can start it afresh.
             self._reconnect()
-            results = self._batch(sql, (list(prefetch),))
-        head = results[1]
-        self._tx_entry = Entry(head[0][0], head[0][2], head[0][1]) if head else None
-        self._tx_head = EMPTY_HEAD if not head else (head[0][0], head[0][1])
+            rows = self._raw(sql)
         read: dict[str, Account | None] = dict.fromkeys(prefetch)
-        read.update((row[0], _account(row)) for row in results[2])
+        self._tx_entry, self._tx_head = None, EMPTY_HEAD
+        for kind, seq, a, b, c, d in rows:
+            if kind == "h":
+                self._tx_entry = Entry(int(seq), b, a)
+                self._tx_head = (int(seq), a)
+            else:
+                read[a] = _account((a, b, c, d, int(seq)))
         self._tx_read = read
         self._pending = []
 
-    def _batch(self, sql: str, args: tuple[Any, ...] = ()) -> list[list[Any]]:
-        """Run several statements in one round trip (the simple query protocol, with the values
-        bound by psycopg on the client); the rows of each statement that returns rows, and last
-        the row count of the last statement."""
-        cursor = self._psycopg.ClientCursor(self._conn)
+    def _literal(self, value: str) -> str:
+        """``value`` as an SQL string literal (libpq's own escaping). A NUL character is
+        refused: libpq would end the whole query text there."""
+        if "\0" in value:
+            raise LedgerError("PostgreSQL ledger: a NUL character cannot be stored (in a "
+                              "name or record); nothing was written")
         try:
-            cursor.execute(sql, args)
-            results = []
-            while True:
-                if cursor.description is not None:
-                    results.append(cursor.fetchall())
-                count = cursor.rowcount
-                if not cursor.nextset():
-                    return results + [[count]]
+            escaped = self._psycopg.pq.Escaping(self._conn.pgconn).escape_literal(
+                value.encode("utf-8"))
         except self._psycopg.Error as exc:
             raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
+        return bytes(escaped).decode("utf-8")
+
+    def _raw(self, sql: str) -> list[tuple[Any, ...]]:
+        """Run several statements in one round trip through libpq itself (less client work
+        than a cursor: this is every debit's path); the rows of the last statement as text, or
+        for a statement without rows its row count as ``[(count,)]``. Values must already be
+        literals (``_literal``).
+
+        Raises:
+            LedgerError: any statement failed (those after it did not run).
+        """
+        pq = self._psycopg.pq
+        try:
+            result = self._conn.pgconn.exec_(sql.encode("utf-8"))
+        except self._psycopg.Error as exc:
+            raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
+        status = result.status
+        if status == pq.ExecStatus.TUPLES_OK:
+            return [tuple(None if (v := result.get_value(r, c)) is None else bytes(v).decode()
+                          for c in range(result.nfields)) for r in range(result.ntuples)]
+        if status == pq.ExecStatus.COMMAND_OK:
+            return [(result.command_tuples,)]
+        message = (result.error_message or b"").decode("utf-8", "replace").strip()
+        raise LedgerError(f"PostgreSQL ledger: {message or 'no answer from the server'}")
 
     def _head(self) -> tuple[int, str]:
         if self._tx_read is not None:
@@ -250,22 +274,24 @@ class PostgresLedger(SqlLedger):
         return read[key]
 
     def _write_entry(self, entry: Entry) -> None:
-        self._pending.append(("INSERT INTO dpbudget_entries (seq, hash, record) VALUES "
-                              "(%s, %s, %s)", (entry.seq, entry.hash, entry.text)))
+        self._pending.append(f"INSERT INTO dpbudget_entries (seq, hash, record) VALUES "
+                             f"({int(entry.seq)}, {self._literal(entry.hash)}, "
+                             f"{self._literal(entry.text)})")
         self._tx_head, self._tx_entry = (entry.seq, entry.hash), entry
 
     def _write_accounts(self, accounts: list[Account]) -> None:
         read = self._tx_read
         assert read is not None  # only inside a transaction
         for a in accounts:
-            row = (a.rule, self._config_text(a.config), float_object(a.state), a.seq, a.key)
+            rule, config, state, key = (self._literal(v) for v in (
+                a.rule, self._config_text(a.config), float_object(a.state), a.key))
             if self._read_account(a.key) is None:  # (read under the lock: it cannot appear)
-                sql = ("INSERT INTO dpbudget_accounts (rule, config, state, seq, key) VALUES "
-                       "(%s, %s, %s, %s, %s)")
+                sql = (f"INSERT INTO dpbudget_accounts (rule, config, state, seq, key) VALUES "
+                       f"({rule}, {config}, {state}, {int(a.seq)}, {key})")
             else:
-                sql = ("UPDATE dpbudget_accounts SET rule = %s, config = %s, state = %s, "
-                       "seq = %s WHERE key = %s")
-            self._pending.append((sql, row))
+                sql = (f"UPDATE dpbudget_accounts SET rule = {rule}, config = {config}, state = "
+                       f"{state}, seq = {int(a.seq)} WHERE key = {key}")
+            self._pending.append(sql)
             read[a.key] = a
 
     def _commit(self) -> None:
@@ -285,8 +311,7 @@ class PostgresLedger(SqlLedger):
                 have) but the server did not confirm that it is on disk: the debit may stand, and
                 nothing may be drawn on it.
         """
-        statements = [sql for sql, _ in self._pending]
-        args = tuple(value for _, row in self._pending for value in row)
+        statements = self._pending
         staged, self._tx_entry = self._tx_entry, None
         self._pending = []
         self._tx_read = None
@@ -295,10 +320,10 @@ class PostgresLedger(SqlLedger):
             raise LedgerError("PostgreSQL ledger: the transaction was lost (its session ended) "
                               "before it committed; nothing was written")
         if not statements:  # (a transaction that wrote nothing has nothing to make durable)
-            self._batch("COMMIT")
+            self._raw("COMMIT")
             return
         try:
-            written = self._batch("; ".join(statements + ["COMMIT", _FLUSH]), args)[-1][0]
+            written = self._raw("; ".join(statements + ["COMMIT", _FLUSH]))[0][0]
         except LedgerError as exc:
             landed = self._landed_after(staged, exc)
             if landed is False:

@@ -1,0 +1,38 @@
+"""The PostgreSQL ledger sends each debit's values as SQL literals escaped by libpq (one round
+trip, no cursor): names, labels and record texts that try to break out of a literal are stored
+verbatim and change nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from accountant import Accountant, Budget, LedgerError
+from accountant.audit import audit
+from accountant.ledger.postgres import PostgresLedger
+from mechanisms import Laplace
+from tests.conftest import _fresh_schema
+
+pytestmark = pytest.mark.postgres
+
+HOSTILE = ["it's", "'); DROP TABLE dpbudget_entries; --", "back\\slash\\'", "%s %(x)s %%",
+           "E'\\x27'", "$$ dollar $$", "émoji ✓ \u2028", "semi;colon", "\"quoted\""]
+
+
+def test_hostile_labels_and_names_are_stored_verbatim(postgres_database: str) -> None:
+    dsn = _fresh_schema(postgres_database)
+    acc = Accountant(Budget(10.0), ledger=dsn, rng=0)
+    for i, text in enumerate(HOSTILE):
+        acc.release(Laplace(0.1), 1.0, dataset=f"d{i}", label=text)
+    labels = [e.record.get("label") for e in acc.ledger.entries()
+              if e.record["kind"] == "release"]
+    assert labels == HOSTILE
+    assert audit(acc.ledger).ok
+    assert len([a for a in acc.ledger.accounts() if a.key.startswith("dataset:")]) == len(HOSTILE)
+    acc.close()
+
+
+def test_a_nul_character_is_refused_before_anything_is_written(postgres_database: str) -> None:
+    ledger = PostgresLedger(_fresh_schema(postgres_database))
+    with pytest.raises(LedgerError, match="NUL"):
+        ledger._literal("a\0b")
+    ledger.close()
