@@ -16,7 +16,8 @@ from typing import Any
 from accountant.budget import Budget
 from accountant.composition import make_rule
 from accountant.errors import InvalidTypeError
-from accountant.gate import Gate, refuse_raised
+from accountant.continuity import refuse_raised
+from accountant.gate import Gate
 from accountant.ledger import Ledger, open_ledger
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
 from accountant import policy_record

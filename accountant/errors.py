@@ -26,6 +26,7 @@ __all__ = [
     "WindowEndedError",
     "LedgerError",
     "LedgerCorruptedError",
+    "LedgerStaleError",
     "LedgerConflictError",
     "PolicyChangedError",
 ]
@@ -241,6 +242,12 @@ class MechanismExhaustedError(PrivacyError):
 
 class LedgerError(PrivacyError):
     """The ledger could not be opened, read or written."""
+
+
+class LedgerStaleError(LedgerError):
+    """A transaction computed from a ledger's cached state found, when it reached the ledger,
+    that another writer had moved on; nothing was written. The gate redoes it on fresh reads
+    (``accountant.ledger.postgres``); a caller never sees it."""
 
 
 class LedgerCorruptedError(LedgerError):

@@ -18,13 +18,14 @@ from typing import Any
 from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import Refused, State
+from accountant.continuity import check_ledger
 from accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
-    LedgerConflictError,
+    LedgerStaleError,
     MechanismNotAllowedError,
     PolicyChangedError,
 )
@@ -39,14 +40,13 @@ from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import Sampler
 from policies.accounts import dataset_key, dataset_name
 from policies.limits import DatasetLimit, folded_name
-from policies.periods import split_window
 from policies.stored import POLICY_KEY
 
-__all__ = ["Gate", "Step", "Where", "check_continues", "check_ledger", "refuse_raised",
-           "step_account"]  # (re-exports Step's)
+__all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-exports Step's)
 
 # Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst) to plan.
 Where = Plan | tuple[Any, "str | None"]
+_REDO = (LedgerStaleError, BudgetExceededError, PolicyChangedError)
 
 
 class Gate:
@@ -181,21 +181,28 @@ class Gate:
             LedgerConflictError: an account was recorded under another rule.
         """
         now = self._now(plan)
+        keys = plan.prefetch if now is None else plan.keys_at(now)
         # Explicit begin/commit inside one try (not ``with``): an interrupt between the end of a
         # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
-        scope = self.ledger.transaction()
-        try:
-            tx = scope.begin(plan.prefetch if now is None else plan.keys_at(now))
-            self._check_policy(tx.account(POLICY_KEY))
-            accounts = self._charge(tx.account, step, plan, now)
-            fields = self._fields(step, plan, label, kind, accounts)
-            if extra is not None:
-                fields.update(extra(tx.next_seq))
-            entry = tx.append(fields, accounts)
-            scope.commit()
-        except BaseException:
-            scope.abandon()
-            raise
+        for attempt in (1, 2):
+            scope = self.ledger.transaction()
+            try:
+                tx = scope.begin(keys)
+                self._check_policy(tx.account(POLICY_KEY))
+                accounts = self._charge(tx.account, step, plan, now)
+                fields = self._fields(step, plan, label, kind, accounts)
+                if extra is not None:
+                    fields.update(extra(tx.next_seq))
+                entry = tx.append(fields, accounts)
+                scope.commit()
+                break
+            except BaseException as exc:
+                scope.abandon()
+                # Read from the ledger's cache and found stale, or refused on it: redone once
+                # on fresh reads, whose answer is the one given (nothing was written).
+                if attempt == 1 and self.ledger.optimistic and isinstance(exc, _REDO):
+                    continue
+                raise
         # The receipt's fields, built into a Receipt only when asked for (this is the hot path;
         # states are never changed in place, so keeping a reference is safe until then).
         fields_ = (entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
@@ -342,55 +349,3 @@ class Gate:
 
     def _now(self, plan: Plan) -> float | None:
         return self.clock() if plan.windowed else None
-
-
-def check_ledger(ledger: Ledger, planner: Planner) -> None:
-    """Refuse a ledger whose accounts were recorded under another rule or renewal period than
-    the one ``planner`` declares for them (a rule cannot change mid-stream; adding, removing or
-    changing a window would forget recorded spend)."""
-    ledger.check_accounts()
-    specs = planner.specs
-    for account in ledger.accounts():
-        base, period = split_window(account.key)
-        name = dataset_name(account.key)
-        if name is not None:
-            planner.know(name)  # for the twin check
-        spec = specs.get(base)
-        if spec is None:
-            continue
-        check_continues(account.key, spec.rule, account)
-        declared = None if spec.period is None else spec.period.text
-        if period != declared:
-            raise LedgerConflictError(
-                f"{account.key} was recorded "
-                f"{'without a renewal window' if period is None else f'with period {period!r}'}"
-                f" and the policy gives {base} "
-                f"{'none' if declared is None else f'period {declared!r}'}; a renewal window "
-                f"cannot change once releases are recorded (that would forget their spend)")
-
-
-def refuse_raised(ledger: Ledger, planner: Planner) -> None:
-    """Refuse limits above the ones a ledger's accounts were recorded under: what a ledger from
-    before stored policies may adopt silently (raising them is ``apply_policy``'s explicit act).
-
-    Raises:
-        LedgerConflictError: naming each account whose limit would rise.
-    """
-    raised = []
-    for account in ledger.accounts():
-        recorded = account.config.get("limit") if account.key != POLICY_KEY else None
-        spec = planner.specs.get(split_window(account.key)[0])
-        if spec is not None:
-            declared = spec.rule.limit
-        elif dataset_name(account.key) is not None and planner.default is not None:
-            declared = planner.default.rule().limit
-        else:
-            continue
-        if isinstance(recorded, dict) and (declared is None or any(
-                getattr(declared, k) > float(recorded.get(k, 0.0)) for k in ("epsilon", "delta"))):
-            raised.append(f"{account.key}: recorded {recorded}, given {declared}")
-    if raised:
-        raise LedgerConflictError(
-            "the limits given are above the ones this ledger's releases were recorded under: "
-            + "; ".join(raised[:20]) + ". Raise them explicitly with `dpbudget policy apply` "
-            "(recorded as a weaker guarantee); nothing was written")

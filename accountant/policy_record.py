@@ -27,7 +27,7 @@ from accountant.errors import (
     LedgerCorruptedError,
     LedgerError,
 )
-from accountant.gate import check_ledger
+from accountant.continuity import check_ledger
 from accountant.ledger import Account, Ledger, open_ledger, record_hash
 from accountant.ledger.base import Transaction
 from accountant.ledger.record import ZERO_COST, canonical

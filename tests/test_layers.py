@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("ledger", [["accountant.ledger"]]),
     ("policies", [["policies"]]),
     ("gate", [["accountant.planner", "accountant.receipt", "accountant.session",
-               "accountant.refusals", "accountant.step",
+               "accountant.refusals", "accountant.step", "accountant.continuity",
                "accountant.policy_record", "accountant.gate", "accountant.pipeline",
                "accountant.core"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",

@@ -146,6 +146,7 @@ class Ledger(ABC):
     # Whether other processes (or a later run) can open the same ledger: only then does it store
     # the policy its limits come from (``accountant.policy_record``).
     durable = True
+    optimistic = False  # the transaction begun last read a cache (may end in LedgerStaleError)
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock = threading.RLock()

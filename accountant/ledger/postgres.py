@@ -4,7 +4,10 @@ Same records, chain and account states as the SQLite ledger. Every check-and-deb
 transaction that first takes a transaction-level advisory lock dedicated to this ledger, so writers
 are serialised exactly as the hash chain requires (each record names the one before it). The lock
 is released by the COMMIT, which is asynchronous; the same round trip then waits until the commit
-is on disk (``PostgresLedger._commit``: group commit), before anything is drawn on it.
+is on disk (``PostgresLedger._commit``: group commit), before anything is drawn on it. A debit is
+two round trips through libpq itself, or one when it can start from what this object's last
+commit left (``_begin``: optimistic, checked by the server's chain trigger and redone by the gate
+on fresh reads if another writer moved on).
 
 The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
 triggers keep the records an append-only, correctly linked chain and every account's row equal to
@@ -19,14 +22,15 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from accountant.errors import LedgerError
+from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry
 from accountant.ledger.record import float_object
-from accountant.ledger.postgres_schema import SCHEMA_VERSION, TRIGGERS, ddl
+from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PostgresLedger"]
@@ -38,9 +42,14 @@ __all__ = ["PostgresLedger"]
 _FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
           "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1")
 
+# Debits run on fresh reads after an optimistic one found the cache stale (other writers are
+# active: optimism would mostly cost a wasted round trip).
+_BACKOFF = 16
 # One advisory lock key per ledger kind; per-database, so ledgers in different databases are
 # independent.
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
+# Every transaction's start: asynchronous commit (``PostgresLedger._commit``), the ledger's lock.
+_BEGIN = f"BEGIN; SET LOCAL synchronous_commit = off; SELECT pg_advisory_xact_lock({_LOCK_KEY})"
 
 
 class PostgresLedger(SqlLedger):
@@ -69,6 +78,10 @@ class PostgresLedger(SqlLedger):
         self._tx_head: tuple[int, str] = EMPTY_HEAD
         self._tx_entry: Entry | None = None
         self._pending: list[str] = []  # the transaction's writes, as SQL with literals
+        # (head entry, unused, accounts) as this object's last confirmed commit left them; the
+        # next debit starts from it without a read while no other writer interferes.
+        self._cache: tuple[Entry, None, dict[str, Account | None]] | None = None
+        self._backoff = 0  # debits to run pessimistically after a stale optimistic one
         try:
             import psycopg
         except ImportError:
@@ -85,65 +98,13 @@ class PostgresLedger(SqlLedger):
             try:
                 with self._conn.transaction():
                     self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    self._prepare_schema()
+                    prepare(self._conn, self._psycopg)
                     self._check_format()
             except BaseException:
                 self._conn.close()  # the caller never gets a handle that could close it
                 raise
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
-
-    def _prepare_schema(self) -> None:
-        """Create the tables and triggers, or bring them up to date, when they are not current.
-
-        Only the owner of the tables may (re)create their triggers, so the DDL runs only when it
-        is needed: a writer role that owns nothing opens a current ledger without touching it.
-        "Current" is judged from the server's catalog, not trusted from a flag alone: a disabled
-        or dropped trigger makes the ledger outdated again."""
-        if self._schema_current():
-            return
-        # An existing ledger is upgraded where it is, even when that is not the first schema of
-        # the search_path (where a new one is created).
-        schema = self._value(
-            "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = "
-            "c.relnamespace WHERE c.oid = to_regclass('dpbudget_entries')), current_schema())")
-        if schema is None:
-            raise LedgerError(f"cannot open PostgreSQL ledger {self._where()}: no schema of the "
-                              "search_path exists to create its tables in")
-        try:
-            self._conn.execute(ddl(schema))
-        except self._psycopg.errors.InsufficientPrivilege:
-            raise LedgerError(
-                f"cannot open PostgreSQL ledger {self._where()}: its tables or the triggers that "
-                "guard them are missing or were made by an older version of dpbudget, and this "
-                "role may not create them. The ledger's owner must open it once with this "
-                "version (docs/postgres-deployment.md); nothing was written") from None
-
-    def _schema_current(self) -> bool:
-        if self._value("SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
-                       "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') "
-                       "IS NOT NULL AND to_regclass('dpbudget_flush') IS NOT NULL") is not True:
-            return False
-        if self._value("SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
-            return False
-        # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
-        enabled = self._value(
-            "SELECT count(*) FROM pg_trigger WHERE tgenabled IN ('O', 'A') AND ("
-            "(tgrelid = to_regclass('dpbudget_entries') AND tgname = ANY(%s)) OR "
-            "(tgrelid = to_regclass('dpbudget_accounts') AND tgname = ANY(%s)))",
-            ([n for t, n in TRIGGERS if t == "dpbudget_entries"],
-             [n for t, n in TRIGGERS if t == "dpbudget_accounts"]))
-        return bool(enabled == len(TRIGGERS))
-
-    def _value(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        """The first column of the first row of a query, or None."""
-        row = self._conn.execute(sql, args).fetchone()
-        return None if row is None else row[0]
-
-    def _where(self) -> str:
-        """The database and user the ledger is opened as (never a password)."""
-        info = self._conn.info
-        return f"(database {info.dbname!r} as role {info.user!r})"
 
     def _connect(self) -> None:
         """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
@@ -195,12 +156,25 @@ class PostgresLedger(SqlLedger):
         self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
+        cache = self._cache
+        self.optimistic = False
+        if self._backoff:
+            self._backoff -= 1
+        elif (cache is not None and prefetch and all(k in cache[2] for k in prefetch)
+              and not self._pending_input()):
+            # Optimistic: this object wrote the last record it knows of, and it knows every
+            # account the debit reads as that record left them. Nothing is sent now: the begin,
+            # the lock, the writes and the commit go in one round trip (``_commit``), where the
+            # server's chain check refuses the record if any other writer appended meanwhile.
+            self.optimistic = True
+            self._tx_entry, self._tx_head = cache[0], (cache[0].seq, cache[0].hash)
+            self._tx_read, self._pending = dict(cache[2]), []
+            return
         # One round trip: begin, take the ledger's lock, read the head and the accounts the
         # debit will read. Commits are asynchronous (the lock is released without waiting for the
         # disk); ``_commit`` makes each one durable before it returns (see there).
         keys = ", ".join(self._literal(k) for k in prefetch) or "NULL"
-        sql = ("BEGIN; SET LOCAL synchronous_commit = off; "
-               f"SELECT pg_advisory_xact_lock({_LOCK_KEY}); "
+        sql = (f"{_BEGIN}; "
                "SELECT 'h', seq, hash, record, NULL, NULL FROM (SELECT seq, hash, record FROM "
                "dpbudget_entries ORDER BY seq DESC LIMIT 1) h UNION ALL SELECT 'a', seq, key, "
                f"rule, config, state FROM dpbudget_accounts WHERE key IN ({keys})")
@@ -223,6 +197,16 @@ class PostgresLedger(SqlLedger):
                 read[a] = _account((a, b, c, d, int(seq)))
         self._tx_read = read
         self._pending = []
+
+    def _pending_input(self) -> bool:
+        """Whether the server said something unasked (a session it ended sends a notice, then
+        closes): then the next debit starts with a round trip that finds out safely — nothing
+        of an optimistic debit must be sent into a connection that may be gone, as it could
+        not be told afterwards whether its commit ran."""
+        try:
+            return bool(select.select([self._conn.pgconn.socket], [], [], 0)[0])
+        except (OSError, ValueError, self._psycopg.Error):
+            return True
 
     def _literal(self, value: str) -> str:
         """``value`` as an SQL string literal (libpq's own escaping). A NUL character is
@@ -313,18 +297,26 @@ class PostgresLedger(SqlLedger):
         """
         statements = self._pending
         staged, self._tx_entry = self._tx_entry, None
-        self._pending = []
-        self._tx_read = None
+        read, self._tx_read = self._tx_read, None
+        self._pending, self._cache = [], None  # (kept again only after a confirmed commit)
         status = self._psycopg.pq.TransactionStatus
-        if self._conn.info.transaction_status != status.INTRANS:
+        if self.optimistic:
+            statements = [_BEGIN] + statements
+        elif self._conn.info.transaction_status != status.INTRANS:
             raise LedgerError("PostgreSQL ledger: the transaction was lost (its session ended) "
                               "before it committed; nothing was written")
-        if not statements:  # (a transaction that wrote nothing has nothing to make durable)
-            self._raw("COMMIT")
+        if not statements or statements == [_BEGIN]:  # (nothing written: nothing to make durable)
+            if not self.optimistic:
+                self._raw("COMMIT")
             return
         try:
             written = self._raw("; ".join(statements + ["COMMIT", _FLUSH]))[0][0]
         except LedgerError as exc:
+            if self.optimistic and self._conn.info.transaction_status == status.INERROR:
+                # Refused before the commit (most likely: another writer appended since the
+                # cache): nothing was written; the gate redoes the debit on fresh reads.
+                self._backoff = _BACKOFF
+                raise LedgerStaleError(f"{exc} (an optimistic debit; redone)") from exc
             landed = self._landed_after(staged, exc)
             if landed is False:
                 raise
@@ -332,6 +324,8 @@ class PostgresLedger(SqlLedger):
                 f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
                 f"but the server did not confirm that it reached the disk ({exc}); nothing was "
                 "drawn on it, and its budget stays spent") from exc
+        if written == 1 and staged is not None and read is not None:
+            self._cache = (staged, None, read)  # what this commit left: the next debit's start
         if written != 1:
             raise LedgerError(
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
@@ -352,8 +346,7 @@ class PostgresLedger(SqlLedger):
             return None
 
     def _rollback(self) -> None:
-        self._pending = []
-        self._tx_read = None
+        self._pending, self._tx_read, self._cache = [], None, None
         try:
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:

@@ -23,9 +23,11 @@ tables or functions of its own (a temporary table named ``dpbudget_entries``, sa
 
 from __future__ import annotations
 
+from typing import Any
+
 from accountant.errors import LedgerError
 
-__all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "quote_ident"]
+__all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "prepare", "quote_ident"]
 
 # Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
@@ -270,3 +272,60 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         f"GRANT SELECT, INSERT, UPDATE (n) ON {s}.dpbudget_flush TO {writer}",
         f"GRANT SELECT ON {', '.join(tables)} TO {reader}",
     ]
+
+
+def prepare(conn: Any, psycopg: Any) -> None:
+    """Create the tables and triggers on ``conn``, or bring them up to date, when they are not
+    current.
+
+    Only the owner of the tables may (re)create their triggers, so the DDL runs only when it is
+    needed: a writer role that owns nothing opens a current ledger without touching it. "Current"
+    is judged from the server's catalog, not trusted from a flag alone: a disabled or dropped
+    trigger makes the ledger outdated again.
+
+    Raises:
+        LedgerError: not current, and this role may not make it so (or no schema to create in).
+    """
+    if _current(conn):
+        return
+    # An existing ledger is upgraded where it is, even when that is not the first schema of the
+    # search_path (where a new one is created).
+    schema = _value(conn, "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass('dpbudget_entries')), "
+                    "current_schema())")
+    info = conn.info
+    where = f"(database {info.dbname!r} as role {info.user!r})"  # (never a password)
+    if schema is None:
+        raise LedgerError(f"cannot open PostgreSQL ledger {where}: no schema of the search_path "
+                          "exists to create its tables in")
+    try:
+        conn.execute(ddl(schema))
+    except psycopg.errors.InsufficientPrivilege:
+        raise LedgerError(
+            f"cannot open PostgreSQL ledger {where}: its tables or the triggers that guard them "
+            "are missing or were made by an older version of dpbudget, and this role may not "
+            "create them. The ledger's owner must open it once with this version "
+            "(docs/postgres-deployment.md); nothing was written") from None
+
+
+def _current(conn: Any) -> bool:
+    if _value(conn, "SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
+              "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') IS NOT NULL "
+              "AND to_regclass('dpbudget_flush') IS NOT NULL") is not True:
+        return False
+    if _value(conn, "SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
+        return False
+    # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
+    enabled = _value(
+        conn, "SELECT count(*) FROM pg_trigger WHERE tgenabled IN ('O', 'A') AND ("
+        "(tgrelid = to_regclass('dpbudget_entries') AND tgname = ANY(%s)) OR "
+        "(tgrelid = to_regclass('dpbudget_accounts') AND tgname = ANY(%s)))",
+        ([n for t, n in TRIGGERS if t == "dpbudget_entries"],
+         [n for t, n in TRIGGERS if t == "dpbudget_accounts"]))
+    return bool(enabled == len(TRIGGERS))
+
+
+def _value(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
+    """The first column of the first row of a query, or None."""
+    row = conn.execute(sql, args).fetchone()
+    return None if row is None else row[0]

@@ -1,0 +1,74 @@
+"""The PostgreSQL ledger's optimistic debit: a debit that starts from what this ledger object's
+last commit left (no read) is sent in one round trip, and the server's chain check refuses it if
+another writer appended meanwhile; the gate then redoes it on fresh reads. Two writers taking
+turns make every cache stale: nothing may be overspent, refused on stale numbers, or kept from a
+policy change."""
+
+from __future__ import annotations
+
+import pytest
+
+from accountant import Accountant, Budget, BudgetExceededError, PolicyChangedError
+from accountant.audit import audit
+from accountant.ledger.postgres import PostgresLedger
+from mechanisms import Laplace
+from policies.policy import Policy
+from tests.conftest import _fresh_schema
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def two(postgres_database: str) -> tuple[Accountant, Accountant]:
+    dsn = _fresh_schema(postgres_database)
+    Accountant(Budget(1.0), ledger=dsn).close()
+    a, b = Accountant.open(dsn, rng=1), Accountant.open(dsn, rng=2)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_a_lone_writer_debits_optimistically(two: tuple[Accountant, Accountant]) -> None:
+    a, _ = two
+    a.release(Laplace(0.1), 1.0)
+    ledger = a.ledger
+    assert isinstance(ledger, PostgresLedger)
+    a.release(Laplace(0.1), 1.0)
+    assert ledger.optimistic  # started from its own last commit: one round trip
+    assert a.spent().epsilon == pytest.approx(0.2)
+
+
+def test_writers_taking_turns_never_overspend(two: tuple[Accountant, Accountant]) -> None:
+    a, b = two
+    admitted = 0
+    for i in range(30):
+        try:
+            (a if i % 2 == 0 else b).release(Laplace(0.1), 1.0)
+            admitted += 1
+        except BudgetExceededError:
+            pass
+    assert admitted == 10
+    assert a.spent().epsilon == pytest.approx(1.0)
+    report = audit(a.ledger)
+    assert report.ok and report.records == 11  # the policy record and the ten releases
+
+
+def test_a_stale_cache_is_redone_on_fresh_reads(two: tuple[Accountant, Accountant]) -> None:
+    a, b = two
+    a.release(Laplace(0.5), 1.0)  # a's cache: 0.5 spent
+    b.release(Laplace(0.5), 1.0)  # the ledger: 1.0 spent; a's cache is stale
+    with pytest.raises(BudgetExceededError) as refused:
+        a.release(Laplace(0.1), 1.0)  # optimistic on 0.5 would admit; the server refuses it
+    assert refused.value.remaining.epsilon == pytest.approx(0.0)  # the fresh numbers
+    ledger = a.ledger
+    assert isinstance(ledger, PostgresLedger) and ledger._backoff > 0  # others are active
+    assert a.spent().epsilon == pytest.approx(1.0)
+
+
+def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accountant]) -> None:
+    a, b = two
+    a.release(Laplace(0.1), 1.0)
+    b.apply_policy(Policy.model_validate({"datasets": {"default": {"limit": {"epsilon": 0.5}}}}),
+                   by="owner", reason="lower the limit")
+    with pytest.raises(PolicyChangedError):
+        a.release(Laplace(0.1), 1.0)
