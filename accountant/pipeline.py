@@ -193,7 +193,8 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
     opened: list[str] = []
 
     def members(seq: int) -> dict[str, str]:
-        opened.append(f"{name}#{seq}")
+        # (Replaced, not appended: a debit redone on fresh reads gets a new seq.)
+        opened[:] = [f"{name}#{seq}"]
         return {"pipeline": canonical(opened[0]),
                 "parent": canonical(None if parent is None else parent.id)}
 

@@ -72,3 +72,16 @@ def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accounta
                    by="owner", reason="lower the limit")
     with pytest.raises(PolicyChangedError):
         a.release(Laplace(0.1), 1.0)
+
+
+def test_a_pipeline_opened_on_a_stale_cache_is_named_by_its_own_record(
+        two: tuple[Accountant, Accountant]) -> None:
+    """A redone debit gets a new seq: the pipeline's id must name the record that opened it."""
+    a, b = two
+    a.release(Laplace(0.1), 1.0)
+    b.release(Laplace(0.1), 1.0)  # a's cache is now stale
+    with a.pipeline("report", budget=Budget(0.2)) as p:
+        p.release(Laplace(0.1), 1.0)
+    opening = [e for e in a.ledger.entries() if e.record["kind"] == "pipeline"][0]
+    assert p.id == f"report#{opening.seq}"
+    assert audit(a.ledger).ok
