@@ -46,7 +46,7 @@ __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-ex
 
 # Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst) to plan.
 Where = Plan | tuple[Any, "str | None"]
-_REDO = (LedgerStaleError, BudgetExceededError, PolicyChangedError)
+_REDO = (BudgetExceededError, PolicyChangedError)  # refusals computed on a cache: redone fresh
 
 
 class Gate:
@@ -184,10 +184,12 @@ class Gate:
         keys = plan.prefetch if now is None else plan.keys_at(now)
         # Explicit begin/commit inside one try (not ``with``): an interrupt between the end of a
         # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
-        for attempt in (1, 2):
+        for attempt in (1, 2, 3):
             scope = self.ledger.transaction()
+            optimistic = False
             try:
                 tx = scope.begin(keys)
+                optimistic = self.ledger.optimistic  # (read under the lock: this transaction's)
                 self._check_policy(tx.account(POLICY_KEY))
                 accounts = self._charge(tx.account, step, plan, now)
                 fields = self._fields(step, plan, label, kind, accounts)
@@ -198,9 +200,10 @@ class Gate:
                 break
             except BaseException as exc:
                 scope.abandon()
-                # Read from the ledger's cache and found stale, or refused on it: redone once
-                # on fresh reads, whose answer is the one given (nothing was written).
-                if attempt == 1 and self.ledger.optimistic and isinstance(exc, _REDO):
+                # Read from the ledger's cache and found stale, or refused on it: redone on
+                # fresh reads, whose answer is the one given (nothing was written).
+                if attempt < 3 and (isinstance(exc, LedgerStaleError)
+                                    or optimistic and isinstance(exc, _REDO)):
                     continue
                 raise
         # The receipt's fields, built into a Receipt only when asked for (this is the hot path;

@@ -36,3 +36,21 @@ def test_a_nul_character_is_refused_before_anything_is_written(postgres_database
     with pytest.raises(LedgerError, match="NUL"):
         ledger._literal("a\0b")
     ledger.close()
+
+
+def test_the_session_speaks_utf8_whatever_the_environment_says(
+        postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a client encoding in which a UTF-8 byte can swallow the next backslash, a label
+    would be stored altered and a keyed ledger would then refuse to open for everyone."""
+    monkeypatch.setenv("PGCLIENTENCODING", "SJIS")
+    dsn = _fresh_schema(postgres_database)
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0)
+    for label in ["語\\u0041", "ünïcödé \\ back", "Ω\\\\"]:
+        acc.release(Laplace(0.1), 1.0, label=label)
+    acc.close()
+    again = Accountant.open(dsn, rng=0)  # the stored texts are the hashed ones
+    labels = [e.record.get("label") for e in again.ledger.entries()
+              if e.record["kind"] == "release"]
+    assert labels == ["語\\u0041", "ünïcödé \\ back", "Ω\\\\"]
+    assert audit(again.ledger).ok
+    again.close()

@@ -15,7 +15,7 @@ from mechanisms import Laplace
 from policies.policy import Policy
 from tests.conftest import _fresh_schema
 
-pytestmark = pytest.mark.postgres
+
 
 
 @pytest.fixture
@@ -28,6 +28,7 @@ def two(postgres_database: str) -> tuple[Accountant, Accountant]:
     b.close()
 
 
+@pytest.mark.postgres
 def test_a_lone_writer_debits_optimistically(two: tuple[Accountant, Accountant]) -> None:
     a, _ = two
     a.release(Laplace(0.1), 1.0)
@@ -38,6 +39,7 @@ def test_a_lone_writer_debits_optimistically(two: tuple[Accountant, Accountant])
     assert a.spent().epsilon == pytest.approx(0.2)
 
 
+@pytest.mark.postgres
 def test_writers_taking_turns_never_overspend(two: tuple[Accountant, Accountant]) -> None:
     a, b = two
     admitted = 0
@@ -53,6 +55,7 @@ def test_writers_taking_turns_never_overspend(two: tuple[Accountant, Accountant]
     assert report.ok and report.records == 11  # the policy record and the ten releases
 
 
+@pytest.mark.postgres
 def test_a_stale_cache_is_redone_on_fresh_reads(two: tuple[Accountant, Accountant]) -> None:
     a, b = two
     a.release(Laplace(0.5), 1.0)  # a's cache: 0.5 spent
@@ -65,6 +68,7 @@ def test_a_stale_cache_is_redone_on_fresh_reads(two: tuple[Accountant, Accountan
     assert a.spent().epsilon == pytest.approx(1.0)
 
 
+@pytest.mark.postgres
 def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accountant]) -> None:
     a, b = two
     a.release(Laplace(0.1), 1.0)
@@ -74,6 +78,7 @@ def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accounta
         a.release(Laplace(0.1), 1.0)
 
 
+@pytest.mark.postgres
 def test_a_pipeline_opened_on_a_stale_cache_is_named_by_its_own_record(
         two: tuple[Accountant, Accountant]) -> None:
     """A redone debit gets a new seq: the pipeline's id must name the record that opened it."""
@@ -85,3 +90,27 @@ def test_a_pipeline_opened_on_a_stale_cache_is_named_by_its_own_record(
     opening = [e for e in a.ledger.entries() if e.record["kind"] == "pipeline"][0]
     assert p.id == f"report#{opening.seq}"
     assert audit(a.ledger).ok
+
+
+def test_a_stale_debit_is_always_redone_whatever_the_flag_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The redo does not depend on a flag another thread may have changed meanwhile: a
+    LedgerStaleError (nothing written) is redone, and the release is charged once."""
+    from accountant.errors import LedgerStaleError
+
+    acc = Accountant(Budget(1.0), rng=0)  # (in memory: the gate's logic alone)
+    ledger = acc.ledger
+    real = ledger._commit
+    calls = []
+
+    def stale_once() -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            ledger._rollback()
+            raise LedgerStaleError("stale (test)")
+        return real()
+
+    monkeypatch.setattr(ledger, "_commit", stale_once)
+    acc.release(Laplace(0.25), 1.0)
+    assert len(calls) == 2 and acc.spent().epsilon == 0.25
+    assert len([e for e in ledger.entries() if e.record["kind"] == "release"]) == 1

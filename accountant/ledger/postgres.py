@@ -116,8 +116,13 @@ class PostgresLedger(SqlLedger):
             keepalives=1, keepalives_idle=max(1, math.ceil(self.timeout / 3)),
             keepalives_interval=max(1, math.ceil(self.timeout / 9)), keepalives_count=3,
             tcp_user_timeout=ms)
+        # UTF-8 whatever the environment, role or database says: the debit path encodes its
+        # statements as UTF-8 (``_raw``), and the text the server stores must be the text hashed.
+        self._conn.execute("SET client_encoding = 'UTF8'")
         self._conn.execute("SET synchronous_commit = on")
         self._conn.execute(f"SET lock_timeout = {ms}")
+        if self._conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
+            raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
         self._pid = os.getpid()
 
     def _usable(self) -> None:
@@ -204,8 +209,10 @@ class PostgresLedger(SqlLedger):
         of an optimistic debit must be sent into a connection that may be gone, as it could
         not be told afterwards whether its commit ran."""
         try:
-            return bool(select.select([self._conn.pgconn.socket], [], [], 0)[0])
-        except (OSError, ValueError, self._psycopg.Error):
+            poller = select.poll()  # (not select.select: it fails on descriptors >= 1024)
+            poller.register(self._conn.pgconn.socket, select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError, AttributeError, self._psycopg.Error):
             return True
 
     def _literal(self, value: str) -> str:
@@ -376,7 +383,7 @@ class PostgresLedger(SqlLedger):
         return super().entry(seq)
 
     def _reader(self) -> Any:
-        return self._psycopg.connect(self.dsn, autocommit=True,
+        return self._psycopg.connect(self.dsn, autocommit=True, client_encoding="UTF8",
                                      connect_timeout=max(2, math.ceil(self.timeout)))
 
     def close(self) -> None:
