@@ -19,7 +19,8 @@ import numpy as np
 from accountant import _validate
 from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidTypeError
 from mechanisms.laplace import Laplace
-from mechanisms.queries import Neighbouring, _bounds, _data, _relation
+from mechanisms.queries import Neighbouring, _relation
+from mechanisms.rows import clamp_range, row_values
 
 __all__ = ["STATISTICS", "group_by"]
 
@@ -80,10 +81,10 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     if lower is None or upper is None:
         raise InvalidArgumentError("lower" if lower is None else "upper", None,
                                    f"the public clamping range of the values, for a {statistic}")
-    lo, hi = _bounds(lower, upper)
+    lo, hi = clamp_range(lower, upper)
     if values is None:
         raise InvalidArgumentError("values", None, f"each row's value, for a {statistic}")
-    data = np.clip(_data(values, "values"), lo, hi)
+    data = np.clip(row_values(values, "values"), lo, hi)
     if data.size != index.size:
         raise InvalidArgumentError("values", f"a sequence of {data.size}",
                                    f"one value per key ({index.size})")

@@ -23,7 +23,7 @@ from accountant.errors import InvalidArgumentError, InvalidTypeError
 from mechanisms.base import Mechanism
 from mechanisms.exact import discrete_laplace
 from mechanisms.laplace import Laplace
-from mechanisms.queries import _bounds, _data
+from mechanisms.rows import clamp_range, row_values
 from mechanisms.sampling import Sampler
 
 __all__ = ["PTRMean", "PTRMedian", "PTRRefused", "PTRStatistic", "ProposeTestRelease"]
@@ -66,7 +66,7 @@ class PTRStatistic(ABC):
     neighbouring: str
 
     def __init__(self, lower: float, upper: float) -> None:
-        self.lower, self.upper = _bounds(lower, upper)
+        self.lower, self.upper = clamp_range(lower, upper)
 
     def params(self) -> dict[str, Any]:
         return {"statistic": self.name, "lower": self.lower, "upper": self.upper,
@@ -223,7 +223,7 @@ class ProposeTestRelease(Mechanism):
 
     def prepare(self, value: Any) -> np.ndarray:
         """The values, clamped into [lower, upper] and sorted; NaN refused naming its index."""
-        data = _data(value, "value")
+        data = row_values(value, "value")
         return np.sort(np.clip(data, self.statistic.lower, self.statistic.upper))
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:

@@ -17,14 +17,10 @@ import numpy as np
 
 from accountant import _validate
 from accountant.budget import Budget
-from accountant.errors import (
-    InvalidArgumentError,
-    InvalidDataError,
-    InvalidDataTypeError,
-    InvalidTypeError,
-)
+from accountant.errors import InvalidArgumentError, InvalidTypeError
 from mechanisms.base import Mechanism
 from mechanisms.exact import bernoulli_exp
+from mechanisms.rows import clamp_range, row_values
 from mechanisms.sampling import Sampler
 
 __all__ = ["MAX_CANDIDATES", "Median", "Quantile"]
@@ -79,10 +75,7 @@ class Quantile(Mechanism):
         self.q = _validate.real("q", q)
         if not 0.0 <= self.q <= 1.0:
             raise InvalidArgumentError("q", q, "a number in [0, 1]")
-        self.lower = _validate.finite("lower", lower)
-        self.upper = _validate.finite("upper", upper)
-        if not self.lower < self.upper:
-            raise InvalidArgumentError("upper", upper, f"greater than lower={self.lower!r}")
+        self.lower, self.upper = clamp_range(lower, upper)
         self.candidates = _candidates(candidates, bins, self.lower, self.upper)
         self._grid = np.asarray(self.candidates, dtype=np.float64)
         self._q = Fraction(self.q)
@@ -104,21 +97,7 @@ class Quantile(Mechanism):
             InvalidDataTypeError: not a one-dimensional sequence of real numbers.
             InvalidDataError: a NaN entry (it has no place in an order), naming its index.
         """
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-            raise InvalidDataTypeError("value", value, "a one-dimensional sequence of numbers")
-        try:
-            arr = np.asarray(value)
-        except Exception:  # ragged, or an object whose conversion fails
-            raise InvalidDataTypeError("value", value,
-                                       "a one-dimensional sequence of numbers") from None
-        if (arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.number)
-                or np.issubdtype(arr.dtype, np.complexfloating)):
-            raise InvalidDataTypeError("value", value, "a one-dimensional sequence of numbers")
-        arr = arr.astype(np.float64)
-        nan = np.flatnonzero(np.isnan(arr))
-        if nan.size:
-            raise InvalidDataError("value", value, "free of NaN", f"; value[{int(nan[0])}] is nan")
-        return np.sort(np.clip(arr, self.lower, self.upper))
+        return np.sort(np.clip(row_values(value, "value"), self.lower, self.upper))
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float:
         scores = self.scores(value)

@@ -30,6 +30,7 @@ from accountant.errors import (
 )
 from mechanisms.laplace import Laplace
 from mechanisms.quantile import Quantile
+from mechanisms.rows import clamp_range, row_values
 
 __all__ = ["Neighbouring", "Query", "clamped_sum", "count", "histogram", "noisy_mean",
            "noisy_quantiles"]
@@ -60,31 +61,6 @@ class Query(NamedTuple):
     def __repr__(self) -> str:  # never the value: a repr ends up in logs and notebooks
         return (f"Query(value=<hidden>, l1_sensitivity={self.l1_sensitivity!r}, "
                 f"l2_sensitivity={self.l2_sensitivity!r}, neighbouring={self.neighbouring!r})")
-
-
-def _data(data: Any, name: str = "data") -> np.ndarray:
-    try:
-        arr = np.asarray(data)
-    except Exception:  # ragged (or an object whose conversion fails)
-        raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers") from None
-    if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
-        raise InvalidDataTypeError(name, data, "a one-dimensional sequence of numbers")
-    arr = arr.astype(np.float64)
-    nan = np.flatnonzero(np.isnan(arr))
-    if nan.size:
-        raise InvalidDataError(name, data, "free of NaN", f"; {name}[{int(nan[0])}] is nan")
-    return arr
-
-
-def _bounds(lower: Any, upper: Any) -> tuple[float, float]:
-    lo = _validate.finite("lower", lower)
-    hi = _validate.finite("upper", upper)
-    if not lo < hi:
-        raise InvalidArgumentError("upper", upper, f"greater than lower={lo!r}")
-    if not math.isfinite(hi - lo):
-        raise InvalidArgumentError("upper", upper, f"within a finite distance of lower={lo!r} "
-                                   "(upper − lower must be a finite double)")
-    return lo, hi
 
 
 def _relation(neighbouring: Any) -> Neighbouring:
@@ -129,9 +105,9 @@ def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: b
     >>> clamped_sum([5, 50, 500], 0, 100, centred=True).value
     5.0
     """
-    lo, hi = _bounds(lower, upper)
+    lo, hi = clamp_range(lower, upper)
     relation = _relation(neighbouring)
-    clipped = np.clip(_data(data), lo, hi)
+    clipped = np.clip(row_values(data), lo, hi)
     if centred:
         mid = (lo + hi) / 2.0
         value = float(np.sum(clipped - mid))
@@ -201,7 +177,7 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     eps = _validate.positive("epsilon", epsilon)
     share = _validate.probability("count_share", count_share, low_open=True)
     relation = _relation(neighbouring)
-    lo, hi = _bounds(lower, upper)
+    lo, hi = clamp_range(lower, upper)
     total = clamped_sum(data, lo, hi, centred=centred, neighbouring=relation)
     common = {"dataset": dataset, "analyst": analyst}
     tag = label or "mean"

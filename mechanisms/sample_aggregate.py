@@ -20,7 +20,7 @@ from accountant.budget import Budget
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from mechanisms.base import Mechanism
 from mechanisms.laplace import Laplace
-from mechanisms.queries import _bounds
+from mechanisms.rows import clamp_range
 from mechanisms.sampling import Sampler
 
 __all__ = ["SampleAndAggregate"]
@@ -83,7 +83,7 @@ class SampleAndAggregate(Mechanism):
             raise InvalidArgumentError("chunks", chunks, "between 1 and 1,000,000")
         self.function = function
         self.chunks = int(chunks)
-        self.lower, self.upper = _bounds(lower, upper)
+        self.lower, self.upper = clamp_range(lower, upper)
         self._mean = Laplace(self.epsilon, sensitivity=(self.upper - self.lower) / self.chunks)
         assert self._mean.grid is not None  # (exact by construction)
         if max(abs(self.lower), abs(self.upper)) > self._mean.grid.limit_for(1):

@@ -22,7 +22,7 @@ from accountant.errors import InvalidArgumentError
 from mechanisms.base import Mechanism
 from mechanisms.bits import RandomBits
 from mechanisms.exact import _geometric, bernoulli_exp
-from mechanisms.queries import _bounds, _data
+from mechanisms.rows import clamp_range, row_values
 from mechanisms.sampling import Sampler
 
 __all__ = ["SmoothSensitivity", "smooth_sensitivity"]
@@ -76,7 +76,7 @@ class SmoothSensitivity(Mechanism):
                  q: float = 0.5) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)
-        self.lower, self.upper = _bounds(lower, upper)
+        self.lower, self.upper = clamp_range(lower, upper)
         self.q = _validate.real("q", q)
         if not 0.0 <= self.q <= 1.0:
             raise InvalidArgumentError("q", q, "a number in [0, 1]")
@@ -98,7 +98,7 @@ class SmoothSensitivity(Mechanism):
 
     def prepare(self, value: Any) -> np.ndarray:
         """The values, clamped into [lower, upper] and sorted; NaN refused naming its index."""
-        return np.sort(np.clip(_data(value, "value"), self.lower, self.upper))
+        return np.sort(np.clip(row_values(value, "value"), self.lower, self.upper))
 
     def index(self, n: int) -> int:
         """The 1-based order statistic released for n rows: ⌈q·n⌉ exactly, at least 1."""

@@ -41,3 +41,17 @@ def test_helpers_and_selection_take_a_column() -> None:
     assert clamped_sum(frame["age"], 0, 100).value == float(np.arange(20.0, 80.0).sum())
     assert 0 <= noisy_mean(acc, frame["age"], 0, 100, epsilon=1.0) <= 100
     assert 0 <= acc.release(Median(1.0, 0.0, 100.0), frame["age"]) <= 100
+
+
+@pytest.mark.parametrize("make", [lambda: Median(1.0, 0.0, 1.0),
+                                  lambda: __import__("mechanisms").SmoothSensitivity(
+                                      1.0, 1e-6, 0.0, 1.0)])
+def test_a_complex_column_is_refused_not_truncated(make: object) -> None:
+    """numpy would cast complex to float by dropping the imaginary part (a different value than
+    the caller's): refused, typed, before anything is debited."""
+    acc = Accountant(Budget(1.0, 1e-5), rng=0)
+    with pytest.raises(InvalidDataTypeError):
+        acc.release(make(), np.array([1 + 2j, 3 + 0j]))  # type: ignore[operator]
+    with pytest.raises(InvalidDataTypeError):
+        clamped_sum(np.array([1 + 2j]), 0, 1)
+    assert acc.spent() == Budget(0.0)
