@@ -40,7 +40,14 @@ from accountant.errors import (
 )
 
 if TYPE_CHECKING:
-    from accountant.composition import RULES, CompositionRule
+    from accountant.composition import RULES, CompositionRule, plan_order
+    from accountant.estimator import LogisticRegression
+    from accountant.training import (
+        TrainingResult,
+        dp_sgd,
+        noise_for_steps,
+        noisy_gradient_descent,
+    )
     from accountant.core import Accountant
     from accountant.pipeline import Pipeline
     from accountant.receipt import Receipt
@@ -51,16 +58,20 @@ _LAZY = {
     "RULES": "accountant.composition", "CompositionRule": "accountant.composition",
     "Accountant": "accountant.core", "Pipeline": "accountant.pipeline",
     "Receipt": "accountant.receipt", "NumericSession": "accountant.session",
-    "Session": "accountant.session",
+    "Session": "accountant.session", "plan_order": "accountant.composition",
+    "LogisticRegression": "accountant.estimator", "TrainingResult": "accountant.training",
+    "dp_sgd": "accountant.training", "noise_for_steps": "accountant.training",
+    "noisy_gradient_descent": "accountant.training",
 }
 
 __all__ = [
     "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
     "InvalidArgumentError", "InvalidDataError", "InvalidDataTypeError", "InvalidTypeError",
     "LedgerConflictError", "LedgerCorruptedError",
-    "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "NumericSession",
-    "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt", "Session", "UnknownAnalystError",
-    "UnknownDatasetError", "WindowEndedError",
+    "LedgerError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",
+    "NumericSession", "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt",
+    "Session", "TrainingResult", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
+    "dp_sgd", "noise_for_steps", "noisy_gradient_descent", "plan_order",
 ]
 
 

@@ -180,7 +180,7 @@ class _Replay:
         # Records of the same mechanism repeat the same cost: decode each distinct one once.
         if "parts" in cost:
             return charge_from_record(cost, str(mechanism))
-        key = (mechanism, *cost.items())
+        key = (mechanism, *((k, tuple(v) if isinstance(v, list) else v) for k, v in cost.items()))
         charge = self.charges.get(key)
         if charge is None:
             if len(self.charges) > 4096:

@@ -9,7 +9,7 @@ of ours but ``Budget``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from accountant.budget import Budget
 
@@ -24,6 +24,8 @@ class Charge(NamedTuple):
         rho: its zero-concentrated DP cost where it has a tighter one (Bun–Steinke 2016), else None.
         mu: its Gaussian-DP parameter where it has one (Dong–Roth–Su 2019), else None.
         mechanism: the mechanism's name, for error messages.
+        rdp: its Rényi-DP curve where it has one beyond what ρ or a pure ε give (a tuple: the
+            kind and its public parameters, ``accountant.rdp``), else None.
         parts: for a batch (``Accountant.release_many``), the charges of its items, fixed before
             any of them is released; empty for a single release. ``epsilon``/``delta`` of a batch
             are then the basic-composition totals, and each rule composes ``parts`` itself.
@@ -38,6 +40,7 @@ class Charge(NamedTuple):
     mu: float | None = None
     mechanism: str = ""
     parts: tuple["Charge", ...] = ()
+    rdp: tuple[Any, ...] | None = None
 
     @property
     def budget(self) -> Budget:

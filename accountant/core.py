@@ -43,6 +43,8 @@ class Accountant:
             A release on a dataset not listed is refused unless ``limit`` is also given.
         composition: the rule for ``limit`` and for plain ``Budget`` entries of ``limits``.
         per_query: a cap on any single release's cost, with ``limit``.
+        order: the ``"renyi"`` rule's one Rényi order (from ``plan_order``); ``None`` for its
+            default orders.
         ledger: a ``Ledger``, a URL (``"sqlite:///budget.db"``, ``"memory://"``,
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int
@@ -72,16 +74,20 @@ class Accountant:
     def __init__(self, limit: Budget | None = None, *,
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
-                 ledger: Ledger | str | None = None, rng: Any = None) -> None:
+                 order: float | None = None, ledger: Ledger | str | None = None,
+                 rng: Any = None) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
-        make_rule(composition, limit, per_query)  # validates the rule name before anything opens
+        # Validates the rule and its parameters before anything opens.
+        make_rule(composition, limit, per_query, order=order)
         default: DatasetLimit | None = None
         if limits is None or limit is not None:
-            default = DatasetLimit(limit=limit, composition=composition, per_query=per_query)
+            default = DatasetLimit(limit=limit, composition=composition, per_query=per_query,
+                                   order=order)
         # The same machinery as a policy file's, without a file: only dataset limits (names
         # are not restricted to the policy file's syntax here; only a file's are).
-        policy = Policy.model_construct(datasets=dataset_limits(limits, composition, per_query))
+        policy = Policy.model_construct(datasets=dataset_limits(limits, composition, per_query,
+                                                                order))
         self._setup(policy, default, ledger, rng, None)
 
     @classmethod

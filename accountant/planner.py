@@ -267,10 +267,10 @@ def pipeline_members(pipeline_id: str) -> dict[str, str]:
     return {"pipeline": canonical(pipeline_id)}
 
 
-def dataset_limits(limits: Any, composition: str,
-                   per_query: Budget | None) -> dict[str, DatasetLimit]:
+def dataset_limits(limits: Any, composition: str, per_query: Budget | None,
+                   order: float | None = None) -> dict[str, DatasetLimit]:
     """``Accountant(limits=...)`` as the policy's dataset limits (plain ``Budget`` entries get
-    ``composition`` and ``per_query``)."""
+    ``composition``, ``per_query`` and ``order``)."""
     if limits is None:
         return {}
     if not isinstance(limits, Mapping):
@@ -284,7 +284,8 @@ def dataset_limits(limits: Any, composition: str,
         if isinstance(value, DatasetLimit):
             out[name] = value
         elif value is None or isinstance(value, Budget):
-            out[name] = DatasetLimit(limit=value, composition=composition, per_query=per_query)
+            out[name] = DatasetLimit(limit=value, composition=composition, per_query=per_query,
+                                     order=order)
         else:
             raise InvalidTypeError(f"limits[{name!r}]", value, "a Budget, a DatasetLimit or None")
     return out

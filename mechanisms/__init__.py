@@ -11,6 +11,7 @@ from mechanisms.gaussian import (
     AnalyticGaussian,
     Gaussian,
     analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
 from mechanisms.group_by import group_by
@@ -35,6 +36,7 @@ from mechanisms.selection import (
     RandomizedResponse,
     ReportNoisyMax,
 )
+from mechanisms.subsampled import SubsampledGaussian, poisson_sample
 from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
 
 __all__ = [
@@ -42,8 +44,9 @@ __all__ = [
     "Gaussian", "Laplace", "Mechanism", "Median",
     "Neighbouring", "NumericMechanism", "NumericSparse", "PTRMean", "PTRMedian", "PTRRefused",
     "PTRStatistic", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
-    "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "SmoothSensitivity", "Sparse", "StreamMechanism",
-    "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_sigma",
+    "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "SmoothSensitivity", "Sparse", "StreamMechanism", "SubsampledGaussian",
+    "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
     "clamped_sum", "count", "group_by", "smooth_sensitivity", "histogram", "noisy_mean", "noisy_quantiles",
+    "poisson_sample",
 ]

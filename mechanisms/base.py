@@ -31,7 +31,7 @@ from accountant.errors import (
 from mechanisms.sampling import Sampler
 
 __all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
-           "noise_kind", "real_as_float"]
+           "noise_kind", "real_as_float", "real_values"]
 
 # "exact": noise from the exact integer samplers, released on a grid (the default);
 # "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).
@@ -76,7 +76,7 @@ class _Frozen(ABCMeta):
                     name, value, "a finite, non-zero double (the parameters given overflow or "
                     "underflow it)")
         state["_charge"] = Charge(cost.epsilon, cost.delta, mechanism.rho, mechanism.mu,
-                                  cls.__name__)
+                                  cls.__name__, (), mechanism.rdp)
         state["_frozen"] = True
         return mechanism
 
@@ -120,6 +120,12 @@ class Mechanism(ABC, metaclass=_Frozen):
     @property
     def mu(self) -> float | None:
         """The Gaussian-DP parameter μ where the mechanism has one, else None."""
+        return None
+
+    @property
+    def rdp(self) -> tuple[Any, ...] | None:
+        """The Rényi-DP curve where the mechanism has one tighter than its ρ or pure ε imply (a
+        description ``(kind, parameters...)`` that ``accountant.rdp`` evaluates), else None."""
         return None
 
     @property
@@ -174,35 +180,7 @@ class NumericMechanism(Mechanism):
             InvalidTypeError: a string, a bool, None, or an array that is not numeric.
             InvalidArgumentError: NaN or infinite entries, or an empty array.
         """
-        if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
-            return value
-        if isinstance(value, numbers.Real) and not isinstance(value, bool):
-            x = real_as_float("value", value)
-            if not np.isfinite(x):
-                raise InvalidDataError("value", value, "a finite number")
-            return x
-        if hasattr(value, "to_numpy") and hasattr(value, "dtypes" if hasattr(value, "columns")
-                                                  else "dtype"):
-            value = value.to_numpy()  # a pandas Series or DataFrame: its values, as an array
-        if isinstance(value, (np.ndarray, list, tuple)):
-            try:
-                arr = np.asarray(value)
-            except Exception:  # a ragged nested list (or an object whose conversion fails)
-                raise InvalidDataTypeError("value", value, "a rectangular array of real numbers") \
-                    from None
-            if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
-                                         and not np.issubdtype(arr.dtype, np.complexfloating)):
-                raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
-            if arr.size == 0:
-                raise InvalidDataError("value", value, "a non-empty array")
-            arr = array_as_float("value", value, arr)
-            bad = ~np.isfinite(arr)
-            if bad.any():
-                index = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise InvalidDataError("value", value, "finite everywhere",
-                                       f"; value{list(index)} is not finite")
-            return arr
-        raise InvalidDataTypeError("value", value, "a real number or an array of real numbers")
+        return real_values("value", value)
 
 
 class StreamMechanism(Mechanism):
@@ -227,6 +205,46 @@ class StreamMechanism(Mechanism):
     @abstractmethod
     def _open(self, sampler: Sampler) -> Any:
         """The stream state of a new session. Called by the accountant only, after the debit."""
+
+
+def real_values(argument: str, value: Any) -> Any:
+    """A finite real scalar (as ``float``) or a non-empty array of them (``float64``); a pandas
+    Series or DataFrame is taken as the array of its values. Errors name ``argument`` (and an
+    index), never a value.
+
+    Raises:
+        InvalidDataTypeError: a string, a bool, None, or an array that is not numeric.
+        InvalidDataError: NaN or infinite entries, or an empty array.
+    """
+    if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
+        return value
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        x = real_as_float(argument, value)
+        if not np.isfinite(x):
+            raise InvalidDataError(argument, value, "a finite number")
+        return x
+    if hasattr(value, "to_numpy") and hasattr(value, "dtypes" if hasattr(value, "columns")
+                                              else "dtype"):
+        value = value.to_numpy()  # a pandas Series or DataFrame: its values, as an array
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            arr = np.asarray(value)
+        except Exception:  # a ragged nested list (or an object whose conversion fails)
+            raise InvalidDataTypeError(argument, value, "a rectangular array of real numbers") \
+                from None
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.number)
+                                     and not np.issubdtype(arr.dtype, np.complexfloating)):
+            raise InvalidDataTypeError(argument, value, "a real number or an array of real numbers")
+        if arr.size == 0:
+            raise InvalidDataError(argument, value, "a non-empty array")
+        arr = array_as_float(argument, value, arr)
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InvalidDataError(argument, value, "finite everywhere",
+                                   f"; {argument}{list(index)} is not finite")
+        return arr
+    raise InvalidDataTypeError(argument, value, "a real number or an array of real numbers")
 
 
 # Integers beyond 2^53 are not all doubles: converting them would round neighbours up to 2^k apart

@@ -13,7 +13,7 @@ from scipy.special import log_ndtr
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError
 
-__all__ = ["analytic_gaussian_delta", "analytic_gaussian_sigma"]
+__all__ = ["analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma"]
 
 # Relative margin added above the bisection's root so that floating-point error in evaluating δ(σ)
 # (about 1e-13 relative at worst on the tested range) can never leave σ on the unsafe side.
@@ -104,3 +104,36 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
         sigma *= 1.0 + 1e-9
     raise InvalidArgumentError("epsilon", epsilon, "a value whose analytic Gaussian noise can be "
                                f"certified in double precision at delta={delta!r}")
+
+
+def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
+    """The smallest ε with δ(ε) <= δ for N(0, σ²) on L2-sensitivity Δ (Balle–Wang 2018, Thm 8),
+    rounded up: what a Gaussian built from its noise (``AnalyticGaussian(sigma=...)``) declares.
+
+    δ(ε) decreases in ε, so bisection finds the root of the certified upper bound
+    ``_log_delta_upper``; the bracket's upper end is returned, raised by ``1e-11`` and re-checked.
+
+    >>> round(analytic_gaussian_epsilon(3.730631635, 1e-5), 6)
+    1.0
+    """
+    sig = _validate.positive("sigma", sigma)
+    target = math.log(_validate.probability("delta", delta, low_open=True))
+    sens = _validate.positive("sensitivity", sensitivity)
+
+    def safe(eps: float) -> bool:
+        return _log_delta_upper(sig, eps, sens) <= target
+
+    hi = 1.0
+    while not safe(hi):
+        hi *= 2.0
+        if hi > 1e6:
+            raise InvalidArgumentError("sigma", sigma, "noise large enough for a finite epsilon "
+                                       f"at delta={delta!r}")
+    lo = 0.0
+    eps = _numeric.bisect(safe, lo, hi)[1] * (1.0 + _SIGMA_MARGIN)
+    for _ in range(200):
+        if safe(eps):
+            return eps
+        eps *= 1.0 + 1e-9
+    raise InvalidArgumentError("sigma", sigma, "a noise level whose epsilon can be certified in "
+                               f"double precision at delta={delta!r}")  # pragma: no cover

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -12,11 +13,16 @@ from accountant import _numeric, _validate
 from accountant.budget import Budget
 from accountant.errors import InvalidArgumentError, InvalidDataError
 from mechanisms.base import NumericMechanism, noise_kind
-from mechanisms.calibration import analytic_gaussian_delta, analytic_gaussian_sigma
+from mechanisms.calibration import (
+    analytic_gaussian_delta,
+    analytic_gaussian_epsilon,
+    analytic_gaussian_sigma,
+)
 from mechanisms.gaussian_grid import GaussianGrid
 from mechanisms.sampling import Sampler
 
-__all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_gaussian_sigma"]
+__all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_gaussian_epsilon",
+           "analytic_gaussian_sigma"]
 
 class _GaussianFamily(NumericMechanism):
     """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value.
@@ -136,23 +142,54 @@ class AnalyticGaussian(_GaussianFamily):
     Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) ≤ δ. σ is found by bisection in log space (see
     :func:`analytic_gaussian_sigma`), re-checked, and rounded up.
 
+    **From the noise instead** (``sigma=`` or ``noise_multiplier=`` σ/Δ, instead of ``epsilon``):
+    σ is used as given, and the mechanism declares the smallest ε that the same theorem certifies
+    at ``delta``, rounded up (:func:`analytic_gaussian_epsilon`), with ρ = Δ²/(2σ²) for the
+    "advanced" and "renyi" rules (and μ = Δ/σ with ``noise="float"``) as always. ``delta`` then
+    only names the (ε, δ) pair this noise is declared at, for the "basic" rule and caps.
+
     Args:
-        epsilon: ε > 0.
+        epsilon: ε > 0 (or give ``sigma`` or ``noise_multiplier`` instead).
         delta: 0 < δ < 1.
         sensitivity: L2 sensitivity Δ₂ > 0.
         noise: ``"exact"`` (default) or ``"float"``, as for :class:`Gaussian`.
+        sigma: the noise's standard deviation σ > 0.
+        noise_multiplier: σ/Δ₂ > 0 (σ = noise_multiplier × sensitivity), as DP-SGD states it.
 
     >>> round(AnalyticGaussian(epsilon=1.0, delta=1e-5).sigma, 6)
     3.730632
+    >>> m = AnalyticGaussian(noise_multiplier=2.0, delta=1e-5, sensitivity=0.5)
+    >>> m.sigma, round(m.epsilon, 4), round(m.rho, 12)
+    (1.0, 1.9931, 0.125)
     """
 
-    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0,
-                 noise: str = "exact") -> None:
-        self.epsilon = _validate.positive("epsilon", epsilon)
+    def __init__(self, epsilon: float | None = None, delta: float | None = None,
+                 sensitivity: float = 1.0, noise: str = "exact", *,
+                 sigma: float | None = None, noise_multiplier: float | None = None) -> None:
+        given = [name for name, v in (("epsilon", epsilon), ("sigma", sigma),
+                                      ("noise_multiplier", noise_multiplier)) if v is not None]
+        if len(given) > 1:
+            raise InvalidArgumentError(given[1], "given with " + given[0], "given alone (one of "
+                                       "epsilon, sigma and noise_multiplier)")
         self.delta = _validate.probability("delta", delta, low_open=True)
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
-        self.sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+        if not given or epsilon is not None:
+            self.epsilon = _validate.positive("epsilon", epsilon)
+            self.sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+        else:
+            self.sigma = (_validate.positive("sigma", sigma) if sigma is not None else
+                          _times("noise_multiplier", noise_multiplier, self.sensitivity))
+            self.epsilon = analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
         self._setup(noise)
+
+
+def _times(name: str, multiplier: Any, sensitivity: float) -> float:
+    """σ = multiplier × Δ, rounded up only when the product is not exact (never less noise)."""
+    z = _validate.positive(name, multiplier)
+    product = z * sensitivity
+    if Fraction(product) < Fraction(z) * Fraction(sensitivity):
+        product = math.nextafter(product, math.inf)
+    return product
 
 
 @functools.lru_cache(maxsize=1024)

@@ -58,6 +58,15 @@ class Laplace(NumericMechanism):
     def noise(self) -> str:
         return self._noise
 
+    @property
+    def rdp(self) -> tuple[Any, ...] | None:
+        """Mironov 2017, Prop. 6, for the continuous Laplace (``noise="float"``). None with exact
+        noise: the discrete Laplace on a grid leaks slightly more than the continuous one at the
+        same ε (the continuous Laplace is a post-processing of it: an exponential's integer and
+        fractional parts are independent), so it is charged the pure-DP bound
+        (``accountant.rdp.pure``), valid for every ε-DP mechanism."""
+        return ("laplace", self.epsilon) if self.grid is None else None
+
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale,
                 "noise": self._noise}

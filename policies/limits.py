@@ -106,6 +106,9 @@ class _Limit(BaseModel):
         None, description="'advanced' rule only: the fraction of delta used to convert the zCDP "
         "total to (epsilon, delta), in (0, 1] (default 1); the rest is the allowance for "
         "non-Gaussian steps with delta > 0, such as pipeline allocations and batches.")
+    order: float | None = Field(
+        None, description="'renyi' rule only: the one Renyi order its filter watches, fixed "
+        "now (from accountant.plan_order); omitted: six default orders with delta split evenly.")
     period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
                                "each window is its own account. A weaker guarantee than a "
                                "lifetime limit: the total loss grows with the number of periods.",
@@ -178,7 +181,7 @@ class DatasetLimit(_Limit):
     """
 
     composition: str = Field("basic", description="The composition rule (basic, advanced, "
-                             "optimal, gaussian).")
+                             "optimal, gaussian, renyi).")
     max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
     allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
         None, description="Mechanism class names admitted; omitted: all.")
@@ -191,7 +194,7 @@ class DatasetLimit(_Limit):
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
         return make_rule(self.composition, self.limit, self.per_query,
-                         conversion_share=self.conversion_share)
+                         conversion_share=self.conversion_share, order=self.order)
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)

@@ -101,7 +101,7 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
         out.append(f"{path}: {old!r} -> {new!r}")
     elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
         out.append(f"{path}: removed")
-    elif leaf in ("composition", "conversion_share") and old != new:
+    elif leaf in ("composition", "conversion_share", "order") and old != new:
         out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
     elif leaf == "period" and old != new and new is not None:
         out.append(f"{path}: {old!r} -> {new!r} (a renewal window grants its limit again)")

@@ -21,7 +21,7 @@ PACKAGES = ("accountant", "mechanisms", "policies")
 # other (mechanisms describe, composition rules interpret: neither knows the other).
 LAYERS: list[tuple[str, list[list[str]]]] = [
     ("values and errors", [["accountant.errors", "accountant._numeric", "accountant._validate",
-                            "accountant.budget", "accountant.charge"]]),
+                            "accountant.budget", "accountant.charge", "accountant.rdp"]]),
     ("mechanisms and composition rules", [["mechanisms"], ["accountant.composition"]]),
     ("ledger", [["accountant.ledger"]]),
     ("policies", [["policies"]]),
@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                "accountant.refusals", "accountant.step", "accountant.continuity",
                "accountant.policy_record", "accountant.gate", "accountant.pipeline",
                "accountant.core"]]),
+    ("training", [["accountant.training", "accountant.estimator"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",
                             "accountant.audit_chain", "accountant.audit_policy", "accountant.audit_text", "accountant.audit",
                             "accountant.report", "accountant.transfer", "accountant.plot",

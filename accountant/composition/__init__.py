@@ -16,6 +16,7 @@ from accountant.composition.basic import BasicComposition
 from accountant.composition.batch import batch_charge
 from accountant.composition.gaussian import GaussianComposition
 from accountant.composition.optimal import OptimalComposition
+from accountant.composition.renyi import RenyiComposition, plan_order
 from accountant.errors import (
     InvalidArgumentError,
     InvalidTypeError,
@@ -25,13 +26,14 @@ from accountant.errors import (
 
 __all__ = [
     "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",
-    "GaussianComposition", "OptimalComposition", "Refused", "State", "batch_charge", "make_rule",
-    "rule_from_config",
+    "GaussianComposition", "OptimalComposition", "Refused", "RenyiComposition", "State",
+    "batch_charge", "make_rule", "plan_order", "rule_from_config",
 ]
 
 RULES: dict[str, type[CompositionRule]] = {
     rule.name: rule
-    for rule in (BasicComposition, AdvancedComposition, OptimalComposition, GaussianComposition)
+    for rule in (BasicComposition, AdvancedComposition, OptimalComposition, GaussianComposition,
+                 RenyiComposition)
 }
 
 
@@ -48,14 +50,16 @@ def rule_from_config(config: dict[str, Any]) -> CompositionRule:
 
 
 def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, *,
-              conversion_share: float | None = None) -> CompositionRule:
+              conversion_share: float | None = None,
+              order: float | None = None) -> CompositionRule:
     """The rule called ``name`` enforcing ``limit``.
 
-    ``conversion_share`` is the ``"advanced"`` rule's split of δ (see ``AdvancedComposition``);
-    None keeps its default.
+    ``conversion_share`` is the ``"advanced"`` rule's split of δ (see ``AdvancedComposition``),
+    ``order`` the ``"renyi"`` rule's one order (see ``RenyiComposition``); None keeps the
+    default.
 
     Raises:
-        InvalidArgumentError: an unknown rule name, or ``conversion_share`` with another rule.
+        InvalidArgumentError: an unknown rule name, or a parameter given to another rule.
     """
     if not isinstance(name, str):
         raise InvalidTypeError("composition", name, "a rule name (a string)")
@@ -66,6 +70,13 @@ def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, 
         cls = RULES[name]
     except KeyError:
         raise InvalidArgumentError("composition", name, f"one of {sorted(RULES)}") from None
+    if order is not None:
+        if cls is not RenyiComposition:
+            raise InvalidArgumentError("order", order, "set only with the 'renyi' rule")
+        if conversion_share is not None:
+            raise InvalidArgumentError("conversion_share", conversion_share,
+                                       "set only with the 'advanced' rule")
+        return RenyiComposition(limit, per_query, order=order)
     if conversion_share is None:
         return cls(limit, per_query)
     if cls is not AdvancedComposition:

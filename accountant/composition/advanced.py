@@ -109,6 +109,24 @@ class AdvancedComposition(CompositionRule):
     def initial_state(self) -> State:
         return {"epsilon": 0.0, "delta": 0.0, "rho": 0.0, "approx": 0.0}
 
+    def _admit(self, charge: Charge) -> None:
+        if (charge.rho is None and charge.delta > 0.0 and self.limit is not None
+                and self.delta_allow == 0.0):
+            raise self._not_allowed(
+                charge, "it has delta > 0 and no zCDP cost, so it is charged to the rule's delta "
+                "allowance, and this limit keeps none (conversion_share = "
+                f"{self.conversion_share!r} gives all of delta to the zCDP conversion); set "
+                "conversion_share below 1 (e.g. 0.5) to keep an allowance, or use 'basic'")
+        super()._admit(charge)
+
+    def _refusal_for(self, charge: Charge) -> str:
+        big = [p for p in charge.parts or (charge,) if p.rho is not None and p.rho > self.rho_budget]
+        if big:
+            return (f"{self._refusal()}: one step alone costs rho = {big[0].rho!r}, more than "
+                    f"the whole rho_B; the 'advanced' rule charges subsampled steps no "
+                    f"amplification — compose DP-SGD under 'renyi'")
+        return self._refusal()
+
     def _step(self, state: State, charge: Charge, n: int) -> State:
         rho = charge.rho
         approx = 0.0

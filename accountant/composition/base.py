@@ -13,7 +13,7 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from accountant import _numeric
+from accountant import _numeric, rdp
 from accountant.budget import Budget
 from accountant.charge import Charge
 from accountant.errors import InvalidArgumentError, MechanismNotAllowedError
@@ -88,7 +88,7 @@ class CompositionRule(ABC):
             self._admit(part)
             new = self._step(new, part, 1)
         if self.limit is not None and not self._fits(new):
-            raise Refused(self._refusal())
+            raise Refused(self._refusal_for(charge))
         return new
 
     def max_steps(self, state: State, charge: Charge) -> int:
@@ -152,6 +152,10 @@ class CompositionRule(ABC):
 
     def _refusal(self) -> str:
         return f"{self.name} composition: the step would exceed the limit"
+
+    def _refusal_for(self, charge: Charge) -> str:
+        """The refusal of ``charge``: ``_refusal``, with what to change where a rule knows."""
+        return self._refusal()
 
     def _admit(self, charge: Charge) -> None:
         """Refuse a step this rule cannot account at all, or one above the per-query cap."""
@@ -245,9 +249,15 @@ def check_charge(charge: Charge) -> None:
         rho, mu = charge.rho, charge.mu
         if (0.0 <= charge.epsilon < math.inf and 0.0 <= charge.delta < 1.0
                 and (rho is None or 0.0 <= rho < math.inf)
-                and (mu is None or 0.0 <= mu < math.inf)):
+                and (mu is None or 0.0 <= mu < math.inf) and charge.rdp is None):
             return
     for part in charge.parts or (charge,):
+        if part.rdp is not None:
+            why = rdp.check_curve(part.rdp)
+            if why is not None:
+                raise InvalidArgumentError("rdp", part.rdp, why, f"declared by "
+                                           f"{part.mechanism or 'a step'}; nothing was drawn or "
+                                           "debited")
         if not (0.0 <= part.epsilon < math.inf and 0.0 <= part.delta < 1.0
                 and (part.rho is None or 0.0 <= part.rho < math.inf)
                 and (part.mu is None or 0.0 <= part.mu < math.inf)):

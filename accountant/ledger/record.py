@@ -14,7 +14,8 @@ verifies, and an auditor who holds the key treats any unkeyed record as forged.
 
 Fields of a release record: ``v`` (format version), ``seq`` (1, 2, ...), ``time`` (UTC, ISO 8601),
 ``auth`` (``"sha256"`` or ``"hmac-sha256"``), ``kind`` (``"release"``), ``dataset``, ``analyst``, ``label``, ``mechanism`` (``name`` and public
-``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge), ``accounts``
+``params``), ``cost`` (``epsilon``, ``delta``, ``rho``, ``mu``: the declared charge; ``rdp``, the
+Rényi curve ``[kind, parameters...]``, only when the mechanism declares one), ``accounts``
 (for every limit the step was charged to: the rule's configuration and the state after the debit),
 ``noise`` (which noise was drawn: ``exact-csprng``, ``exact-seeded``, ``float-csprng`` or
 ``float-seeded``; a batch with any float member says float; records written before this member
@@ -113,6 +114,8 @@ def charge_record(charge: Charge) -> dict[str, Any]:
                            "mu": charge.mu}
     if charge.parts:
         out["parts"] = [charge_record(p) for p in charge.parts]
+    if charge.rdp is not None:  # only when declared: records without a curve keep their bytes
+        out["rdp"] = list(charge.rdp)
     return out
 
 
@@ -125,9 +128,11 @@ def charge_from_record(cost: Mapping[str, Any], mechanism: str = "") -> Charge:
     def opt(x: Any) -> float | None:
         return None if x is None else float(x)
 
+    curve = cost.get("rdp")
     return Charge(float(cost["epsilon"]), float(cost["delta"]), opt(cost.get("rho")),
                   opt(cost.get("mu")), mechanism,
-                  tuple(charge_from_record(p) for p in cost.get("parts") or ()))
+                  tuple(charge_from_record(p) for p in cost.get("parts") or ()),
+                  None if curve is None else (str(curve[0]), *(float(x) for x in curve[1:])))
 
 
 ZERO_COST = canonical({"epsilon": 0.0, "delta": 0.0, "rho": None, "mu": None})

@@ -40,7 +40,7 @@ def snapshot(acc, rng):
 
 
 def test_registry_and_errors():
-    assert set(RULES) == {"basic", "advanced", "optimal", "gaussian"}
+    assert set(RULES) == {"basic", "advanced", "optimal", "gaussian", "renyi"}
     with pytest.raises(InvalidArgumentError, match="'per_query'"):
         Accountant(LIMIT, composition="optimal")
     with pytest.raises(InvalidArgumentError, match="'limit'"):
@@ -99,7 +99,8 @@ def test_advanced_delta_allowance():
     s = rule.debit(s, approx)
     with pytest.raises(Refused):
         rule.debit(s, Charge(0.01, 2e-7))
-    with pytest.raises(Refused):  # no allowance by default
+    # No allowance by default: refused, saying so and what to change (issue 14's trap).
+    with pytest.raises(MechanismNotAllowedError, match="keeps none .*conversion_share below 1"):
         AdvancedComposition(LIMIT).debit(AdvancedComposition(LIMIT).initial_state(), approx)
 
 

@@ -4,6 +4,7 @@ described in each reason)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from accountant import RULES, Accountant, Budget, InvalidArgumentError, InvalidTypeError
@@ -14,6 +15,7 @@ from mechanisms import (
     Laplace,
     Mechanism,
     RandomizedResponse,
+    SubsampledGaussian,
 )
 from tests.contracts import CompositionRuleContract, fill
 
@@ -91,6 +93,23 @@ class TestGaussianRuleContract(CompositionRuleContract):
 
     def admits(self, m: Mechanism) -> bool:
         return m.mu is not None
+
+
+class TestRenyiRuleContract(CompositionRuleContract):
+    rule = "renyi"
+    steps = [
+        (Laplace(0.05), 1.0),
+        (AnalyticGaussian(0.2, 1e-9), 1.0),
+        (SubsampledGaussian(2.0, 0.05), np.ones((40, 3))),
+        (Exponential(0.02, ["a", "b"]), [0.0, 1.0]),
+    ]
+    bad_arguments = [
+        (Budget(1.0), None, {}, InvalidArgumentError, "limit"),
+        (Budget(1.0, 1e-6), None, {"order": 1.0}, InvalidArgumentError, "order"),
+        (Budget(1.0, 1e-6), None, {"order": 2.0}, InvalidArgumentError, "order"),  # no budget
+        (Budget(1.0, 1e-6), None, {"order": float("nan")}, InvalidArgumentError, "order"),
+        (Budget(1.0, 1e-6), None, {"order": "8"}, InvalidTypeError, "order"),
+    ]
 
 
 # -- max_releases at the edge of the tolerance (a fixed library bug) -----------------------------------

@@ -1,0 +1,256 @@
+"""Rényi-DP curves of the noise families, and the RDP ↔ (ε, δ) conversion, each from a named result.
+
+A mechanism *describes* its curve with a small tuple of public parameters (``Charge.rdp``: its
+kind and numbers); this module *evaluates* it at an order α. It is the one place both sides read
+(mechanisms, to declare a subsampled step's (ε, δ); the ``renyi`` composition rule, to charge it),
+so it sits at the bottom layer beside ``Charge``. docs/theory.md §4b has every formula and proof.
+
+Invariant: every function returns a value on the safe side of privacy: an RDP value ρ(α) or an ε
+never below the exact bound (float error is covered by an explicit margin, :func:`_up`), a Rényi
+budget never above the exact one. Orders are doubles in [``MIN_ORDER``, ``MAX_ORDER``].
+
+Curve kinds (``Charge.rdp``):
+
+- ``("laplace", ε)``: the Laplace mechanism with Δ/b = ε, float noise (Mironov 2017, Prop. 6).
+- ``("poisson-gaussian", q, z)``: the Poisson-subsampled *continuous* Gaussian, rate q, noise
+  multiplier z = σ/Δ (Mironov–Talwar–Zhang 2019, §3.3: A_α for integer and fractional α, which
+  dominates both directions for add/remove neighbours, their §3; fractional α by
+  log-convexity between integers).
+- ``("poisson-zcdp", q, z)``: Poisson subsampling of *any* (1/(2z²))-zCDP mechanism — the exact
+  discrete Gaussian among them (Canonne–Kamath–Steinke 2020): our bound, proved in the docs, from
+  the binomial expansion of A_α (integer α), a second-order bound on the other direction, and
+  log-convexity in α for fractional orders.
+
+Without a curve, a charge with a zCDP ρ has ρ(α) = αρ (Bun–Steinke 2016, Def. 1.1), and a pure
+ε-DP charge the tight pure-DP bound (:func:`pure`; Bun–Steinke 2016, Prop. 3.3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from scipy.special import gammaln
+
+from accountant import _numeric
+
+__all__ = ["CURVE_KINDS", "MAX_ORDER", "MIN_ORDER", "budget", "charge_rdp", "check_curve",
+           "default_orders", "epsilon", "laplace", "poisson_gaussian", "poisson_zcdp", "pure"]
+
+MIN_ORDER = 1.1
+MAX_ORDER = 4096.0
+CURVE_KINDS = ("laplace", "poisson-gaussian", "poisson-zcdp")
+
+# Relative margin covering float error in the sums below (their error is a few ulps of terms that
+# are all positive, so 1e-11 is many orders of magnitude more than needed).
+_RELATIVE = 1e-11
+
+
+def _up(x: float, scale: float = 0.0, absolute: float = 0.0) -> float:
+    """``x`` raised by the relative margin, by 64 ulps of ``scale`` (the magnitude of the terms a
+    cancellation subtracted) and by ``absolute``, then by one more ulp."""
+    bump = abs(x) * _RELATIVE + 64.0 * math.ulp(scale) + absolute
+    return math.nextafter(x + bump, math.inf)
+
+
+def _sum_error(alpha: float) -> float:
+    """A bound on the absolute float error of log A_α computed over ⌈α⌉ + 1 terms (each term's
+    relative error is a few ulps, the terms sum to about 1), per unit of α − 1: 8 ulps of 1 per
+    term."""
+    return (math.ceil(alpha) + 1.0) * 8.0 * 2.0 ** -53 / (alpha - 1.0)
+
+
+def pure(eps: float, alpha: float) -> float:
+    """ρ(α) of any ε-DP mechanism: (1/(α−1)) log(cosh((2α−1)ε/2)/cosh(ε/2)), at most min(ε, αε²/2).
+
+    Bun–Steinke 2016, Prop. 3.3 (written there with sinh). Tight: attained by randomized response.
+    Why it holds for every ε-DP pair (P, Q): the likelihood ratio r = P/Q lies in [e^{−ε}, e^{ε}]
+    with E_Q[r] = 1, and E_Q[r^α] is convex in r, so it is largest when r sits on the two ends
+    with the weights that keep the mean 1 — randomized response. Computed as
+    log1p(2 sinh(αε/2) sinh((α−1)ε/2) / cosh(ε/2)), a sum of positive terms (no cancellation).
+    """
+    if eps == 0.0:
+        return 0.0
+    # log x, x = 2 sinh(αε/2) sinh((α−1)ε/2) / cosh(ε/2), in logs so that large αε cannot overflow.
+    log_x = (math.log(2.0) + _log_sinh(alpha * eps / 2.0) + _log_sinh((alpha - 1.0) * eps / 2.0)
+             - _log_cosh(eps / 2.0))
+    log1p_x = log_x + math.log1p(math.exp(-log_x)) if log_x > 0.0 else math.log1p(math.exp(log_x))
+    return min(_up(log1p_x / (alpha - 1.0), log_x if log_x > 0.0 else 0.0), eps)
+
+
+def _log_sinh(a: float) -> float:
+    return math.log(math.sinh(a)) if a < 20.0 else a - math.log(2.0) + math.log1p(-math.exp(-2 * a))
+
+
+def _log_cosh(a: float) -> float:
+    return math.log(math.cosh(a)) if a < 20.0 else a - math.log(2.0) + math.log1p(math.exp(-2 * a))
+
+
+def laplace(eps: float, alpha: float) -> float:
+    """ρ(α) of the Laplace mechanism with Δ/b = ε: Mironov 2017, "Rényi Differential Privacy",
+    Prop. 6: (1/(α−1)) log[(α/(2α−1)) e^{(α−1)ε} + ((α−1)/(2α−1)) e^{−αε}].
+
+    Evaluated as ε + log1p((α−1)·expm1((1−2α)ε)/(2α−1))/(α−1), which subtracts terms of size ε;
+    the margin covers that cancellation, and the result is never above :func:`pure`'s.
+    """
+    if eps == 0.0:
+        return 0.0
+    am1 = alpha - 1.0
+    inner = math.log1p(am1 * math.expm1((1.0 - 2.0 * alpha) * eps) / (2.0 * alpha - 1.0)) / am1
+    return min(_up(eps + inner, eps), pure(eps, alpha))
+
+
+def _log_add(a: float, b: float) -> float:
+    if a == -math.inf:
+        return b
+    if b == -math.inf:
+        return a
+    hi, lo = max(a, b), min(a, b)
+    return hi + math.log1p(math.exp(lo - hi))
+
+
+def _log_comb(n: float, k: float) -> float:
+    return float(gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0))
+
+
+@lru_cache(maxsize=4096)
+def _log_a_int(q: float, z: float, alpha: int) -> float:
+    """log A_α = log Σ_k C(α,k) (1−q)^{α−k} q^k exp((k²−k)/(2z²)), integer α (MTZ 2019, §3.3).
+
+    For a (1/(2z²))-zCDP base mechanism the same sum bounds E_{P0}[(M/P0)^α] (binomial
+    expansion; E_{P0}[(P1/P0)^k] = exp((k−1) D_k(P1‖P0)) <= exp(k(k−1)/(2z²))).
+    """
+    log_q, log_1mq = math.log(q), math.log1p(-q)
+    terms = [_log_comb(alpha, k) + k * log_q + (alpha - k) * log_1mq + (k * k - k) / (2 * z * z)
+             for k in range(alpha + 1)]
+    top = max(terms)
+    return top + math.log(math.fsum(math.exp(t - top) for t in terms))
+
+
+def _log_b(q: float, z: float, alpha: float) -> float:
+    """log of a bound on E_{P0}[(P0/M)^{α−1}] = exp((α−1) D_α(P0‖M)), M = (1−q)P0 + qP1, for a
+    (1/(2z²))-zCDP base: 1 + C(α,2) q² (1−q)^{−(α+1)} (e^{1/z²} − 1) (second-order Taylor bound
+    of (1+u)^{−(α−1)} for u = q(P1/P0 − 1) >= −q; docs/theory.md §4b)."""
+    x = (math.log(alpha * (alpha - 1.0) / 2.0) + 2.0 * math.log(q) - (alpha + 1.0) * math.log1p(-q)
+         + _log_expm1(1.0 / (z * z)))
+    return math.log1p(math.exp(x)) if x < 700.0 else x + 1e-300  # log1p(e^x) = x + tiny
+
+
+def _log_expm1(x: float) -> float:
+    """log(e^x − 1) for x > 0, without overflow."""
+    return x + math.log1p(-math.exp(-x)) if x > 1.0 else math.log(math.expm1(x))
+
+
+def _log_a(q: float, z: float, alpha: float) -> float:
+    """log A_α at any order: exact at integers; between them, log A interpolated linearly from
+    the two neighbouring integers (α ↦ log E_{P0}[(M/P0)^α] is a cumulant generating function,
+    hence convex, so the chord lies above it; log A_1 = log E[M/P0] = 0). Rigorous, unlike a
+    truncated series for fractional α, whose tail we could not bound."""
+    lo = math.floor(alpha)
+    if alpha == lo:
+        return _log_a_int(q, z, int(lo))
+    t = alpha - lo
+    log_lo = 0.0 if lo == 1 else _log_a_int(q, z, int(lo))
+    return (1.0 - t) * log_lo + t * _log_a_int(q, z, int(lo) + 1)
+
+
+def poisson_gaussian(q: float, z: float, alpha: float) -> float:
+    """ρ(α) of the Poisson-subsampled continuous Gaussian, add/remove neighbours: log(A_α)/(α−1)
+    (Mironov–Talwar–Zhang 2019, §3.3; they show A_α bounds both directions for the Gaussian, §3),
+    at most α/(2z²) (subsampling never hurts)."""
+    whole = _up(alpha / (2.0 * z * z))
+    if q >= 1.0:
+        return whole
+    return min(_up(_log_a(q, z, alpha) / (alpha - 1.0), absolute=_sum_error(alpha)), whole)
+
+
+def poisson_zcdp(q: float, z: float, alpha: float) -> float:
+    """ρ(α) of Poisson subsampling applied to any (1/(2z²))-zCDP mechanism (the exact discrete
+    Gaussian is one: CKS 2020), add/remove neighbours: max(log A_α, log B_α)/(α−1), with A_α as
+    in :func:`poisson_gaussian` (valid here by the binomial expansion) and B_α the second-order
+    bound of :func:`_log_b` on the other direction. At most α/(2z²)."""
+    whole = _up(alpha / (2.0 * z * z))
+    if q >= 1.0:
+        return whole
+    value = max(_log_a(q, z, alpha), _log_b(q, z, alpha)) / (alpha - 1.0)
+    return min(_up(value, absolute=_sum_error(alpha)), whole)
+
+
+def check_curve(curve: Any) -> str | None:
+    """Why ``curve`` is not a valid ``Charge.rdp`` description, or None."""
+    if not isinstance(curve, tuple) or not curve or curve[0] not in CURVE_KINDS:
+        return f"a curve description whose kind is one of {CURVE_KINDS}"
+    numbers = curve[1:]
+    if not all(isinstance(x, float) and math.isfinite(x) and x > 0.0 for x in numbers):
+        return "finite parameters > 0"
+    if curve[0] == "laplace" and len(numbers) == 1:
+        return None
+    if curve[0] != "laplace" and len(numbers) == 2 and numbers[0] <= 1.0:
+        return None
+    return "the parameters of its kind: (ε) for laplace, (q <= 1, z) for the Poisson kinds"
+
+
+def charge_rdp(charge: Any, alpha: float) -> float | None:
+    """ρ(α) of one step (a ``Charge``): the least of the bounds it supports — its declared curve,
+    αρ from a zCDP cost, :func:`pure` for a pure-DP cost — or None when it supports none (an
+    approximate-DP step without zCDP cost or curve)."""
+    return _charge_rdp(charge.rdp, charge.rho, charge.epsilon, charge.delta, alpha)
+
+
+@lru_cache(maxsize=8192)
+def _charge_rdp(curve: tuple[Any, ...] | None, rho: float | None, eps: float, delta: float,
+                alpha: float) -> float | None:
+    bounds = []
+    if curve is not None:
+        kind = curve[0]
+        if kind == "laplace":
+            bounds.append(laplace(curve[1], alpha))
+        elif kind == "poisson-gaussian":
+            bounds.append(poisson_gaussian(curve[1], curve[2], alpha))
+        else:
+            bounds.append(poisson_zcdp(curve[1], curve[2], alpha))
+    if rho is not None:
+        bounds.append(_numeric.mul_up(alpha, rho))
+    if delta == 0.0:
+        bounds.append(pure(eps, alpha))
+    return min(bounds) if bounds else None
+
+
+def epsilon(value: float, alpha: float, delta: float) -> float:
+    """The ε of (α, ρ)-RDP at δ: ρ + log((α−1)/α) − (log δ + log α)/(α−1), rounded up.
+
+    Canonne–Kamath–Steinke 2020, Prop. 12; Balle et al. 2020, "Hypothesis Testing
+    Interpretations and Rényi DP", Thm 21. Never below 0.
+    """
+    eps = value + math.log1p(-1.0 / alpha) - (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
+    return max(0.0, _up(eps, value + abs(math.log(delta))))
+
+
+def budget(eps: float, delta: float, alpha: float) -> float:
+    """The largest Rényi budget B at order α whose conversion (:func:`epsilon`) at δ is <= ε,
+    rounded down: B = ε − log((α−1)/α) + (log δ + log α)/(α−1) (may be <= 0: no budget)."""
+    b = eps - math.log1p(-1.0 / alpha) + (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
+    b -= abs(b) * _RELATIVE + 64.0 * math.ulp(eps + abs(math.log(delta)))
+    return math.nextafter(b, -math.inf)
+
+
+def default_orders(eps: float, delta: float) -> tuple[float, ...]:
+    """The orders the ``renyi`` rule watches when none is planned: six, geometrically spaced,
+    α_j = 1 + (ln(1/δ)/ε)·r_j for r_j from 1.1 to 8 — the range where a Gaussian-like workload's
+    best order lies for this (ε, δ) (the Gaussian's is about 1 + 2 ln(1/δ)/ε), rounded to three
+    significant digits, within [MIN_ORDER, MAX_ORDER]."""
+    scale = math.log(1.0 / delta) / eps
+    out: list[float] = []
+    for i in range(6):
+        r = 1.1 * (8.0 / 1.1) ** (i / 5)
+        alpha = min(MAX_ORDER, max(MIN_ORDER, float(f"{1.0 + scale * r:.3g}")))
+        if alpha not in out:
+            out.append(alpha)
+    return tuple(out)
+
+
+def best_order(steps_at: Any, orders: Sequence[float]) -> float:
+    """The order among ``orders`` at which ``steps_at(order)`` is largest (the first on ties)."""
+    return max(orders, key=lambda a: (steps_at(a), -a))

@@ -1,0 +1,150 @@
+"""DP-SGD under a budget (issue 14): steps admitted and time per step, side by side with
+dp-accounting's RDP and PLD accountants and with the bare floor, in one run.
+
+(a) Steps of the Poisson-subsampled Gaussian admitted under (ε, δ) = (3, 1e-5), q = 0.01, σ = 1:
+    dpbudget's "renyi" rule (planned order, default orders), "advanced" and "basic"; dp-accounting's
+    RdpAccountant and PldAccountant (offline calculators: the largest T whose ε ≤ 3, by bisection).
+(b) Full-batch noisy gradient descent (q = 1): "renyi" with its order planned vs "advanced".
+(c) Time per DP-SGD step (n = 455 rows × d = 31, q = 0.05): the whole charged release through
+    the accountant (in memory), beside the bare floor — the same clipping, Poisson mask, sum and
+    float Gaussian noise in numpy, no accounting — and dp-accounting's per-step composition.
+
+Run: ``python benchmarks/renyi_steps.py`` (needs the ``bench`` extra for dp-accounting).
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+
+import numpy as np
+
+from accountant import Accountant, Budget, plan_order
+from mechanisms import AnalyticGaussian, SubsampledGaussian
+
+LIMIT = Budget(3.0, 1e-5)
+Q, Z = 0.01, 1.0
+
+
+def offline(accountant_cls: type, q: float, z: float, delta: float, eps: float) -> int:
+    """The largest T whose ε (after T composed steps, fixed in advance) is within eps."""
+    import dp_accounting
+
+    def fits(t: int) -> bool:
+        acc = accountant_cls()
+        event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)) \
+            if q < 1 else dp_accounting.GaussianDpEvent(z)
+        acc.compose(event, t)
+        return bool(acc.get_epsilon(delta) <= eps)
+
+    lo, hi = 0, 1
+    while fits(hi):
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def steps_table() -> list[tuple[str, int, str]]:
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    sgm = SubsampledGaussian(Z, Q)
+    order = plan_order(LIMIT, sgm)
+    rows = [
+        (f"dpbudget renyi, planned order ({order:g})",
+         Accountant(LIMIT, composition="renyi", order=order).max_releases(sgm), "yes (filter)"),
+        ("dpbudget renyi, default orders",
+         Accountant(LIMIT, composition="renyi").max_releases(sgm), "yes (filter)"),
+        ("dpbudget advanced (zCDP, no amplification)",
+         Accountant(LIMIT, composition="advanced").max_releases(sgm), "yes (filter)"),
+        ("dpbudget basic", Accountant(LIMIT).max_releases(sgm), "yes (filter)"),
+        ("dp-accounting RdpAccountant (offline)",
+         offline(rdp_privacy_accountant.RdpAccountant, Q, Z, LIMIT.delta, LIMIT.epsilon),
+         "no: T fixed in advance"),
+        ("dp-accounting PldAccountant (offline)",
+         offline(lambda: pld_privacy_accountant.PLDAccountant(
+             value_discretization_interval=1e-3), Q, Z, LIMIT.delta, LIMIT.epsilon),
+         "no: T fixed in advance (PLD filters are invalid in general)"),
+    ]
+    del dp_accounting
+    return rows
+
+
+def full_batch() -> list[tuple[float, int, int]]:
+    out = []
+    for z in (2.0, 5.0, 20.0, 50.0):
+        mech = AnalyticGaussian(noise_multiplier=z, delta=1e-6)
+        advanced = Accountant(LIMIT, composition="advanced").max_releases(mech)
+        renyi = Accountant(LIMIT, composition="renyi",
+                           order=plan_order(LIMIT, mech)).max_releases(mech)
+        out.append((z, renyi, advanced))
+    return out
+
+
+def timing(repeats: int = 400) -> dict[str, float]:
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(455, 31))
+    mech = SubsampledGaussian(2.0, 0.05)
+    acc = Accountant(None, composition="renyi", rng=None)
+
+    def ours() -> None:
+        acc.release(mech, rows)
+
+    def floor() -> None:
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        clipped = rows * np.minimum(1.0, 1.0 / norms)[:, None]
+        keep = rng.random(len(rows)) < 0.05
+        clipped[keep].sum(axis=0) + rng.normal(0.0, 2.0, size=31)
+
+    def dpacc() -> None:
+        import dp_accounting
+        from dp_accounting.rdp import rdp_privacy_accountant
+        a = rdp_privacy_accountant.RdpAccountant()
+        a.compose(dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(2.0)))
+
+    out = {}
+    for name, fn in (("dpbudget release (renyi, in memory, exact noise)", ours),
+                     ("bare floor: numpy clip + mask + sum + float noise", floor),
+                     ("dp-accounting RdpAccountant.compose, one step", dpacc)):
+        fn()
+        start = time.process_time()
+        for _ in range(repeats):
+            fn()
+        out[name] = (time.process_time() - start) / repeats
+    return out
+
+
+def main() -> None:
+    start = time.time()
+    print(f"Run on {platform.machine()}, Python {platform.python_version()}, "
+          f"numpy {np.__version__}\n")
+    print(f"### (a) Steps admitted at {LIMIT}, q = {Q}, noise multiplier {Z}\n")
+    print("| accountant | steps | valid when steps are chosen adaptively? |")
+    print("|---|---:|---|")
+    table = steps_table()
+    for name, n, valid in table:
+        print(f"| {name} | {n:,} | {valid} |")
+    best = dict((name, n) for name, n, _ in table)
+    rdp_offline = best["dp-accounting RdpAccountant (offline)"]
+    planned = next(n for name, n, _ in table if name.startswith("dpbudget renyi, planned"))
+    print(f"\nplanned / offline RDP = {planned / rdp_offline:.4f}")
+    print(f"\n### (b) Full-batch Gaussian steps at {LIMIT}: renyi (planned order) vs advanced\n")
+    print("| noise multiplier | renyi | advanced | ratio |")
+    print("|---:|---:|---:|---:|")
+    for z, renyi, advanced in full_batch():
+        print(f"| {z:g} | {renyi:,} | {advanced:,} | {renyi / advanced:.3f} |")
+    print("\n### (c) CPU time per DP-SGD step (455 × 31 rows, q = 0.05)\n")
+    print("| what | time per step | × floor |")
+    print("|---|---:|---:|")
+    times = timing()
+    floor = times["bare floor: numpy clip + mask + sum + float noise"]
+    for name, t in times.items():
+        print(f"| {name} | {t * 1e6:,.0f} µs | {t / floor:.1f} |")
+    print(f"\n(took {time.time() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

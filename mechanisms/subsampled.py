@@ -1,0 +1,169 @@
+"""The Poisson-subsampled Gaussian mechanism: one step of DP-SGD, sampling done by the mechanism.
+
+Invariant: the rows are clipped and Poisson-sampled *inside* the mechanism, the sample drawn
+exactly from the accountant's sampler after the debit, fresh for every release — the conditions
+the amplification theorem needs are met by construction, not left to the caller.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from accountant import _validate, rdp
+from accountant.budget import Budget
+from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from mechanisms.base import NumericMechanism, noise_kind
+from mechanisms.bits import RandomBits
+from mechanisms.calibration import analytic_gaussian_epsilon
+from mechanisms.gaussian import _GaussianFamily, _grid, _times
+from mechanisms.sampling import Sampler
+
+__all__ = ["SubsampledGaussian", "poisson_sample"]
+
+
+class SubsampledGaussian(_GaussianFamily):
+    """Each row is clipped to L2 norm ``sensitivity`` (C), each row is kept independently with
+    probability q (Poisson sampling), the kept rows are summed, and N(0, σ²) is added to each
+    coordinate of the sum, σ = z·C (z the noise multiplier). Abadi et al. 2016 (DP-SGD).
+
+    The value released is a matrix of per-example rows (n × d; a vector is n rows of one
+    number): the mechanism does the clipping and the sampling itself, so the amplification's
+    conditions hold — a fresh Poisson sample each release, drawn exactly (:func:`poisson_sample`)
+    from the accountant's sampler after the debit, never reused. Neighbours: adding or removing
+    one row (add/remove); the sum's L2 sensitivity is then C.
+
+    **Costs it declares.**
+
+    - Rényi curve (the "renyi" rule): with exact noise (the default: the discrete Gaussian on a
+      grid, ρ-zCDP with ρ = 1/(2z²) by Canonne–Kamath–Steinke 2020), Poisson subsampling of a
+      ρ-zCDP mechanism, ``("poisson-zcdp", q, z)``; with ``noise="float"``, the sampled Gaussian
+      mechanism of Mironov–Talwar–Zhang 2019, ``("poisson-gaussian", q, z)``.
+      (:mod:`accountant.rdp`; the bound and its proof: docs/theory.md §4b.)
+    - ρ = 1/(2z²) (the "advanced" rule): subsampling never hurts (joint convexity of
+      exp((α−1)D_α)), but this charges no amplification: use "renyi" for DP-SGD.
+    - (ε, δ) at ``delta`` (the "basic" rule, caps): the smaller of the step's own curve converted
+      at its best order and the unsubsampled analytic Gaussian's ε.
+    - No Gaussian-DP μ: the "gaussian" rule refuses it.
+
+    Args:
+        noise_multiplier: z = σ/C > 0.
+        sampling_rate: q in (0, 1]; q = 1 keeps every row (full-batch gradient descent).
+        sensitivity: the clipping norm C > 0.
+        delta: the δ at which the step's (ε, δ) is declared (0 < δ < 1).
+        noise: ``"exact"`` (default) or ``"float"`` (textbook float noise, an explicit opt-out).
+
+    >>> m = SubsampledGaussian(1.0, 0.01)
+    >>> m.rdp, round(m.rho, 12), round(m.epsilon, 3)
+    (('poisson-zcdp', 0.01, 1.0), 0.5, 1.212)
+    """
+
+    def __init__(self, noise_multiplier: float, sampling_rate: float, sensitivity: float = 1.0,
+                 *, delta: float = 1e-6, noise: str = "exact") -> None:
+        self.noise_multiplier = _validate.positive("noise_multiplier", noise_multiplier)
+        q = _validate.real("sampling_rate", sampling_rate)
+        if not 0.0 < q <= 1.0:
+            raise InvalidArgumentError("sampling_rate", sampling_rate, "a rate in (0, 1]")
+        self.sampling_rate = q
+        self.sensitivity = _validate.positive("sensitivity", sensitivity)
+        self.delta = _validate.probability("delta", delta, low_open=True)
+        self.sigma = _times("noise_multiplier", self.noise_multiplier, self.sensitivity)
+        kind = noise_kind(noise)
+        self._curve = ("poisson-zcdp" if kind == "exact" else "poisson-gaussian", q,
+                       self.noise_multiplier)
+        whole = analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
+        self.epsilon = min(whole, _amplified_epsilon(self._curve, self.delta))
+        self._noise = kind
+        # The grid keeps the discrete noise ρ-zCDP with ρ = Δ²/(2σ²) (σ_g >= σ·Δ_g/Δ): what the
+        # curve needs. It is built for the unsubsampled Gaussian's own (ε, δ) at this σ.
+        self.grid = (_grid(whole, self.delta, self.sensitivity, self.sigma)
+                     if kind == "exact" else None)
+        self.declare(Budget(self.epsilon, self.delta))
+
+    @property
+    def rdp(self) -> tuple[Any, ...]:
+        return self._curve
+
+    @property
+    def mu(self) -> None:
+        return None
+
+    def params(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier, "sampling_rate": self.sampling_rate,
+                "sensitivity": self.sensitivity, "sigma": self.sigma, "delta": self.delta,
+                "epsilon": self.epsilon, "noise": self._noise}
+
+    def prepare(self, value: Any) -> Any:
+        """The rows, clipped: a non-empty n × d array of finite reals (or a vector of n rows of
+        one number). Refuses a shape whose largest possible sum the noise grid cannot hold."""
+        x = NumericMechanism.prepare(self, value)
+        if isinstance(x, float) or x.ndim not in (1, 2):
+            raise InvalidDataTypeError("value", value, "per-example rows: an n x d array (or a "
+                                       "vector of n numbers)")
+        rows = x.reshape(-1, 1) if x.ndim == 1 else x
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        scale = np.minimum(1.0, self.sensitivity / np.maximum(norms, np.finfo(float).tiny))
+        clipped = rows * scale[:, None]
+        if self.grid is not None:
+            d = rows.shape[1]
+            worst = rows.shape[0] * self.sensitivity
+            if not self.grid.fits(d) or worst > self.grid.limit_for(d):
+                raise InvalidDataError("value", value, f"at most {self.grid.limit_for(d):.6g} "
+                                       "rows times the clipping norm (the noise grid of this "
+                                       "scale cannot hold a larger sum)")
+        return (clipped, x.ndim)
+
+    def draw(self, value: Any, sampler: Sampler) -> Any:
+        rows, ndim = value
+        keep = poisson_sample(sampler.bits, self.sampling_rate, rows.shape[0])
+        total = rows[keep].sum(axis=0)
+        noisy = super().draw(float(total[0]) if ndim == 1 else total, sampler)
+        return noisy
+
+
+def _amplified_epsilon(curve: tuple[Any, ...], delta: float) -> float:
+    """The step's own (ε, δ): its curve converted at δ (CKS 2020, Prop. 12), best of a grid of
+    orders (any order gives a valid ε)."""
+    best = math.inf
+    for alpha in [1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
+                  32.0, 48.0, 64.0, 96.0, 128.0, 256.0]:
+        if curve[0] == "poisson-zcdp":
+            value = rdp.poisson_zcdp(curve[1], curve[2], alpha)
+        else:
+            value = rdp.poisson_gaussian(curve[1], curve[2], alpha)
+        best = min(best, rdp.epsilon(value, alpha, delta))
+    return best
+
+
+def poisson_sample(bits: RandomBits, q: float, n: int) -> Any:
+    """A boolean mask of ``n`` independent Bernoulli(q) draws, exact for the double q.
+
+    q = a/2^k exactly. Each row compares a uniform 64-bit word u with ⌊q·2^64⌋: u below it is
+    a success, above it a failure (q < (⌊q·2^64⌋ + 1)/2^64), and a tie (probability 2^-64 per
+    row) is settled by comparing further bits with the rest of q's expansion, exactly.
+    """
+    if q >= 1.0:
+        return np.ones(n, dtype=bool)
+    exact = Fraction(q)
+    top = math.floor(exact * (1 << 64))
+    words = bits.words(n)
+    keep = words < np.uint64(top)
+    for i in np.flatnonzero(words == np.uint64(top)):
+        keep[i] = _tie(bits, exact * (1 << 64) - top)
+    return keep
+
+
+def _tie(bits: RandomBits, rest: Fraction) -> bool:
+    """Bernoulli(rest) for a dyadic rest in [0, 1): compare a lazily drawn uniform with it."""
+    while rest > 0:
+        word = bits.word()
+        scaled = rest * (1 << 64)
+        top = math.floor(scaled)
+        if word != top:
+            return word < top
+        rest = scaled - top
+    return False
+

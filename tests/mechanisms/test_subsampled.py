@@ -1,0 +1,132 @@
+"""SubsampledGaussian, Poisson sampling and Gaussians built from their noise (issue 14)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from accountant import Accountant, Budget, InvalidArgumentError, InvalidDataError
+from mechanisms import AnalyticGaussian, SubsampledGaussian, analytic_gaussian_delta
+from mechanisms.bits import RandomBits
+from mechanisms.calibration import analytic_gaussian_epsilon
+from mechanisms.sampling import Sampler
+from mechanisms.subsampled import _tie, poisson_sample
+
+ALPHA = 1e-6  # significance level of every statistical test here
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("q", [0.01, 0.3, 2.0 ** -20, 0.1 + 2.0 ** -60])
+def test_poisson_sample_rate(q: float) -> None:
+    """Binomial test of the kept count at α = 1e-6, with a power check: the same test rejects
+    0.7q and 1.3q (it could fail)."""
+    n = 400_000 if q > 1e-4 else 4_000_000
+    kept = int(poisson_sample(RandomBits(np.random.default_rng(11)), q, n).sum())
+    assert stats.binomtest(kept, n, q).pvalue > ALPHA
+    if q * n > 200:
+        for wrong in (0.7 * q, 1.3 * q):
+            assert stats.binomtest(kept, n, wrong).pvalue < ALPHA
+
+
+def test_poisson_sample_ties_are_settled_exactly() -> None:
+    """A word equal to ⌊q·2^64⌋ (probability 2^-64) is settled on q's further bits: the
+    Bernoulli of the rest, exactly (here rest = 1/2: one more word decides)."""
+    class Scripted(RandomBits):
+        def __init__(self, words: list[int]) -> None:
+            super().__init__(np.random.default_rng(0))
+            self.script = list(words)
+
+        def word(self) -> int:
+            return self.script.pop(0)
+
+    assert _tie(Scripted([0]), Fraction(1, 2)) is True
+    assert _tie(Scripted([2 ** 63]), Fraction(1, 2)) is False
+    assert _tie(Scripted([2 ** 63, 0]), Fraction(1, 2) + Fraction(1, 2 ** 65)) is True
+
+
+def test_rows_are_clipped_and_the_noise_is_sigma() -> None:
+    """q = 1 and rows far beyond the clip norm: the released sum is n·C·direction plus N(0, σ²)
+    noise. KS test at α = 1e-6 of the noise against N(0, σ²); power check against 0.7σ, 1.3σ."""
+    m = SubsampledGaussian(2.0, 1.0, sensitivity=0.5)  # σ = 1
+    acc = Accountant(None, rng=3)
+    rows = np.tile([30.0, 40.0], (10, 1))  # norm 50, clipped to 0.5: each row (0.3, 0.4)
+    noise = np.array([acc.release(m, rows) - np.array([3.0, 4.0]) for _ in range(1500)]).ravel()
+    assert stats.kstest(noise, "norm", args=(0, 1.0)).pvalue > ALPHA
+    for wrong in (0.7, 1.3):
+        assert stats.kstest(noise, "norm", args=(0, wrong)).pvalue < ALPHA
+
+
+def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
+    """Every release draws a new Poisson sample from the accountant's sampler, after the debit;
+    a refused release draws none."""
+    import mechanisms.subsampled as module
+
+    masks: list[np.ndarray] = []
+    real = module.poisson_sample
+
+    def spy(bits, q, n):
+        masks.append(real(bits, q, n))
+        return masks[-1]
+
+    monkeypatch.setattr(module, "poisson_sample", spy)
+    acc = Accountant(Budget(1.0, 1e-6), composition="renyi", rng=5)
+    m = SubsampledGaussian(1.0, 0.5)
+    n = acc.max_releases(m)
+    for _ in range(n):
+        acc.release(m, np.ones((64, 1)))
+    assert len(masks) == n and len({mask.tobytes() for mask in masks}) == n
+    with pytest.raises(Exception):
+        acc.release(m, np.ones((64, 1)))
+    assert len(masks) == n
+
+
+def test_declared_costs() -> None:
+    m = SubsampledGaussian(1.0, 0.01, sensitivity=2.0, delta=1e-5)
+    assert m.sigma == 2.0 and m.rho == pytest.approx(0.5) and m.mu is None
+    assert m.rdp == ("poisson-zcdp", 0.01, 1.0)
+    assert SubsampledGaussian(1.0, 0.01, noise="float").rdp == ("poisson-gaussian", 0.01, 1.0)
+    # The declared ε is a valid conversion of the step's own curve, below the unsubsampled one.
+    assert m.epsilon < analytic_gaussian_epsilon(2.0, 1e-5, 2.0)
+    whole = SubsampledGaussian(1.0, 1.0, delta=1e-5)
+    assert whole.epsilon == pytest.approx(analytic_gaussian_epsilon(1.0, 1e-5), rel=1e-6)
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"noise_multiplier": 0.0, "sampling_rate": 0.1}, "noise_multiplier"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 0.0}, "sampling_rate"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 1.5}, "sampling_rate"),
+    ({"noise_multiplier": 1.0, "sampling_rate": math.nan}, "sampling_rate"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 0.1, "sensitivity": -1.0}, "sensitivity"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 0.1, "delta": 1.0}, "delta"),
+])
+def test_bad_parameters_are_named(kwargs: dict, name: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"'{name}'"):
+        SubsampledGaussian(**kwargs)
+
+
+def test_bad_rows_are_refused_without_data_and_without_debit() -> None:
+    acc = Accountant(Budget(3.0, 1e-5), composition="renyi", rng=0)
+    m = SubsampledGaussian(1.0, 0.1)
+    secret = 123456.789
+    for bad in ([[1.0, math.nan], [secret, 1.0]], 3.0, np.ones((2, 2, 2)), [[secret, math.inf]]):
+        with pytest.raises((InvalidDataError, InvalidArgumentError, TypeError)) as info:
+            acc.release(m, bad)
+        assert "123456" not in str(info.value)
+    assert acc.spent() == Budget(0.0)
+
+
+def test_gaussian_from_its_noise() -> None:
+    m = AnalyticGaussian(sigma=3.0, delta=1e-5, sensitivity=1.5)
+    assert m.sigma == 3.0 and m.rho == pytest.approx(1.5 ** 2 / 18)
+    assert analytic_gaussian_delta(3.0, m.epsilon, 1.5) <= 1e-5
+    assert analytic_gaussian_delta(3.0, m.epsilon * (1 - 1e-6), 1.5) > 1e-5  # smallest ε
+    z = AnalyticGaussian(noise_multiplier=2.0, delta=1e-5, sensitivity=1.5)
+    assert z.sigma == 3.0 and z.epsilon == m.epsilon
+    odd = AnalyticGaussian(noise_multiplier=0.1, delta=1e-5, sensitivity=0.3)
+    assert Fraction(odd.sigma) >= Fraction(0.1) * Fraction(0.3)  # never less noise
+    with pytest.raises(InvalidArgumentError, match="given alone"):
+        AnalyticGaussian(1.0, 1e-5, sigma=2.0)
