@@ -78,16 +78,15 @@ class Accountant:
                  rng: Any = None) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
-        # Validates the rule and its parameters before anything opens.
-        make_rule(composition, limit, per_query, order=order)
+        make_rule(composition, limit, per_query, order=order)  # validated before anything opens
         default: DatasetLimit | None = None
         if limits is None or limit is not None:
             default = DatasetLimit(limit=limit, composition=composition, per_query=per_query,
                                    order=order)
-        # The same machinery as a policy file's, without a file: only dataset limits (names
-        # are not restricted to the policy file's syntax here; only a file's are).
-        policy = Policy.model_construct(datasets=dataset_limits(limits, composition, per_query,
-                                                                order))
+        # The same machinery as a policy file's, without a file (names are not restricted to
+        # the policy file's syntax here).
+        policy = Policy.model_construct(
+            datasets=dataset_limits(limits, composition, per_query, order))
         self._setup(policy, default, ledger, rng, None)
 
     @classmethod

@@ -47,7 +47,7 @@ def logistic_gradients(weights: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.
     z = X @ weights
     p = np.where(z >= 0, 1.0 / (1.0 + np.exp(-np.abs(z))), np.exp(-np.abs(z))
                  / (1.0 + np.exp(-np.abs(z))))
-    return (p - y)[:, None] * X
+    return np.asarray((p - y)[:, None] * X)
 
 
 def noise_for_steps(budget: Accountant | Budget, steps: int, *, sampling_rate: float = 1.0,

@@ -150,3 +150,19 @@ def test_every_admitted_transcript_is_covered_by_one_branch(sequence, order) -> 
         pure = state["delta"] == 0.0 and state["epsilon"] <= LIMIT.epsilon * (1 + 1e-9)
         some = any(state[f"r{j}"] <= b * (1 + 1e-9) for j, b in enumerate(rule.budgets))
         assert pure or some
+
+
+def test_policy_files_set_the_rule_and_its_order(tmp_path) -> None:
+    from accountant import PolicyError
+
+    policy = tmp_path / "p.toml"
+    policy.write_text('[datasets.patients]\nlimit = { epsilon = 3.0, delta = 1e-5 }\n'
+                      'composition = "renyi"\norder = 7.0\n\n'
+                      '[datasets.other]\nlimit = { epsilon = 3.0, delta = 1e-5 }\n'
+                      'composition = "renyi"\n')
+    acc = Accountant.from_policy(policy)
+    assert acc.max_releases(SGM, dataset="patients") == 2185
+    assert acc.max_releases(SGM, dataset="other") == steps("renyi", SGM)
+    policy.write_text('[datasets.bad]\nlimit = { epsilon = 3.0, delta = 1e-5 }\norder = 7.0\n')
+    with pytest.raises(PolicyError, match="datasets.bad.*'order'"):
+        Accountant.from_policy(policy)
