@@ -218,7 +218,7 @@ class _Replay:
                     current = None if state is None else Account(key, rule.name, config, state,
                                                                  0)
                 new = step_account(key, rule, current, charge)
-        except (Refused, PrivacyError) as error:
+        except (Refused, PrivacyError, ArithmeticError) as error:  # (a forged cost may overflow)
             self.step_failed(seq, key, error)
             new = stored["state"]
         self.configs[key] = config
@@ -261,7 +261,7 @@ class _Replay:
         self.resynced += 1
         try:
             floor = step_account(key, rule, current, charge)
-        except (Refused, PrivacyError) as error:
+        except (Refused, PrivacyError, ArithmeticError) as error:
             self.step_failed(seq, key, error)
             return
         if not all(stored.get(name, -1.0) >= value for name, value in floor.items()):

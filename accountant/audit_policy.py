@@ -35,10 +35,17 @@ class InForce:
         """Why the policy in force would have refused this record's request, or None (the
         gate checks releases inside a pipeline against their dataset's policy too)."""
         datasets = record.get("datasets") or record.get("dataset")
+        blocks = record.get("blocks")
         try:
-            plan = self.planner.plan(datasets, record.get("analyst"))
-        except PrivacyError as refusal:
+            plan = self.planner.plan(datasets, record.get("analyst"),
+                                     None if blocks is None else tuple(blocks))
+        except (PrivacyError, TypeError) as refusal:
             return str(refusal)
+        charged = record.get("accounts") or {}
+        if blocks is not None:
+            missing = [t.key for t in plan.targets if "/block:" in t.key and t.key not in charged]
+            if missing:
+                return f"it names blocks it does not charge: {missing[:3]}"
         mechanism = record.get("mechanism") or {}
         name = mechanism.get("name")
         if name is None:  # a pipeline's allocation: admitted by planning alone

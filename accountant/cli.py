@@ -143,12 +143,18 @@ def _audit(args: argparse.Namespace) -> int:
 
     source = args.source[0] if len(args.source) == 1 else args.source
     report = audit(source, args.policy, since=args.since, until=args.until,
-                   expected_head=args.expect_head, plot=args.plot is not None,
+                   expected_head=args.expect_head,
+                   plot=args.plot is not None or args.blocks_plot is not None,
                    complete=args.complete)
     if args.plot is not None:
         from accountant.plot import plot_audit
 
         plot_audit(report, args.plot)
+    if args.blocks_plot is not None:
+        from accountant.plot_blocks import plot_blocks
+
+        if not plot_blocks(report, args.blocks_plot):
+            print(f"{args.blocks_plot}: not written (no block was charged)", file=sys.stderr)
     if args.json:
         print(report.model_dump_json(indent=2, exclude={"accounts": {"__all__": {"series"}}}))
     else:
@@ -203,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     aud.add_argument("--json", action="store_true", help="machine-readable report")
     aud.add_argument("--plot", metavar="PNG", help="write cumulative spend per account (needs "
                      "matplotlib)")
+    aud.add_argument("--blocks-plot", metavar="PNG", help="write a heat map of per-block spend "
+                     "(blocks x time) for datasets divided into blocks (needs matplotlib)")
     aud.add_argument("--since", help="tally only records at or after this ISO 8601 time")
     aud.add_argument("--until", help="tally and replay only up to this ISO 8601 time")
     aud.add_argument("--expect-head", metavar="HASH", help="the head hash kept elsewhere; a "

@@ -8,32 +8,27 @@ forwards every request to them; pipelines and sessions hold the same gate, never
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from accountant.budget import Budget
 from accountant.composition import make_rule
-from accountant.errors import InvalidTypeError
-from accountant.continuity import refuse_raised
-from accountant.gate import Gate
-from accountant.ledger import Ledger, open_ledger
+from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.ledger import Ledger
+from accountant.opening import Opening
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
-from accountant import policy_record
-from accountant.planner import Planner, dataset_limits
+from accountant.planner import dataset_limits
 from accountant.receipt import Receipt
 from accountant.session import Session
 from mechanisms.base import Mechanism, StreamMechanism
-from mechanisms.sampling import Sampler
+from policies.blocks import rows_in_blocks
 from policies.limits import DatasetLimit
-from policies.policy import Policy, load_policy
-from policies.stored import POLICY_KEY, document
+from policies.policy import Policy
 
 __all__ = ["Accountant"]
 
 
-class Accountant:
+class Accountant(Opening):
     """Checks and debits privacy budgets before any noisy answer is released.
 
     Args:
@@ -67,10 +62,6 @@ class Accountant:
     False
     """
 
-    _gate: Gate
-    _policy: Policy
-    _default: DatasetLimit | None
-
     def __init__(self, limit: Budget | None = None, *,
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
@@ -89,135 +80,11 @@ class Accountant:
             datasets=dataset_limits(limits, composition, per_query, order))
         self._setup(policy, default, ledger, rng, None)
 
-    @classmethod
-    def from_policy(cls, path: "str | os.PathLike[str] | Policy", *,
-                    ledger: Ledger | str | None = None, rng: Any = None,
-                    clock: Callable[[], float] | None = None) -> "Accountant":
-        """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
-
-        Every release is checked, before anything is drawn, against: the datasets' allowed
-        mechanisms, their per-query caps, and every limit that applies to it — the global
-        limit, each dataset's, the analyst's on each dataset, the analyst's across datasets —
-        all debited in one ledger transaction, or none.
-
-        Who is held to which limit (analysts not listed, joins, windows) is documented in
-        ``accountant.planner``, with what happens when a policy changes under an existing ledger.
-
-        Args:
-            path: the policy file, or an already validated ``Policy``.
-            ledger: as for ``Accountant``.
-            rng: as for ``Accountant``.
-            clock: seconds since the epoch (default ``time.time``); decides the renewal window.
-                Tests inject one.
-
-        Raises:
-            PolicyError: a malformed policy file, naming the key path; nothing was opened.
-            LedgerConflictError: the ledger holds an account under another rule or period.
-
-        >>> import tempfile, pathlib
-        >>> from mechanisms import Laplace
-        >>> f = pathlib.Path(tempfile.mkdtemp()) / "policy.toml"
-        >>> _ = f.write_text('''
-        ... [datasets.adult]
-        ... limit = { epsilon = 1.0 }
-        ... [datasets.adult.analysts.alice]
-        ... limit = { epsilon = 0.3 }
-        ... ''')
-        >>> acc = Accountant.from_policy(f, rng=0)
-        >>> _ = acc.release(Laplace(0.25), 10.0, dataset="adult", analyst="alice")
-        >>> acc.remaining("adult", analyst="alice")
-        Budget(epsilon=0.04999999999999999, delta=0.0)
-        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="alice")
-        False
-        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="bob")
-        True
-        """
-        policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
-        acc = cls.__new__(cls)
-        acc._setup(policy, None, ledger, rng, clock)
-        return acc
-
-    @classmethod
-    def open(cls, ledger: Ledger | str, *, rng: Any = None,
-             clock: Callable[[], float] | None = None) -> "Accountant":
-        """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
-        the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
-
-        Raises:
-            LedgerError: the ledger cannot be opened, or stores no policy (one created before
-                policies were stored: open it once with its limits, which records them).
-            LedgerCorruptedError: the stored policy was edited outside dpbudget.
-
-        >>> import tempfile, pathlib
-        >>> url = f"sqlite:///{pathlib.Path(tempfile.mkdtemp()) / 'b.db'}"
-        >>> Accountant(Budget(2.0), ledger=url).close()
-        >>> acc = Accountant.open(url)
-        >>> acc.remaining("people")
-        Budget(epsilon=2.0, delta=0.0)
-        >>> acc.close()
-        """
-        policy, default = policy_record.stored_policy(ledger)
-        acc = cls.__new__(cls)
-        acc._setup(policy, default, ledger, rng, clock)
-        return acc
-
-    def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
-                     reason: str) -> policy_record.PolicyChange:
-        """Replace the limits stored in this accountant's ledger with ``policy``'s (a policy file
-        or ``Policy``), as one audited record naming ``by`` and ``reason``, and enforce them from
-        now on. Lowering a limit always works; a change that grants more (``raised`` in the
-        result is non-empty) weakens the guarantee and is recorded as such. Spend already
-        recorded stays: a limit below it simply refuses every further release.
-
-        Raises:
-            PolicyError: a malformed policy file; nothing was written.
-            LedgerConflictError: the new policy gives an account another composition rule or
-                renewal window than its recorded spend; nothing was written.
-        """
-        new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
-        gate = self._gate
-        change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
-        self._policy, self._default = new, None
-        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler, gate.clock)
-        self._gate.policy_seq = change.seq
-        return change
-
-    def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
-               clock: Callable[[], float] | None) -> None:
-        if clock is not None and not callable(clock):
-            raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
-        self._policy = policy
-        planner = Planner(policy, default)
-        sampler = Sampler(rng)
-        opened = open_ledger(ledger)
-        self._gate = Gate(opened, planner, sampler, clock or time.time)
-        self._default = default
-        try:
-            self._gate.check_ledger()
-            # An in-memory ledger cannot be reopened by anyone else: it records a policy only
-            # when asked to (apply_policy), and is then held to it like any other.
-            if opened.durable or opened.account(POLICY_KEY) is not None:
-                self._gate.policy_seq = policy_record.enforce(
-                    opened, document(policy, default), by=policy_record.actor(),
-                    adopting=lambda: refuse_raised(opened, planner))
-        except BaseException:
-            if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
-                opened.close()
-            raise
-
-    @property
-    def policy(self) -> Policy:
-        """The policy enforced (for an accountant built from arguments: its dataset limits)."""
-        return self._policy
-
-    @property
-    def ledger(self) -> Ledger:
-        return self._gate.ledger
-
     # -- releasing ---------------------------------------------------------------------------
 
     def release(self, mechanism: Mechanism, value: Any, *, dataset: Any = "default",
-                analyst: str | None = None, label: str | None = None) -> Any:
+                analyst: str | None = None, label: str | None = None,
+                blocks: Any = None) -> Any:
         """Debit ``mechanism.cost`` from every limit that applies, then return the noisy answer.
 
         The limits: ``dataset``'s, and with a policy (``from_policy``) also the analyst's on it,
@@ -226,6 +93,10 @@ class Accountant:
         from several datasets (a join) is charged to each of them, all or none.
 
         Scalar in, scalar (``float``) out; array (or list) in, ``numpy`` array out.
+
+        ``blocks``: for a dataset divided into blocks (``policies.blocks``), the blocks the data
+        came from — a name, a list of names, or ``slice(first, last)`` of time blocks; each
+        block's limit is charged too, in the same transaction. ``block_rows`` selects the rows.
 
         Raises:
             BudgetExceededError: the release does not fit in some limit (``account`` names it),
@@ -236,10 +107,11 @@ class Accountant:
             UnknownDatasetError: no limit is declared for ``dataset``.
             UnknownAnalystError: the policy denies this analyst (or ``None``) on the dataset.
         """
-        return self._gate.release(mechanism, value, label, (dataset, analyst))
+        return self._gate.release(mechanism, value, label, (dataset, analyst, blocks))
 
     def release_many(self, items: Iterable[tuple[Mechanism, Any]], *, dataset: Any = "default",
-                     analyst: str | None = None, label: str | None = None) -> list[Any]:
+                     analyst: str | None = None, label: str | None = None,
+                     blocks: Any = None) -> list[Any]:
         """Release a batch fixed in advance as one step: one debit, all or nothing.
 
         Every item is validated before anything is debited; the batch is debited once, through
@@ -266,10 +138,11 @@ class Accountant:
         >>> len(answers), acc.spent().delta
         (300, 1e-06)
         """
-        return self._gate.release_many(items, label, (dataset, analyst))
+        return self._gate.release_many(items, label, (dataset, analyst, blocks))
 
     def session(self, mechanism: StreamMechanism, *, dataset: Any = "default",
-                analyst: str | None = None, label: str | None = None) -> Session:
+                analyst: str | None = None, label: str | None = None,
+                blocks: Any = None) -> Session:
         """Debit a sparse-vector mechanism's whole fixed cost now, once, and open its session.
 
         The session then answers queries with no further debit: it is one step whose cost is
@@ -286,11 +159,12 @@ class Accountant:
                 dataset, analyst or label; nothing was drawn or debited.
             UnknownDatasetError: no limit is declared for ``dataset``.
         """
-        return self._gate.open_session(mechanism, label, (dataset, analyst))
+        return self._gate.open_session(mechanism, label, (dataset, analyst, blocks))
 
     def pipeline(self, name: str, *, dataset: Any = "default", budget: Budget,
                  analyst: str | None = None, composition: str = "basic",
-                 per_query: Budget | None = None, label: str | None = None) -> Pipeline:
+                 per_query: Budget | None = None, label: str | None = None,
+                 blocks: Any = None) -> Pipeline:
         """Open a child budget of ``budget`` on ``dataset``: its whole allocation is debited
         now, as one step, from every limit a release there would be charged to; releases inside
         are then charged to the pipeline's own account only. See ``accountant.pipeline``.
@@ -309,13 +183,13 @@ class Accountant:
         >>> acc.spent("adult")  # the whole allocation, spent once and not refunded
         Budget(epsilon=0.5, delta=0.0)
         """
-        return open_pipeline(self._gate, (dataset, analyst), None, name, budget, composition,
-                             per_query, label)
+        return open_pipeline(self._gate, (dataset, analyst, blocks), None, name, budget,
+                             composition, per_query, label)
 
     def budgeted(self, name: str, *, dataset: Any = "default", budget: Budget,
                  analyst: str | None = None, composition: str = "basic",
-                 per_query: Budget | None = None,
-                 label: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                 per_query: Budget | None = None, label: str | None = None,
+                 blocks: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: each call of the function runs in a new pipeline (as ``pipeline``), passed
         as its first argument. The arguments are checked when decorating.
 
@@ -330,22 +204,23 @@ class Accountant:
         pipeline_rule(name, budget, composition, per_query)
         return budgeted(lambda: self.pipeline(name, dataset=dataset, budget=budget,
                                               analyst=analyst, composition=composition,
-                                              per_query=per_query, label=label))
+                                              per_query=per_query, label=label,
+                                              blocks=blocks))
 
     # -- planning and reading ------------------------------------------------------------------
 
     def can_afford(self, mechanism: Mechanism, *, dataset: Any = "default",
-                   analyst: str | None = None) -> bool:
+                   analyst: str | None = None, blocks: Any = None) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. A dry run: debits nothing.
 
         Another caller may spend in between; only ``release`` is authoritative. A release above
         a policy's per-query cap is not affordable; a mechanism the policy does not allow at all
         raises ``MechanismNotAllowedError``, as ``release`` would.
         """
-        return self._gate.afford(mechanism, (dataset, analyst))
+        return self._gate.afford(mechanism, (dataset, analyst, blocks))
 
     def max_releases(self, mechanism: Mechanism, *, dataset: Any = "default",
-                     analyst: str | None = None) -> int:
+                     analyst: str | None = None, blocks: Any = None) -> int:
         """How many more releases of exactly ``mechanism`` fit now (``sys.maxsize`` when no
         limit applies). O(log n): each rule solves for n on its O(1) state, in closed form.
 
@@ -361,7 +236,7 @@ class Accountant:
         >>> Accountant(Budget(1.0, 1e-6), composition="advanced").max_releases(Laplace(0.01))
         487
         """
-        return self._gate.max_steps(mechanism, (dataset, analyst))
+        return self._gate.max_steps(mechanism, (dataset, analyst, blocks))
 
     @property
     def last_receipt(self) -> Receipt | None:
@@ -369,17 +244,28 @@ class Accountant:
         remaining), or None."""
         return self._gate.last_receipt
 
-    def spent(self, dataset: str = "default", *, analyst: str | None = None) -> Budget:
+    def spent(self, dataset: str = "default", *, analyst: str | None = None,
+              block: str | None = None) -> Budget:
         """How much of ``dataset``'s limit the releases so far have used, as (ε, δ) under its
         rule (rounded up; see ``CompositionRule.spent`` for what this does and does not
-        guarantee); with ``analyst``, of that analyst's limit there. For a windowed limit, in the
-        current window."""
-        return self._gate.spent(self._gate.planner.account(dataset, analyst))
+        guarantee); with ``analyst``, of that analyst's limit there; with ``block``, of that
+        block's. For a windowed limit, in the current window."""
+        return self._gate.spent(self._gate.planner.account(dataset, analyst, block))
 
-    def remaining(self, dataset: str = "default", *, analyst: str | None = None) -> Budget:
+    def remaining(self, dataset: str = "default", *, analyst: str | None = None,
+                  block: str | None = None) -> Budget:
         """What is left of ``dataset``'s limit (rounded down; ``Budget.unlimited()`` if none);
-        with ``analyst``, of that analyst's limit on it."""
-        return self._gate.remaining(self._gate.planner.account(dataset, analyst))
+        with ``analyst``, of that analyst's limit on it; with ``block``, of that block's."""
+        return self._gate.remaining(self._gate.planner.account(dataset, analyst, block))
+
+    def block_rows(self, dataset: str, frame: Any, column: str, blocks: Any) -> Any:
+        """The rows of ``frame`` (a pandas DataFrame) whose time ``column`` falls in ``blocks``
+        of ``dataset`` — the blocks to pass to ``release`` with them, so that the data read
+        and the blocks charged cannot drift apart (``policies.blocks.rows_in_blocks``)."""
+        spec = self.limit(dataset).blocks
+        if spec is None:
+            raise InvalidArgumentError("dataset", dataset, "a dataset divided into blocks")
+        return rows_in_blocks(frame, column, spec, blocks)
 
     def limit(self, dataset: str = "default") -> DatasetLimit:
         """The limit declared for ``dataset``."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from accountant.core import Accountant
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from accountant.training import dp_sgd, noise_for_steps
 from mechanisms.base import real_values
 
@@ -29,6 +29,8 @@ class LogisticRegression:
 
     Args:
         accountant: the ``Accountant`` to charge.
+        batch_size: the expected batch size q·n as a public number (a public row count times
+            q): the noisy gradient sum is divided by it (``dp_sgd`` says why not by len(X)).
         dataset, analyst: whose limit pays.
         steps: the number of gradient steps asked for.
         noise_multiplier: z = σ/C; ``None`` plans the smallest z at which ``steps`` steps fit
@@ -45,12 +47,13 @@ class LogisticRegression:
     >>> from accountant import Budget
     >>> X = np.array([[0.1, 0.2], [0.9, 0.8]] * 50); y = np.array([0, 1] * 50)
     >>> acc = Accountant(Budget(3.0, 1e-5), composition="renyi", rng=0)
-    >>> model = LogisticRegression(acc, steps=50, sampling_rate=0.2, learning_rate=4.0).fit(X, y)
+    >>> model = LogisticRegression(acc, batch_size=20, steps=50, sampling_rate=0.2,
+    ...                            learning_rate=4.0).fit(X, y)
     >>> model.steps_, model.score(X, y)
     (50, 1.0)
     """
 
-    def __init__(self, accountant: Accountant, *, dataset: Any = "default",
+    def __init__(self, accountant: Accountant, *, batch_size: float, dataset: Any = "default",
                  analyst: str | None = None, steps: int = 100,
                  noise_multiplier: float | None = None, sampling_rate: float = 1.0,
                  clip_norm: float = 1.0, learning_rate: float = 1.0, fit_intercept: bool = True,
@@ -60,7 +63,7 @@ class LogisticRegression:
         self.accountant, self.dataset, self.analyst = accountant, dataset, analyst
         self.steps, self.noise_multiplier, self.sampling_rate = steps, noise_multiplier, sampling_rate
         self.clip_norm, self.learning_rate = clip_norm, learning_rate
-        self.fit_intercept, self.noise = fit_intercept, noise
+        self.fit_intercept, self.noise, self.batch_size = fit_intercept, noise, batch_size
         self.classes_ = np.array([0, 1])
 
     def fit(self, X: Any, y: Any) -> "LogisticRegression":
@@ -70,7 +73,7 @@ class LogisticRegression:
                                 clip_norm=self.clip_norm, noise=self.noise,
                                 dataset=self.dataset, analyst=self.analyst)
         result = dp_sgd(self.accountant, X, y, steps=self.steps, sampling_rate=self.sampling_rate,
-                        noise_multiplier=z, clip_norm=self.clip_norm,
+                        noise_multiplier=z, batch_size=self.batch_size, clip_norm=self.clip_norm,
                         learning_rate=self.learning_rate, dataset=self.dataset,
                         analyst=self.analyst, fit_intercept=self.fit_intercept, noise=self.noise,
                         label="LogisticRegression.fit")
@@ -85,7 +88,7 @@ class LogisticRegression:
             raise InvalidArgumentError("model", "not fitted", "fitted first (call fit)")
         x = real_values("X", X)
         if isinstance(x, float) or x.ndim != 2 or x.shape[1] != self.coef_.shape[0]:
-            raise InvalidTypeError("X", X, f"a 2-D array with {self.coef_.shape[0]} columns")
+            raise InvalidDataTypeError("X", X, f"a 2-D array with {self.coef_.shape[0]} columns")
         return np.asarray(x @ self.coef_ + self.intercept_)
 
     def predict_proba(self, X: Any) -> np.ndarray:

@@ -44,8 +44,8 @@ from policies.stored import POLICY_KEY
 
 __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-exports Step's)
 
-# Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst) to plan.
-Where = Plan | tuple[Any, "str | None"]
+# Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst[, blocks]) to plan.
+Where = Plan | tuple[Any, ...]
 _REDO = (BudgetExceededError, PolicyChangedError)  # refusals computed on a cache: redone fresh
 
 
@@ -143,7 +143,7 @@ class Gate:
     def refused(self, error: Exception, name: str, cost: Budget, where: Where,
                 label: Any) -> None:
         """Log a refused request for security review (``accountant.refusals``); never spend."""
-        dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where
+        dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where[:2]
         log_refusal(error, name, cost, dataset, analyst, label)
 
     def afford(self, mechanism: Mechanism, where: Where) -> bool:
@@ -351,4 +351,16 @@ class Gate:
         check_ledger(self.ledger, self.planner)
 
     def _now(self, plan: Plan) -> float | None:
-        return self.clock() if plan.windowed else None
+        """The time of a request whose accounts depend on it (windows, blocks), else None.
+
+        Raises:
+            InvalidArgumentError: the request reads a block that has not begun (it does not
+                exist yet: nothing was drawn or debited).
+        """
+        if plan.opens is None:
+            return self.clock() if plan.windowed else None
+        now = self.clock()
+        if now < plan.opens[0]:
+            raise InvalidArgumentError("blocks", plan.opens[1], "blocks that have begun (this "
+                                       "one has not: it has no data yet)")
+        return now

@@ -43,10 +43,13 @@ from accountant.ledger.record import AccountLayout, canonical
 from policies.accounts import (
     AccountSpec,
     analyst_key,
+    block_spec,
+    block_template_key,
     dataset_analyst_key,
     dataset_key,
     policy_accounts,
 )
+from policies.blocks import block_names
 from policies.limits import DatasetLimit, folded_name, valid_name
 from policies.periods import Period
 from policies.policy import Policy
@@ -88,11 +91,13 @@ class Plan(NamedTuple):
     windowed: bool
     fixed: Mapping[str, str]
     prefetch: tuple[str, ...]  # what a debit reads without windows: the policy pointer, targets
+    opens: tuple[float, str] | None = None  # the latest start among the blocks named, and its name
 
     @classmethod
     def make(cls, dataset: str | tuple[str, ...], analyst: str | None,
              targets: tuple[Target, ...], checks: tuple[tuple[str, DatasetLimit], ...],
-             members: Mapping[str, str] | None = None) -> "Plan":
+             members: Mapping[str, str] | None = None,
+             opens: tuple[float, str] | None = None) -> "Plan":
         members = dict(members or {})
         fixed = {"analyst": canonical(analyst)}
         if isinstance(dataset, str):
@@ -103,7 +108,7 @@ class Plan(NamedTuple):
         fixed.update(members)
         return cls(dataset, analyst, targets, checks, members,
                    any(t.period is not None for t in targets), fixed,
-                   (POLICY_KEY, *(t.key for t in targets)))
+                   (POLICY_KEY, *(t.key for t in targets)), opens)
 
     def child(self, target: Target, members: Mapping[str, str]) -> "Plan":
         """The plan of a pipeline opened on this one: charged to ``target`` (its own account)
@@ -148,15 +153,17 @@ class Planner:
         self.default = default if default is not None else getattr(policy, "other_datasets", None)
         self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
         self._targets: dict[str, Target] = {}
-        self._plans: dict[tuple[Any, str | None], Plan] = {}
+        self._plans: dict[tuple[Any, ...], Plan] = {}
         self._known: set[str] = set()
         self._folded: dict[str, str] = {}
         for name in policy.datasets:
             self.know(name)
 
-    def plan(self, dataset: Any, analyst: str | None) -> Plan:
+    def plan(self, dataset: Any, analyst: str | None, blocks: Any = None) -> Plan:
         """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
-        join) by ``analyst``."""
+        join) by ``analyst``, reading ``blocks`` of a dataset divided into blocks."""
+        if blocks is not None:
+            return self._block_plan(dataset, analyst, blocks)
         if type(dataset) is list:  # a join given as a list: the same plan as the tuple
             dataset = tuple(dataset)
         try:
@@ -202,9 +209,20 @@ class Planner:
         self._known.add(dataset)
         self._folded.setdefault(folded_name(dataset), dataset)
 
-    def account(self, dataset: str, analyst: str | None) -> Target:
-        """The account of ``dataset``'s limit, or of its ``analyst``'s there."""
+    def account(self, dataset: str, analyst: str | None, block: str | None = None) -> Target:
+        """The account of ``dataset``'s limit, of its ``analyst``'s there, or of one block."""
         limit = self.limit(dataset)
+        if block is not None:
+            if analyst is not None or limit.blocks is None:
+                raise InvalidArgumentError("block", block, "a block of a dataset divided into "
+                                           "blocks (without analyst)")
+            names = block_names(limit.blocks, block)
+            if len(names) != 1:
+                raise InvalidArgumentError("block", "several", "one block name")
+            name = names[0]
+            template = self._block_template(dataset)
+            return self._target(AccountSpec(template.key + ":" + name, template.rule, None,
+                                            template.path, dataset))
         target = self._dataset_target(dataset, limit)
         if _validate.text("analyst", analyst, optional=True) is not None:
             spec = self.specs.get(dataset_analyst_key(dataset, analyst))  # type: ignore[arg-type]
@@ -214,7 +232,41 @@ class Planner:
             target = self._target(spec)
         return target
 
-    def _make_plan(self, dataset: Any, analyst: str | None) -> Plan:
+    def _block_plan(self, dataset: Any, analyst: str | None, blocks: Any) -> Plan:
+        """The plan of a release on blocks of one dataset: its plan without blocks, with each
+        block's account after the dataset's (all charged in one transaction, all or none)."""
+        if not isinstance(dataset, str):
+            raise InvalidArgumentError("blocks", "given with a join", "blocks of one dataset "
+                                       "(a release on several datasets cannot name blocks)")
+        spec = self.limit(dataset).blocks
+        if spec is None:
+            raise InvalidArgumentError("blocks", "given", f"omitted: dataset {dataset!r} is not "
+                                       "divided into blocks")
+        names = block_names(spec, blocks)
+        key = (dataset, analyst, names)
+        plan = self._plans.get(key)
+        if plan is None:
+            base = self._make_plan(dataset, analyst, with_blocks=True)
+            template = self._block_template(dataset)
+            own = tuple(self._target(AccountSpec(template.key + ":" + b, template.rule, None,
+                                                 template.path, dataset)) for b in names)
+            opens = max((spec.start(b), b) for b in names)
+            plan = Plan.make(dataset, analyst, (base.targets[0], *own, *base.targets[1:]),
+                             base.checks, {"blocks": canonical(list(names))},
+                             opens if opens[0] > 0.0 else None)
+            if len(self._plans) >= _PLAN_CACHE:
+                self._plans.clear()
+            self._plans[key] = plan
+        return plan
+
+    def _block_template(self, dataset: str) -> AccountSpec:
+        spec = self.specs.get(block_template_key(dataset))
+        if spec is None:  # a dataset under the default limit: made on first use
+            limit = self.limit(dataset)
+            spec = self.specs[block_template_key(dataset)] = block_spec(dataset, limit, dataset)
+        return spec
+
+    def _make_plan(self, dataset: Any, analyst: str | None, *, with_blocks: bool = False) -> Plan:
         names = _dataset_names(dataset)
         _validate.text("analyst", analyst, optional=True)
         policy = self.policy
@@ -222,6 +274,10 @@ class Planner:
         checks: list[tuple[str, DatasetLimit]] = []
         for name in names:
             limit = self.limit(name)
+            if limit.blocks is not None and not with_blocks:
+                raise InvalidArgumentError(
+                    "blocks", None, f"the blocks the data came from: dataset {name!r} is divided "
+                    f"into blocks ({_division(limit)}); pass blocks=...")
             targets.append(self._dataset_target(name, limit))
             if analyst is not None and analyst in limit.analysts:
                 targets.append(self._target(self.specs[dataset_analyst_key(name, analyst)]))
@@ -252,6 +308,12 @@ class Planner:
         if target is None:
             target = self._targets[spec.key] = Target.of(spec.key, spec.rule, spec.period)
         return target
+
+
+def _division(limit: DatasetLimit) -> str:
+    spec = limit.blocks
+    assert spec is not None
+    return f"by {spec.by}" if spec.by is not None else f"named {list(spec.names or ())[:5]}"
 
 
 def valid_name_as(argument: str, value: str) -> str:

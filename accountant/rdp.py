@@ -73,6 +73,8 @@ def pure(eps: float, alpha: float) -> float:
     """
     if eps == 0.0:
         return 0.0
+    if eps < 1e-150:  # (α−1)ε/2 may underflow below: ε-DP ⇒ ε²/2-zCDP (Bun–Steinke, Prop. 1.4)
+        return min(_numeric.mul_up(alpha, _numeric.mul_up(eps, eps)), eps)
     # log x, x = 2 sinh(αε/2) sinh((α−1)ε/2) / cosh(ε/2), in logs so that large αε cannot overflow.
     log_x = (math.log(2.0) + _log_sinh(alpha * eps / 2.0) + _log_sinh((alpha - 1.0) * eps / 2.0)
              - _log_cosh(eps / 2.0))
@@ -185,6 +187,8 @@ def check_curve(curve: Any) -> str | None:
     numbers = curve[1:]
     if not all(isinstance(x, float) and math.isfinite(x) and x > 0.0 for x in numbers):
         return "finite parameters > 0"
+    if curve[0] != "laplace" and len(numbers) == 2 and not 1e-100 <= numbers[1] <= 1e100:
+        return "a noise multiplier z in [1e-100, 1e100]"
     if curve[0] == "laplace" and len(numbers) == 1:
         return None
     if curve[0] != "laplace" and len(numbers) == 2 and numbers[0] <= 1.0:

@@ -73,7 +73,8 @@ def _rule_for(account: Account, specs: dict[str, Any], with_policy: bool
     if not with_policy or account.key.startswith("pipeline:"):
         return recorded, ""  # a pipeline's limit is its allocation, never in a policy
     base, period = split_window(account.key)
-    spec = specs.get(base)
+    # Every block of a dataset is held to the one spec its blocks share (policies.blocks).
+    spec = specs.get(base[:base.index("/block:")] + "/block" if "/block:" in base else base)
     if spec is None:
         return recorded, "not in the policy"
     if spec.rule.name != account.rule:

@@ -18,7 +18,12 @@ from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import make_rule
 from accountant.core import Accountant
-from accountant.errors import BudgetExceededError, InvalidArgumentError, InvalidTypeError
+from accountant.errors import (
+    BudgetExceededError,
+    InvalidArgumentError,
+    InvalidDataTypeError,
+    InvalidTypeError,
+)
 from mechanisms import SubsampledGaussian
 from mechanisms.base import real_values
 
@@ -103,7 +108,7 @@ def _design(X: Any, y: Any, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray
     ones appended when fitted. Errors name the argument and shape, never a value."""
     x = real_values("X", X)
     if isinstance(x, float) or x.ndim != 2:
-        raise InvalidTypeError("X", X, "a 2-D array of features (n rows x d columns)")
+        raise InvalidDataTypeError("X", X, "a 2-D array of features (n rows x d columns)")
     labels = real_values("y", y)
     if isinstance(labels, float) or labels.shape != (x.shape[0],):
         raise InvalidArgumentError("y", f"shape {np.shape(y)}", f"one label per row of X "
@@ -116,7 +121,8 @@ def _design(X: Any, y: Any, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray
 
 
 def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate: float,
-           noise_multiplier: float, clip_norm: float = 1.0, learning_rate: float = 1.0,
+           noise_multiplier: float, batch_size: float, clip_norm: float = 1.0,
+           learning_rate: float = 1.0,
            dataset: Any = "default", analyst: str | None = None, fit_intercept: bool = True,
            weights: Any = None, noise: str = "exact", label: str | None = None) -> TrainingResult:
     """DP-SGD for logistic regression (Abadi et al. 2016), each step charged before its noise.
@@ -124,9 +130,13 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
     Step t: per-example gradients at the current weights, then one release of
     ``SubsampledGaussian(noise_multiplier, sampling_rate, clip_norm)`` (clip each row to
     ``clip_norm``, keep each row with probability q, sum, add N(0, (z·C)²) per coordinate),
-    then w ← w − η·(noisy sum)/(q·n). n = len(X) is treated as public, as in the notes and
-    Opacus (under add/remove neighbours it is one row off; pass it in a policy if it matters).
-    The first refusal (``BudgetExceededError``) ends training: the result has the weights so
+    then w ← w − η·(noisy sum)/``batch_size``.
+
+    ``batch_size`` is the expected batch size q·n as a **public** number (from a public row
+    count, or a count released under the budget). It is not taken from ``len(X)``: under
+    add/remove neighbours n is private, and dividing by it would move the model by up to q/z
+    noise units every step — about as much as the step is charged (Opacus and the notes divide
+    by the true n; that is outside their stated guarantee). The first refusal (``BudgetExceededError``) ends training: the result has the weights so
     far and ``refused=True``.
 
     Compose it under ``"renyi"`` to get the amplification by subsampling: ``"advanced"`` and
@@ -140,7 +150,7 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
     if w.shape != (x.shape[1],):
         raise InvalidArgumentError("weights", f"shape {w.shape}", f"one weight per column "
                                    f"({x.shape[1]})")
-    batch = mechanism.sampling_rate * x.shape[0]
+    batch = _validate.positive("batch_size", batch_size)
     for t in range(n_steps):
         try:
             noisy = accountant.release(mechanism, logistic_gradients(w, x, labels),
@@ -152,15 +162,15 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
 
 
 def noisy_gradient_descent(accountant: Accountant, X: Any, y: Any, *, steps: int,
-                           noise_multiplier: float, clip_norm: float = 1.0,
+                           noise_multiplier: float, batch_size: float, clip_norm: float = 1.0,
                            learning_rate: float = 1.0, dataset: Any = "default",
                            analyst: str | None = None, fit_intercept: bool = True,
                            weights: Any = None, noise: str = "exact",
                            label: str | None = None) -> TrainingResult:
     """Full-batch noisy gradient descent (the notes' chapter 8): :func:`dp_sgd` with q = 1, so
     every step sums every clipped gradient and adds N(0, (z·C)²); under ``"advanced"`` or
-    ``"renyi"`` each step costs ρ = 1/(2z²)."""
+    ``"renyi"`` each step costs ρ = 1/(2z²). ``batch_size``: the public number of rows n."""
     return dp_sgd(accountant, X, y, steps=steps, sampling_rate=1.0,
-                  noise_multiplier=noise_multiplier, clip_norm=clip_norm,
+                  noise_multiplier=noise_multiplier, batch_size=batch_size, clip_norm=clip_norm,
                   learning_rate=learning_rate, dataset=dataset, analyst=analyst,
                   fit_intercept=fit_intercept, weights=weights, noise=noise, label=label)

@@ -19,10 +19,12 @@ from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDat
 from mechanisms.base import NumericMechanism, noise_kind
 from mechanisms.bits import RandomBits
 from mechanisms.calibration import analytic_gaussian_epsilon
+from mechanisms.exact import wide_gaussian_array
 from mechanisms.gaussian import _GaussianFamily, _grid, _times
+from mechanisms.grid import to_float
 from mechanisms.sampling import Sampler
 
-__all__ = ["SubsampledGaussian", "poisson_sample"]
+__all__ = ["SubsampledGaussian", "clip_rows", "poisson_sample"]
 
 
 class SubsampledGaussian(_GaussianFamily):
@@ -104,24 +106,63 @@ class SubsampledGaussian(_GaussianFamily):
             raise InvalidDataTypeError("value", value, "per-example rows: an n x d array (or a "
                                        "vector of n numbers)")
         rows = x.reshape(-1, 1) if x.ndim == 1 else x
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        scale = np.minimum(1.0, self.sensitivity / np.maximum(norms, np.finfo(float).tiny))
-        clipped = rows * scale[:, None]
+        n, d = rows.shape
         if self.grid is not None:
-            d = rows.shape[1]
-            worst = rows.shape[0] * self.sensitivity
-            if not self.grid.fits(d) or worst > self.grid.limit_for(d):
-                raise InvalidDataError("value", value, f"at most {self.grid.limit_for(d):.6g} "
-                                       "rows times the clipping norm (the noise grid of this "
-                                       "scale cannot hold a larger sum)")
-        return (clipped, x.ndim)
+            g = self.grid.granularity_for(d)
+            if not self.grid.fits(d) or n * self.sensitivity > self.grid.limit_for(d) \
+                    or self.sensitivity / g >= 2.0 ** 52:
+                raise InvalidDataError("value", value, f"at most "
+                                       f"{self.grid.limit_for(d) / self.sensitivity:.6g} rows "
+                                       "(the noise grid of this scale cannot hold a larger sum)")
+        return (clip_rows(rows, self.sensitivity), x.ndim)
 
     def draw(self, value: Any, sampler: Sampler) -> Any:
         rows, ndim = value
         keep = poisson_sample(sampler.bits, self.sampling_rate, rows.shape[0])
-        total = rows[keep].sum(axis=0)
-        noisy = super().draw(float(total[0]) if ndim == 1 else total, sampler)
-        return noisy
+        if self.grid is None:  # float noise (an opt-out): a float sum, as textbook DP-SGD
+            total = rows[keep].sum(axis=0)
+            return super().draw(float(total[0]) if ndim == 1 else total, sampler)
+        # Exact noise: each kept row rounded to the grid, summed as integers (exactly), then
+        # exact discrete Gaussian noise. One added row moves the integer sum by at most
+        # C/g + √d/2 in L2 (clip_rows keeps its exact norm <= C), within the Δ_g = C/g + √d the
+        # grid's noise is calibrated for — whatever n, unlike a float sum, whose rounding
+        # depends on the other rows.
+        d = rows.shape[1]
+        g = self.grid.granularity_for(d)
+        total = _integer_sum(np.rint(rows[keep] / g))
+        z = wide_gaussian_array(sampler.bits, self.grid.noise_s(d), d)
+        out = np.array([to_float(t + int(zi), g) for t, zi in zip(total, z.tolist())])
+        return float(out[0]) if ndim == 1 else out
+
+
+def clip_rows(rows: Any, bound: float) -> Any:
+    """Each row scaled to L2 norm at most ``bound`` — exactly, not just in floating point: rows
+    are clipped to bound·(1 − 2^-30), the norm computed on the row divided by its largest entry
+    (no overflow for huge rows, no underflow for tiny ones), so the error of computing the norm
+    and scaling, (d + 5)·2^-53 relative, stays inside the 2^-30 margin for d < 2^23."""
+    target = bound * (1.0 - 2.0 ** -30)
+    peak = np.max(np.abs(rows), axis=1)
+    safe = np.where(peak > 0.0, peak, 1.0)
+    unit = rows / safe[:, None]
+    norms = safe * np.sqrt(np.einsum("ij,ij->i", unit, unit))
+    scale = np.where(norms > target, target / np.where(norms > 0.0, norms, 1.0), 1.0)
+    return rows * scale[:, None]
+
+
+def _integer_sum(grid_rows: Any) -> list[int]:
+    """The exact column sums of integer-valued float rows (|entries| < 2^53), as Python ints:
+    int64 sums over chunks small enough never to overflow."""
+    n, d = grid_rows.shape
+    if n == 0:
+        return [0] * d
+    ints = grid_rows.astype(np.int64)
+    peak = int(np.abs(ints).max()) + 1
+    step = max(1, (1 << 62) // peak)
+    totals = [0] * d
+    for start in range(0, n, step):
+        part = ints[start:start + step].sum(axis=0)
+        totals = [t + int(v) for t, v in zip(totals, part.tolist())]
+    return totals
 
 
 def _amplified_epsilon(curve: tuple[Any, ...], delta: float) -> float:

@@ -8,6 +8,7 @@ Every limit is one ledger account, named by a key:
 ``dataset:adult/analyst:alice`` ``[datasets.adult.analysts.alice]``
 ``analyst:alice``              ``[analysts.alice]`` (alice across all datasets)
 ``pipeline:report#12``         a pipeline's allocation (opened by ledger record 12)
+``dataset:events/block:2026-11-01`` one block of ``[datasets.events.blocks]`` (``policies.blocks``)
 =============================  ===============================================================
 
 A windowed limit (``period``) has one account per window, the key plus ``@<start>+<period>``
@@ -28,8 +29,8 @@ from policies.limits import DatasetLimit, _Limit
 from policies.periods import Period, split_window
 from policies.policy import Policy, load_policy
 
-__all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "dataset_analyst_key",
-           "dataset_key", "dataset_name",
+__all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "block_spec",
+           "block_template_key", "dataset_analyst_key", "dataset_key", "dataset_name",
            "pipeline_key", "policy_accounts"]
 
 GLOBAL = "global"
@@ -54,6 +55,23 @@ def dataset_name(key: str) -> str | None:
 
 def dataset_analyst_key(dataset: str, analyst: str) -> str:
     return f"dataset:{dataset}/analyst:{analyst}"
+
+
+def block_template_key(dataset: str) -> str:
+    """The key every block account of ``dataset`` extends with ``:<block name>``."""
+    return f"dataset:{dataset}/block"
+
+
+def block_spec(name: str, limit: DatasetLimit, path: str) -> AccountSpec:
+    """The account spec every block of ``name`` shares (keyed by ``block_template_key``)."""
+    blocks = limit.blocks
+    assert blocks is not None
+    try:
+        rule = make_rule(blocks.composition, blocks.limit, blocks.per_query,
+                         conversion_share=blocks.conversion_share, order=blocks.order)
+    except PrivacyError as exc:
+        raise PolicyError(f"{path}.blocks", str(exc)) from None
+    return AccountSpec(block_template_key(name), rule, None, f"{path}.blocks", name)
 
 
 def analyst_key(analyst: str) -> str:
@@ -102,6 +120,8 @@ def policy_accounts(policy: Policy) -> dict[str, AccountSpec]:
     for name, limit in policy.datasets.items():
         spec = dataset_spec(name, limit, f"datasets.{name}")
         specs[spec.key] = spec
+        if limit.blocks is not None:
+            specs[block_template_key(name)] = block_spec(name, limit, f"datasets.{name}")
         for who, own in limit.analysts.items():
             path = f"datasets.{name}.analysts.{who}"
             key = dataset_analyst_key(name, who)
@@ -133,9 +153,15 @@ class PolicyLimits:
         self.specs = policy_accounts(policy)
         default = default if default is not None else policy.other_datasets
         self.default = None if default is None else default.rule().limit
+        self.default_block = (None if default is None or default.blocks is None
+                              else default.blocks.limit)
 
     def limit_for(self, key: str) -> Any:
-        spec = self.specs.get(split_window(key)[0])
+        base = split_window(key)[0]
+        if "/block:" in base:  # every block of a dataset has the limit of its template
+            spec = self.specs.get(base[:base.index("/block:")] + "/block")
+            return self.default_block if spec is None else spec.rule.limit
+        spec = self.specs.get(base)
         if spec is None:
             return self.default if dataset_name(key) is not None else None
         return spec.rule.limit

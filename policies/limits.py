@@ -18,6 +18,7 @@ from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import RULES, CompositionRule, make_rule
 from accountant.errors import InvalidArgumentError, from_validation_error
+from policies.blocks import Blocks
 from policies.periods import Period
 
 __all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name", "valid_name"]
@@ -175,6 +176,7 @@ class DatasetLimit(_Limit):
         analysts: per-analyst limits on this dataset.
         other_analysts: ``"allow"`` (default): an analyst not listed in ``analysts`` (and
             ``analyst=None``) is held to the dataset-level limits only; ``"deny"``: refused.
+        blocks: per-block lifetime limits (``policies.blocks.Blocks``); ``None``: no blocks.
 
     >>> DatasetLimit(limit=Budget(1.0, 1e-6)).composition
     'basic'
@@ -190,6 +192,9 @@ class DatasetLimit(_Limit):
     other_analysts: Literal["allow", "deny"] = Field(
         "allow", description="'allow': analysts not listed (and anonymous releases) are held to "
         "the dataset's limits only; 'deny': refused.")
+    blocks: Blocks | None = Field(None, description="Divide the dataset into blocks (by time "
+                                  "or by name), each with a lifetime limit of its own; every "
+                                  "release then names the blocks its data came from.")
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""

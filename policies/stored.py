@@ -101,8 +101,15 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
         out.append(f"{path}: {old!r} -> {new!r}")
     elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
         out.append(f"{path}: removed")
-    elif leaf in ("composition", "conversion_share", "order") and old != new:
+    elif (leaf in ("composition", "conversion_share", "order") or path.endswith("blocks.by")) \
+            and old != new:
         out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
+    elif path.endswith("blocks.first") and old != new and (new is None or (
+            old is not None and new < old)):
+        out.append(f"{path}: {old!r} -> {new!r} (earlier blocks get a budget)")
+    elif path.endswith("blocks.names") and old is not None and (new is None
+                                                                 or set(new) - set(old)):
+        out.append(f"{path}: blocks added (each new block gets a budget)")
     elif leaf == "period" and old != new and new is not None:
         out.append(f"{path}: {old!r} -> {new!r} (a renewal window grants its limit again)")
     elif leaf in ("other_analysts",) and old == "deny" and new == "allow":

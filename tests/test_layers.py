@@ -28,11 +28,12 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("gate", [["accountant.planner", "accountant.receipt", "accountant.session",
                "accountant.refusals", "accountant.step", "accountant.continuity",
                "accountant.policy_record", "accountant.gate", "accountant.pipeline",
-               "accountant.core"]]),
+               "accountant.opening", "accountant.core"]]),
     ("training", [["accountant.training", "accountant.estimator"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",
                             "accountant.audit_chain", "accountant.audit_policy", "accountant.audit_text", "accountant.audit",
                             "accountant.report", "accountant.transfer", "accountant.plot",
+                            "accountant.plot_blocks",
                             "accountant.logs"]]),
     ("cli", [["accountant.cli"]]),
     ("public face", [["accountant"]]),  # the package's own __init__: re-exports, loaded lazily

@@ -33,7 +33,8 @@ def test_every_step_is_charged_and_the_first_refusal_ends_training(tmp_path: Pat
     location = f"sqlite:///{tmp_path / 'l.db'}"
     acc = Accountant(Budget(1.0, 1e-5), composition="renyi", ledger=location, rng=1)
     room = acc.max_releases(SubsampledGaussian(1.0, 0.1))
-    result = dp_sgd(acc, X, Y, steps=room + 50, sampling_rate=0.1, noise_multiplier=1.0)
+    result = dp_sgd(acc, X, Y, steps=room + 50, sampling_rate=0.1, noise_multiplier=1.0,
+                        batch_size=20)
     assert result.refused and result.steps == room
     releases = [r for r in acc.ledger.entries() if '"kind":"release"' in r.text]
     assert len(releases) == room
@@ -45,7 +46,8 @@ def test_every_step_is_charged_and_the_first_refusal_ends_training(tmp_path: Pat
 def test_full_batch_noisy_gradient_descent_learns() -> None:
     acc = Accountant(LIMIT, composition="renyi", rng=2)
     z = noise_for_steps(acc, 50)
-    result = noisy_gradient_descent(acc, X, Y, steps=50, noise_multiplier=z, learning_rate=2.0)
+    result = noisy_gradient_descent(acc, X, Y, steps=50, noise_multiplier=z, learning_rate=2.0,
+                                    batch_size=200)
     assert not result.refused and result.steps == 50
     x = np.hstack([X, np.ones((len(Y), 1))])
     assert np.mean((x @ result.weights > 0) == Y) > 0.9
@@ -66,13 +68,14 @@ def test_noise_for_steps_is_the_smallest_to_three_digits() -> None:
 
 def test_estimator_api_and_refusal() -> None:
     acc = Accountant(LIMIT, composition="renyi", rng=3)
-    model = LogisticRegression(acc, steps=40, sampling_rate=0.2, learning_rate=2.0).fit(X, Y)
+    model = LogisticRegression(acc, batch_size=40, steps=40, sampling_rate=0.2,
+                               learning_rate=2.0).fit(X, Y)
     assert model.steps_ == 40 and not model.refused_ and model.score(X, Y) > 0.85
     assert model.predict_proba(X[:5]).shape == (5, 2) and set(model.predict(X)) <= {0, 1}
     spent = acc.spent()
     model.score(X, Y)  # free: the model is public
     assert acc.spent() == spent
-    tired = LogisticRegression(acc, steps=10_000, noise_multiplier=0.5).fit(X, Y)
+    tired = LogisticRegression(acc, batch_size=200, steps=10_000, noise_multiplier=0.5).fit(X, Y)
     assert tired.refused_ and tired.steps_ < 10_000
 
 
@@ -81,17 +84,46 @@ def test_bad_training_input_is_named_without_data() -> None:
     secret = X.copy()
     secret[7, 1] = np.nan
     with pytest.raises(InvalidArgumentError) as info:
-        dp_sgd(acc, secret, Y, steps=5, sampling_rate=0.1, noise_multiplier=1.0)
+        dp_sgd(acc, secret, Y, steps=5, sampling_rate=0.1, noise_multiplier=1.0,
+                        batch_size=20)
     assert "X[7, 1]" in str(info.value) or "X[7," in str(info.value)
     with pytest.raises(InvalidArgumentError, match="'y'"):
-        dp_sgd(acc, X, Y * 2, steps=5, sampling_rate=0.1, noise_multiplier=1.0)
+        dp_sgd(acc, X, Y * 2, steps=5, sampling_rate=0.1, noise_multiplier=1.0,
+                        batch_size=20)
     with pytest.raises(InvalidArgumentError, match="'y'"):
-        dp_sgd(acc, X, Y[:-1], steps=5, sampling_rate=0.1, noise_multiplier=1.0)
+        dp_sgd(acc, X, Y[:-1], steps=5, sampling_rate=0.1, noise_multiplier=1.0,
+                        batch_size=20)
     with pytest.raises(InvalidTypeError, match="'X'"):
-        dp_sgd(acc, X[:, 0], Y, steps=5, sampling_rate=0.1, noise_multiplier=1.0)
+        dp_sgd(acc, X[:, 0], Y, steps=5, sampling_rate=0.1, noise_multiplier=1.0,
+                        batch_size=20)
     with pytest.raises(InvalidTypeError, match="'accountant'"):
-        LogisticRegression("ledger.db")  # type: ignore[arg-type]
+        LogisticRegression("ledger.db", batch_size=1)  # type: ignore[arg-type]
     assert acc.spent() == Budget(0.0)
+
+
+def test_the_model_does_not_depend_on_the_private_row_count() -> None:
+    """A row whose gradient is always zero changes no release (same seed, same noisy sums): the
+    model must not change either — it would if the update divided by len(X) (review of 14)."""
+    def train(x, y):
+        acc = Accountant(LIMIT, composition="renyi", rng=4)
+        return dp_sgd(acc, x, y, steps=5, sampling_rate=1.0, noise_multiplier=5.0,
+                      batch_size=200, fit_intercept=False).weights
+
+    zero_row = np.zeros((1, 3))  # x = 0: its gradient (σ(0) − y)·0 is 0 whatever y
+    assert np.array_equal(train(X, Y), train(np.vstack([X, zero_row]), np.append(Y, 1.0)))
+
+
+def test_data_never_appears_in_training_errors() -> None:
+    acc = Accountant(LIMIT, composition="renyi", rng=0)
+    secret = np.full((5,), 987654.321)
+    with pytest.raises(Exception) as info:
+        dp_sgd(acc, secret, Y[:5], steps=1, sampling_rate=0.5, noise_multiplier=1.0,
+               batch_size=2)
+    assert "987654" not in str(info.value)
+    model = LogisticRegression(acc, batch_size=40, steps=2, sampling_rate=0.2).fit(X, Y)
+    with pytest.raises(Exception) as info:
+        model.predict(np.full((2, 5), 987654.321))
+    assert "987654" not in str(info.value)
 
 
 def test_logistic_gradients_match_finite_differences() -> None:

@@ -156,7 +156,9 @@ class RenyiComposition(CompositionRule):
                     for key, a in zip(self._keys, self.orders) if state[key] > 0.0),
                    default=None)
         if best is not None:
-            out.append((min(best, limit.epsilon), limit.delta))
+            # An admitted state converts within ε_B at the order that fits; a state over the
+            # limit (a limit lowered since, a forged state) must read as over it.
+            out.append((min(best, limit.epsilon) if self._fits(state) else best, limit.delta))
         return out or [(state["epsilon"], state["delta"])]
 
 

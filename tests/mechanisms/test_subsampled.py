@@ -130,3 +130,46 @@ def test_gaussian_from_its_noise() -> None:
     assert Fraction(odd.sigma) >= Fraction(0.1) * Fraction(0.3)  # never less noise
     with pytest.raises(InvalidArgumentError, match="given alone"):
         AnalyticGaussian(1.0, 1e-5, sigma=2.0)
+
+
+# -- found by the independent review of issue 14 ------------------------------------------------
+
+def _grid_sum(mech: SubsampledGaussian, rows: np.ndarray) -> np.ndarray:
+    """The mechanism's exact integer sum of the clipped rows at q = 1 (what the noise is added to),
+    in grid steps."""
+    from mechanisms.subsampled import _integer_sum
+
+    clipped, _ = mech.prepare(rows)
+    g = mech.grid.granularity_for(rows.shape[1])
+    return np.array(_integer_sum(np.rint(clipped / g)), dtype=object), g
+
+
+def test_one_added_row_moves_the_sum_by_at_most_the_calibrated_sensitivity() -> None:
+    """The review's attack: 2^20 rows of 1, then 2^21 rows of 0.6 ulp(2^20), plus one row of
+    norm C. A float sum moved by C + 2^-12 (the rounding of the running total); the exact integer
+    sum moves by at most C/g + √d/2 grid steps, inside the Δ_g = C/g + √d the noise is
+    calibrated for."""
+    mech = SubsampledGaussian(1.0, 1.0, 1.0)
+    body = np.zeros((2 ** 20 + 2 ** 21, 2))
+    body[: 2 ** 20, 0] = 1.0
+    body[2 ** 20:, 0] = 0.6 * 2.0 ** -32
+    a, g = _grid_sum(mech, body)
+    b, _ = _grid_sum(mech, np.vstack([[[-1.0, 0.0]], body]))
+    moved = math.sqrt(float(sum(int(x) ** 2 for x in a - b)))
+    assert moved <= 1.0 / g + math.sqrt(2) / 2
+    # Negative control: the float sum of the same rows does move by more than C.
+    floats = [np.sum(rows, axis=0) for rows in (body, np.vstack([[[-1.0, 0.0]], body]))]
+    assert np.linalg.norm(floats[0] - floats[1]) > 1.0
+
+
+def test_clipped_rows_never_exceed_the_clip_norm_exactly() -> None:
+    mech = SubsampledGaussian(1.0, 0.5, 1.0)
+    rows = np.random.default_rng(0).normal(size=(2000, 3)) * 10.0
+    clipped, _ = mech.prepare(rows)
+    assert not [r for r in clipped if sum(Fraction(float(x)) ** 2 for x in r) > 1]
+
+
+def test_huge_and_tiny_rows_are_clipped_not_zeroed() -> None:
+    mech = SubsampledGaussian(1.0, 0.5, 1.0)
+    clipped, _ = mech.prepare(np.array([[1e200, 0.0], [0.5, 0.0], [1e-300, 1e-300]]))
+    assert 0.99 < clipped[0, 0] <= 1.0 and clipped[1, 0] == 0.5 and clipped[2, 0] == 1e-300

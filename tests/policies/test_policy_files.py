@@ -237,7 +237,7 @@ def test_json_schema_export():
     defs = schema["$defs"]
     assert set(defs["DatasetLimit"]["properties"]) == {
         "limit", "per_query", "period", "composition", "max_per_query", "allowed_mechanisms",
-        "analysts", "other_analysts", "conversion_share", "order"}
+        "analysts", "other_analysts", "conversion_share", "order", "blocks"}
     assert defs["Budget"]["required"] == ["epsilon"]
 
 

@@ -1,0 +1,161 @@
+"""How an ``Accountant`` is opened: from arguments, a policy file or a ledger's stored policy, and
+how a policy is replaced (``apply_policy``). The releasing API is ``accountant.core``.
+
+Invariant: every way of opening builds one ``Planner`` and one ``Gate`` and checks the ledger
+(continuity, the stored policy) before the accountant is returned; nothing is released here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accountant import policy_record
+from accountant.continuity import refuse_raised
+from accountant.errors import InvalidTypeError
+from accountant.gate import Gate
+from accountant.ledger import Ledger, open_ledger
+from accountant.planner import Planner
+from mechanisms.sampling import Sampler
+from policies.limits import DatasetLimit
+from policies.policy import Policy, load_policy
+from policies.stored import POLICY_KEY, document
+
+__all__ = ["Opening"]
+
+
+class Opening:
+    """The constructors and policy handling the ``Accountant`` inherits."""
+
+    _gate: Gate
+    _policy: Policy
+    _default: DatasetLimit | None
+
+    @classmethod
+    def from_policy(cls, path: "str | os.PathLike[str] | Policy", *,
+                    ledger: Ledger | str | None = None, rng: Any = None,
+                    clock: Callable[[], float] | None = None) -> Any:
+        """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
+
+        Every release is checked, before anything is drawn, against: the datasets' allowed
+        mechanisms, their per-query caps, and every limit that applies to it — the global
+        limit, each dataset's, the analyst's on each dataset, the analyst's across datasets —
+        all debited in one ledger transaction, or none.
+
+        Who is held to which limit (analysts not listed, joins, windows) is documented in
+        ``accountant.planner``, with what happens when a policy changes under an existing ledger.
+
+        Args:
+            path: the policy file, or an already validated ``Policy``.
+            ledger: as for ``Accountant``.
+            rng: as for ``Accountant``.
+            clock: seconds since the epoch (default ``time.time``); decides the renewal window.
+                Tests inject one.
+
+        Raises:
+            PolicyError: a malformed policy file, naming the key path; nothing was opened.
+            LedgerConflictError: the ledger holds an account under another rule or period.
+
+        >>> import tempfile, pathlib
+        >>> from accountant import Accountant
+        >>> from mechanisms import Laplace
+        >>> f = pathlib.Path(tempfile.mkdtemp()) / "policy.toml"
+        >>> _ = f.write_text('''
+        ... [datasets.adult]
+        ... limit = { epsilon = 1.0 }
+        ... [datasets.adult.analysts.alice]
+        ... limit = { epsilon = 0.3 }
+        ... ''')
+        >>> acc = Accountant.from_policy(f, rng=0)
+        >>> _ = acc.release(Laplace(0.25), 10.0, dataset="adult", analyst="alice")
+        >>> acc.remaining("adult", analyst="alice")
+        Budget(epsilon=0.04999999999999999, delta=0.0)
+        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="alice")
+        False
+        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="bob")
+        True
+        """
+        policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
+        acc = cls.__new__(cls)
+        acc._setup(policy, None, ledger, rng, clock)
+        return acc
+
+    @classmethod
+    def open(cls, ledger: Ledger | str, *, rng: Any = None,
+             clock: Callable[[], float] | None = None) -> Any:
+        """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
+        the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
+
+        Raises:
+            LedgerError: the ledger cannot be opened, or stores no policy (one created before
+                policies were stored: open it once with its limits, which records them).
+            LedgerCorruptedError: the stored policy was edited outside dpbudget.
+
+        >>> import tempfile, pathlib
+        >>> from accountant import Accountant, Budget
+        >>> url = f"sqlite:///{pathlib.Path(tempfile.mkdtemp()) / 'b.db'}"
+        >>> Accountant(Budget(2.0), ledger=url).close()
+        >>> acc = Accountant.open(url)
+        >>> acc.remaining("people")
+        Budget(epsilon=2.0, delta=0.0)
+        >>> acc.close()
+        """
+        policy, default = policy_record.stored_policy(ledger)
+        acc = cls.__new__(cls)
+        acc._setup(policy, default, ledger, rng, clock)
+        return acc
+
+    def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
+                     reason: str) -> policy_record.PolicyChange:
+        """Replace the limits stored in this accountant's ledger with ``policy``'s (a policy file
+        or ``Policy``), as one audited record naming ``by`` and ``reason``, and enforce them from
+        now on. Lowering a limit always works; a change that grants more (``raised`` in the
+        result is non-empty) weakens the guarantee and is recorded as such. Spend already
+        recorded stays: a limit below it simply refuses every further release.
+
+        Raises:
+            PolicyError: a malformed policy file; nothing was written.
+            LedgerConflictError: the new policy gives an account another composition rule or
+                renewal window than its recorded spend; nothing was written.
+        """
+        new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
+        gate = self._gate
+        change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
+        self._policy, self._default = new, None
+        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler, gate.clock)
+        self._gate.policy_seq = change.seq
+        return change
+
+    def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
+               clock: Callable[[], float] | None) -> None:
+        if clock is not None and not callable(clock):
+            raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+        self._policy = policy
+        planner = Planner(policy, default)
+        sampler = Sampler(rng)
+        opened = open_ledger(ledger)
+        self._gate = Gate(opened, planner, sampler, clock or time.time)
+        self._default = default
+        try:
+            self._gate.check_ledger()
+            # An in-memory ledger cannot be reopened by anyone else: it records a policy only
+            # when asked to (apply_policy), and is then held to it like any other.
+            if opened.durable or opened.account(POLICY_KEY) is not None:
+                self._gate.policy_seq = policy_record.enforce(
+                    opened, document(policy, default), by=policy_record.actor(),
+                    adopting=lambda: refuse_raised(opened, planner))
+        except BaseException:
+            if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
+                opened.close()
+            raise
+
+    @property
+    def policy(self) -> Policy:
+        """The policy enforced (for an accountant built from arguments: its dataset limits)."""
+        return self._policy
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._gate.ledger

@@ -1,0 +1,35 @@
+"""A forged or extreme Rényi curve is refused cleanly, never crashes a debit or the audit
+(independent review of issue 14)."""
+import numpy as np
+import pytest
+
+from accountant import Accountant, Budget
+from accountant.audit import audit
+from accountant.charge import Charge
+from accountant.composition import Refused, RenyiComposition
+from accountant.errors import PrivacyError
+from accountant.ledger import open_ledger
+from accountant.transfer import export_jsonl
+from mechanisms import SubsampledGaussian
+
+
+@pytest.mark.parametrize("z", [1e-200])
+def test_debit_with_tiny_z_raises_a_library_error(z):
+    rule = RenyiComposition(Budget(3.0, 1e-5))
+    charge = Charge(1.0, 1e-6, rdp=("poisson-zcdp", 0.5, z))
+    with pytest.raises((Refused, PrivacyError)):
+        rule.debit(rule.initial_state(), charge)
+
+
+def test_audit_of_forged_tiny_z_reports_not_crashes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Accountant(Budget(3.0, 1e-5), composition="renyi", ledger=url, rng=1) as acc:
+        acc.release(SubsampledGaussian(1.0, 0.01), np.ones((10, 2)))
+    out = tmp_path / "l.jsonl"
+    with open_ledger(url) as ledger:
+        export_jsonl(ledger, out)
+    text = out.read_text()
+    assert '"rdp":["poisson-zcdp",0.01,1.0]' in text
+    out.write_text(text.replace('"rdp":["poisson-zcdp",0.01,1.0]', '"rdp":["poisson-zcdp",0.01,1e-200]'))
+    report = audit(out)
+    assert not report.ok
