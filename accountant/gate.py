@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from accountant import _validate
+from accountant import _numeric, _validate
 from accountant.budget import Budget
-from accountant.composition import Refused, State
+from accountant.composition import CompositionRule, Refused, State
 from accountant.continuity import check_ledger
 from accountant.errors import (
     BudgetExceededError,
@@ -237,6 +237,8 @@ class Gate:
                 self._no_twin(key)
             try:
                 new = step_account(key, rule, current, charge)
+                if target.unlock is not None and now is not None:
+                    _check_unlocked(target, rule, new, now)
             except Refused as refusal:
                 state = rule.initial_state() if current is None else current.state
                 raise BudgetExceededError(step.cost, rule.remaining(state),
@@ -364,3 +366,15 @@ class Gate:
             raise InvalidArgumentError("blocks", plan.opens[1], "blocks that have begun (this "
                                        "one has not: it has no data yet)")
         return now
+
+
+def _check_unlocked(target: Target, rule: CompositionRule, state: State, now: float) -> None:
+    """Refuse a block's debit beyond the share of its ε limit unlocked so far (a usage policy,
+    ``policies.blocks.Unlock``; the guarantee is the block's whole limit either way)."""
+    unlock, start = target.unlock  # type: ignore[misc]
+    share = unlock.share(start, now)
+    limit = rule.limit
+    if share < 1.0 and limit is not None and not _numeric.within(
+            rule.spent(state).epsilon, share * limit.epsilon):
+        raise Refused(f"the block has unlocked {share:.0%} of its limit so far "
+                      f"({unlock.fraction:.0%} more every {unlock.every})")

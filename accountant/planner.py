@@ -49,7 +49,7 @@ from policies.accounts import (
     dataset_key,
     policy_accounts,
 )
-from policies.blocks import block_names
+from policies.blocks import Blocks, Unlock, block_names
 from policies.limits import DatasetLimit, folded_name, valid_name
 from policies.periods import Period
 from policies.policy import Policy
@@ -67,10 +67,12 @@ class Target(NamedTuple):
     rule: CompositionRule
     period: Period | None
     layout: AccountLayout
+    unlock: tuple[Unlock, float] | None = None  # a block's schedule and the block's start
 
     @classmethod
-    def of(cls, key: str, rule: CompositionRule, period: Period | None = None) -> "Target":
-        return cls(key, rule, period, AccountLayout(rule.describe()))
+    def of(cls, key: str, rule: CompositionRule, period: Period | None = None,
+           unlock: tuple[Unlock, float] | None = None) -> "Target":
+        return cls(key, rule, period, AccountLayout(rule.describe()), unlock)
 
     def key_at(self, now: float) -> str:
         """The account key in force at time ``now`` (the base key for a lifetime limit)."""
@@ -219,10 +221,7 @@ class Planner:
             names = block_names(limit.blocks, block)
             if len(names) != 1:
                 raise InvalidArgumentError("block", "several", "one block name")
-            name = names[0]
-            template = self._block_template(dataset)
-            return self._target(AccountSpec(template.key + ":" + name, template.rule, None,
-                                            template.path, dataset))
+            return self._block_target(self._block_template(dataset), limit.blocks, names[0])
         target = self._dataset_target(dataset, limit)
         if _validate.text("analyst", analyst, optional=True) is not None:
             spec = self.specs.get(dataset_analyst_key(dataset, analyst))  # type: ignore[arg-type]
@@ -248,8 +247,7 @@ class Planner:
         if plan is None:
             base = self._make_plan(dataset, analyst, with_blocks=True)
             template = self._block_template(dataset)
-            own = tuple(self._target(AccountSpec(template.key + ":" + b, template.rule, None,
-                                                 template.path, dataset)) for b in names)
+            own = tuple(self._block_target(template, spec, b) for b in names)
             opens = max((spec.start(b), b) for b in names)
             plan = Plan.make(dataset, analyst, (base.targets[0], *own, *base.targets[1:]),
                              base.checks, {"blocks": canonical(list(names))},
@@ -258,6 +256,16 @@ class Planner:
                 self._plans.clear()
             self._plans[key] = plan
         return plan
+
+    def _block_target(self, template: AccountSpec, spec: Blocks, block: str) -> Target:
+        key = template.key + ":" + block
+        target = self._targets.get(key)
+        if target is None:
+            unlock = None if spec.unlock is None else (spec.unlock, spec.start(block))
+            if len(self._targets) >= _PLAN_CACHE:
+                self._targets.clear()  # bounded: blocks are many over the years
+            target = self._targets[key] = Target.of(key, template.rule, None, unlock)
+        return target
 
     def _block_template(self, dataset: str) -> AccountSpec:
         spec = self.specs.get(block_template_key(dataset))

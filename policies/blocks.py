@@ -36,13 +36,44 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from accountant.budget import Budget
 from accountant.errors import InvalidArgumentError, InvalidTypeError
+from policies.periods import Period
 
-__all__ = ["BLOCK_UNITS", "Blocks", "block_of", "block_start", "block_names", "rows_in_blocks"]
+__all__ = ["BLOCK_UNITS", "Blocks", "Unlock", "block_of", "block_start", "block_names",
+           "rows_in_blocks"]
 
 BLOCK_UNITS = ("hour", "day", "week")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _FORMATS = {"hour": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}"), "day": re.compile(r"\d{4}-\d{2}-\d{2}"),
             "week": re.compile(r"\d{4}-W\d{2}")}
+
+
+class Unlock(BaseModel):
+    """A schedule that makes a time block's budget spendable gradually (PrivateKube/DPack's
+    unlocking), so that the first analyses after a block begins cannot drain it: ``fraction`` of
+    the block's ε limit more every ``every`` (a period such as ``"1d"``), from the block's start.
+
+    A usage policy, not a privacy mechanism: the guarantee is the block's limit either way.
+
+    >>> Unlock(every="1d", fraction=0.25).share(0.0, 1.5 * 86400)
+    0.5
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    every: str = Field(description='How often another fraction unlocks ("1h", "1d", "7d").')
+    fraction: float = Field(gt=0.0, le=1.0, description="The share of the limit unlocked at "
+                            "the block's start and at each period after it.")
+
+    @field_validator("every")
+    @classmethod
+    def _valid_every(cls, text: Any) -> Any:
+        Period(text)
+        return text
+
+    def share(self, start: float, now: float) -> float:
+        """The share of the limit unlocked at ``now`` for a block that began at ``start``."""
+        periods = math.floor(max(0.0, now - start) / Period(self.every).seconds)
+        return min(1.0, self.fraction * (1 + periods))
 
 
 class Blocks(BaseModel):
@@ -55,6 +86,7 @@ class Blocks(BaseModel):
         composition: each block's rule (``"basic"`` by default; any rule, with its parameters).
         per_query, conversion_share, order: the rule's parameters, as for a dataset.
         first: the earliest time block (its name); earlier ones are refused as not existing.
+        unlock: an unlocking schedule (``Unlock``) for time blocks; None: all at once.
 
     >>> Blocks(by="day", limit=Budget(1.0)).account_suffix("2026-11-01")
     '/block:2026-11-01'
@@ -73,6 +105,8 @@ class Blocks(BaseModel):
     order: float | None = Field(None, description="'renyi' only.")
     first: str | None = Field(None, description="The earliest time block; earlier ones do not "
                               "exist.")
+    unlock: Unlock | None = Field(None, description="Time blocks only: unlock the limit "
+                                  "gradually, {every = \"1d\", fraction = 0.25}.")
 
     @field_validator("names")
     @classmethod
@@ -92,6 +126,8 @@ class Blocks(BaseModel):
     def _one_kind(self) -> "Blocks":
         if (self.by is None) == (self.names is None):
             raise ValueError("give exactly one of 'by' (hour, day, week) and 'names'")
+        if self.unlock is not None and self.by is None:
+            raise ValueError("'unlock' is for time blocks ('by')")
         if self.first is not None:
             if self.by is None:
                 raise ValueError("'first' is for time blocks ('by')")

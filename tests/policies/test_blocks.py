@@ -207,10 +207,9 @@ def _hammer(db: str, policy: str, seed: int, counts: "multiprocessing.Queue[int]
     counts.put(n)
 
 
-@pytest.mark.slow
-def test_processes_on_overlapping_ranges_never_overspend_a_block(write, tmp_path) -> None:
-    db, policy = str(tmp_path / "l.db"), str(write(DAILY.replace("epsilon = 2.0",
-                                                                 "epsilon = 100.0")))
+def _contend(db: str, policy: str) -> None:
+    """Four processes, random overlapping ranges of the 15th..21st, ε = 0.05 each: no block may
+    end above its limit of 1, and the audit must replay clean."""
     Accountant.from_policy(policy, ledger=db, clock=lambda: T0).close()
     ctx = multiprocessing.get_context("spawn")
     counts: "multiprocessing.Queue[int]" = ctx.Queue()
@@ -220,12 +219,26 @@ def test_processes_on_overlapping_ranges_never_overspend_a_block(write, tmp_path
     for p in procs:
         p.join(120)
     assert sum(counts.get(timeout=5) for _ in procs) > 0
-    report = audit(f"sqlite:///{db}")
+    report = audit(db)
     assert report.ok, report.problems
     blocks = [a for a in report.accounts if "/block:" in a.account]
     assert blocks and all(a.spent["epsilon"] <= 1.0 + 1e-9 for a in blocks)
     assert max(a.spent["epsilon"] for a in blocks) > 0.9  # the blocks were really contended
-    assert Path(db).exists()
+
+
+@pytest.mark.slow
+def test_processes_on_overlapping_ranges_never_overspend_a_block(write, tmp_path) -> None:
+    _contend(f"sqlite:///{tmp_path / 'l.db'}",
+             str(write(DAILY.replace("epsilon = 2.0", "epsilon = 100.0"))))
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_processes_never_overspend_a_block_on_postgres(write, postgres_database) -> None:
+    from tests.conftest import _fresh_schema
+
+    _contend(_fresh_schema(postgres_database),
+             str(write(DAILY.replace("epsilon = 2.0", "epsilon = 100.0"))))
 
 
 def test_the_example_runs(capsys) -> None:
@@ -245,3 +258,33 @@ def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock) -> None
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')
     with pytest.raises(LedgerConflictError, match="blocks.composition"):
         Accountant.from_policy(write(renyi), ledger=db, clock=clock, rng=0)
+
+
+def test_an_unlocking_schedule_releases_a_block_gradually(make, clock) -> None:
+    acc = make("""
+        [datasets.events]
+        [datasets.events.blocks]
+        by = "day"
+        limit = { epsilon = 1.0 }
+        unlock = { every = "1d", fraction = 0.25 }
+    """)
+    clock.now = block_start("2026-11-20", "day") + 3600  # an hour into the 20th: 25% unlocked
+    acc.release(Laplace(0.25), 1.0, dataset="events", blocks="2026-11-20")
+    with pytest.raises(BudgetExceededError, match="unlocked 25%"):
+        acc.release(Laplace(0.01), 1.0, dataset="events", blocks="2026-11-20")
+    clock.now += 2 * DAY  # 75% unlocked
+    acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
+    clock.now += 30 * DAY  # all of it, never more
+    acc.release(Laplace(0.25), 1.0, dataset="events", blocks="2026-11-20")
+    with pytest.raises(BudgetExceededError):
+        acc.release(Laplace(0.01), 1.0, dataset="events", blocks="2026-11-20")
+
+
+def test_unlocking_needs_time_blocks(write) -> None:
+    text = ('[datasets.e.blocks]\nnames = ["a"]\nlimit = { epsilon = 1.0 }\n'
+            'unlock = { every = "1d", fraction = 0.5 }\n')
+    with pytest.raises(PolicyError, match="unlock"):
+        Accountant.from_policy(write(text))
+    with pytest.raises(PolicyError, match="every"):
+        Accountant.from_policy(write(text.replace('names = ["a"]', 'by = "day"')
+                                     .replace('"1d"', '"1 day"')))
