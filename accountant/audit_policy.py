@@ -37,8 +37,13 @@ class InForce:
         datasets = record.get("datasets") or record.get("dataset")
         blocks = record.get("blocks")
         try:
-            plan = self.planner.plan(datasets, record.get("analyst"),
-                                     None if blocks is None else tuple(blocks))
+            if "pipeline" in record and record.get("kind") != "pipeline":
+                # Inside a pipeline: charged to the pipeline only (its opening record paid the
+                # blocks), so only the datasets' checks apply.
+                plan = self.planner.inside_plan(datasets, record.get("analyst"))
+            else:
+                plan = self.planner.plan(datasets, record.get("analyst"),
+                                         None if blocks is None else tuple(blocks))
         except (PrivacyError, TypeError) as refusal:
             return str(refusal)
         charged = record.get("accounts") or {}

@@ -136,6 +136,17 @@ class AuditReport(BaseModel):
         return sum(t.releases + t.inside_releases for kind, t in self.by_noise.items()
                    if kind != SECURE_NOISE)
 
+    def _repr_html_(self) -> str:
+        """A notebook summary: the verdict, then one row per account."""
+        from accountant.html import table
+
+        verdict = "clean" if self.ok else f"{self.problem_count} problem(s)"
+        return table(("account", "rule", "spent ε", "spent δ", "releases", "over limit"),
+                     [(a.account, a.rule, a.spent.get("epsilon", 0.0), a.spent.get("delta", 0.0),
+                       a.releases, "yes" if a.over_limit else "") for a in self.accounts],
+                     caption=f"audit of {self.source}: {self.records} records, {verdict}, "
+                     f"exit status {self.exit_status}")
+
     @property
     def exit_status(self) -> int:
         status = 0

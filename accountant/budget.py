@@ -108,6 +108,12 @@ class Budget(BaseModel):
 
     __str__ = __repr__
 
+    def _repr_html_(self) -> str:
+        """A one-row table in a notebook."""
+        eps = "∞ (no limit)" if self.is_unlimited else f"{self.epsilon:.6g}"
+        return (f"<table><tr><th>ε</th><th>δ</th></tr><tr><td>{eps}</td>"
+                f"<td>{self.delta:.6g}</td></tr></table>")
+
     def __hash__(self) -> int:
         return hash((self.epsilon, self.delta))
 

@@ -1,8 +1,9 @@
 """The ``dpbudget`` command line: ``demo``, ``status``, ``audit``, ``export``, ``import``,
 ``policy check``, ``policy apply``, ``policy schema``.
 
-Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid; 2 for bad usage or an
-unreadable ledger or policy; ``audit`` documents its own problem bits (``accountant.audit``).
+Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
+with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
+problem bits (``accountant.audit``).
 """
 
 from __future__ import annotations
@@ -62,11 +63,23 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _policy_check(args: argparse.Namespace) -> int:
+    import importlib
+
+    try:
+        for module in args.imports or ():
+            importlib.import_module(module)  # registers the custom mechanisms it defines
+    except ImportError as exc:
+        raise PrivacyError(f"cannot import {exc.name!r} (--import)") from None
     try:
         policy = load_policy(args.file)
         specs = policy_accounts(policy)
     except PolicyError as exc:
         print(f"{args.file}: invalid policy: {exc}", file=sys.stderr)
+        return 1
+    errors, warnings = _contradictions(policy)
+    if errors:
+        for text in errors:
+            print(f"{args.file}: invalid policy: {text}", file=sys.stderr)
         return 1
     print(f"{args.file}: valid policy, {len(policy.datasets)} dataset(s), {len(specs)} limit(s)")
     for spec in specs.values():
@@ -75,15 +88,10 @@ def _policy_check(args: argparse.Namespace) -> int:
         window = "" if spec.period is None else f", renewed every {spec.period.text} (weaker " \
                                                   f"than a lifetime limit)"
         print(f"  {spec.key:<32} {spec.rule.name:<9} {text}{window}")
-    known = _mechanism_names()
     for name, dataset in policy.datasets.items():
         extras = []
         if dataset.allowed_mechanisms is not None:
             extras.append(f"allowed mechanisms {list(dataset.allowed_mechanisms)}")
-            unknown = [m for m in dataset.allowed_mechanisms if m not in known]
-            if unknown:
-                print(f"  warning: datasets.{name}.allowed_mechanisms names {unknown}, which "
-                      f"this installation does not provide (they admit nothing)")
         if dataset.max_per_query is not None:
             extras.append(f"max per query {dataset.max_per_query}")
         if dataset.other_analysts == "deny":
@@ -100,19 +108,56 @@ def _policy_check(args: argparse.Namespace) -> int:
         text = "no limit" if limit is None else f"ε={limit.epsilon:g}, δ={limit.delta:g}"
         print(f"  datasets not listed: each gets a budget of its own ({other.composition}, "
               f"{text})")
-    return 0
+    for text in warnings:
+        print(f"  warning: {text}")
+    return 3 if warnings else 0
+
+
+def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
+    """What ``policy check`` reports beyond validity: errors (a mechanism name no installed
+    mechanism has, with a suggestion) and warnings (settings that can never matter, or that
+    another limit makes moot: a cap above its limit, an analyst limit above the dataset's)."""
+    import difflib
+
+    known = _mechanism_names()
+    errors, warnings = [], []
+    for name, dataset in policy.datasets.items():
+        where = f"datasets.{name}"
+        for mechanism in dataset.allowed_mechanisms or ():
+            if mechanism not in known:
+                close = difflib.get_close_matches(mechanism, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else \
+                    " (a custom mechanism? name its module with --import)"
+                errors.append(f"{where}.allowed_mechanisms: no mechanism is called "
+                              f"{mechanism!r}{hint}")
+        limit, cap = dataset.limit, dataset.max_per_query
+        if limit is not None and cap is not None and (
+                (cap.epsilon is not None and cap.epsilon > limit.epsilon)
+                or (cap.delta is not None and cap.delta > limit.delta)):
+            warnings.append(f"{where}.max_per_query {cap} is above the limit {limit}: the limit "
+                            "refuses such a release anyway")
+        for who, own in dataset.analysts.items():
+            if limit is not None and own.limit is not None and not own.limit <= limit:
+                warnings.append(f"{where}.analysts.{who}.limit {own.limit} is above the "
+                                f"dataset's limit {limit}: the dataset's limit binds first")
+    return errors, warnings
 
 
 def _mechanism_names() -> set[str]:
     import mechanisms
     from mechanisms.base import Mechanism
 
+    import inspect
+
     names, todo = set(), [Mechanism]
-    while todo:
+    while todo:  # every concrete mechanism class defined so far (custom ones included)
         cls = todo.pop()
-        names.add(cls.__name__)
+        if not inspect.isabstract(cls) and not cls.__name__.startswith("_"):
+            names.add(cls.__name__)
         todo.extend(cls.__subclasses__())
-    return names | set(mechanisms.__all__)
+    exported = (getattr(mechanisms, n) for n in mechanisms.__all__)
+    return names | {c.__name__ for c in exported if isinstance(c, type)
+                    and issubclass(c, Mechanism) and not inspect.isabstract(c)}
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
@@ -187,22 +232,52 @@ def _demo(args: argparse.Namespace) -> int:
     return int(demo_main(args.demo_args))
 
 
+_EXIT_HELP = """exit status:
+  0    the chain verifies, replay and stored state agree, no limit was exceeded
+  otherwise the sum of one bit per kind of problem found:
+  4    head       the last record is not the expected head (a truncated tail)
+  8    chain      a record was edited, deleted, inserted or reordered
+  16   malformed  a record or line could not be read
+  32   state      a stored state disagrees with the replay
+  64   limit      a release was admitted that its limit should have refused
+  128  auth       records not verifiable as HMAC-keyed (missing key, or unkeyed)
+  2    bad usage, or a source that cannot be read"""
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("dpbudget")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a checkout, not installed
+        return "0+unknown"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dpbudget", description="Hard privacy budgets around data analysis.")
+    parser.add_argument("--version", action="version", version=f"dpbudget {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     # The demo parses its own options (--ledger, --seed, --help).
     demo = sub.add_parser("demo", help="run the bundled example pipeline on an SQLite ledger",
                           add_help=False)
     demo.set_defaults(func=_demo)
-    status = sub.add_parser("status", help="spent and remaining budget per dataset")
+    status = sub.add_parser("status", help="spent and remaining budget per dataset",
+                            description="Spent and remaining budget of every account of a "
+                            "ledger, against the policy stored in it. Human output rounds for "
+                            "reading; --json keeps the exact values.")
     status.add_argument("ledger", help="ledger file or URL (sqlite:///..., postgresql://...)")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--json", action="store_true", help="machine-readable output, exact "
+                        "values (not rounded)")
     status.add_argument("--policy", metavar="FILE",
                         help="report against this policy file's limits instead of the policy "
                         "stored in the ledger, marking accounts over them")
     status.set_defaults(func=_status)
-    aud = sub.add_parser("audit", help="replay and verify a ledger or JSONL export/log")
+    aud = sub.add_parser(
+        "audit", help="replay and verify a ledger or JSONL export/log",
+        description="Verify the hash chain, replay every debit and compare it with the stored "
+        "state, check each release against the policy in force, and report.",
+        epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     aud.add_argument("source", nargs="+", help="ledger file/URL, or JSONL files (exports, or "
                      "per-process logs, merged in record order)")
     aud.add_argument("--policy", help="also check the limits of this policy file")
@@ -218,19 +293,30 @@ def main(argv: list[str] | None = None) -> int:
     aud.add_argument("--complete", action="store_true", help="the JSONL must hold every record "
                      "(an export): a record absent from it is reported as deleted")
     aud.set_defaults(func=_audit)
-    exp = sub.add_parser("export", help="write a ledger's records as JSONL")
-    exp.add_argument("ledger")
-    exp.add_argument("out")
+    exp = sub.add_parser("export", help="write a ledger's records as JSONL",
+                         description="Write every record of a ledger, hash chain intact, as "
+                         "JSON Lines: for archives, auditors and `dpbudget import`.")
+    exp.add_argument("ledger", help="the ledger (file or URL)")
+    exp.add_argument("out", help="the JSONL file to write")
     exp.set_defaults(func=_export)
-    imp = sub.add_parser("import", help="load a verified JSONL export into a new ledger")
-    imp.add_argument("jsonl")
+    imp = sub.add_parser("import", help="load a verified JSONL export into a new ledger",
+                         description="Verify a JSONL export (chain and replay) and load it into "
+                         "a new, empty ledger, which then continues the same chain.")
+    imp.add_argument("jsonl", help="the JSONL export to load")
     imp.add_argument("ledger", help="the new ledger (file or URL); must be empty")
     imp.set_defaults(func=_import)
     policy = sub.add_parser("policy", help="check a policy file, or print its JSON Schema")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True)
-    check = policy_sub.add_parser("check", help="validate a policy file and summarise it "
-                                  "(exit 0 when valid, 1 when not)")
+    check = policy_sub.add_parser(
+        "check", help="validate a policy file and summarise it",
+        description="Validate a policy file, summarise its limits, and report contradictions.",
+        epilog="exit status: 0 valid; 3 valid with warnings (a per-query cap above its limit, an "
+        "analyst limit above the dataset's); 1 invalid (a malformed file, an unknown key, a "
+        "mechanism name no installed mechanism has); 2 bad usage.")
     check.add_argument("file", help="policy file (.toml or .json)")
+    check.add_argument("--import", dest="imports", action="append", metavar="MODULE",
+                       help="import MODULE first, so that the custom mechanisms it defines are "
+                       "known (repeatable)")
     check.set_defaults(func=_policy_check)
     apply_ = policy_sub.add_parser(
         "apply", help="replace the policy stored in a ledger with FILE's, as one audited record "

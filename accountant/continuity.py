@@ -28,7 +28,7 @@ def check_ledger(ledger: Ledger, planner: Planner) -> None:
         name = dataset_name(account.key)
         if name is not None:
             planner.know(name)  # for the twin check
-        spec = specs.get(base)
+        spec = specs.get(_spec_key(base))
         if spec is None:
             continue
         check_continues(account.key, spec.rule, account)
@@ -42,6 +42,11 @@ def check_ledger(ledger: Ledger, planner: Planner) -> None:
                 f"cannot change once releases are recorded (that would forget their spend)")
 
 
+def _spec_key(base: str) -> str:
+    """The key of the spec an account is held to: a block's is its dataset's block template."""
+    return base[:base.index("/block:")] + "/block" if "/block:" in base else base
+
+
 def refuse_raised(ledger: Ledger, planner: Planner) -> None:
     """Refuse limits above the ones a ledger's accounts were recorded under: what a ledger from
     before stored policies may adopt silently (raising them is ``apply_policy``'s explicit act).
@@ -52,7 +57,7 @@ def refuse_raised(ledger: Ledger, planner: Planner) -> None:
     raised = []
     for account in ledger.accounts():
         recorded = account.config.get("limit") if account.key != POLICY_KEY else None
-        spec = planner.specs.get(split_window(account.key)[0])
+        spec = planner.specs.get(_spec_key(split_window(account.key)[0]))
         if spec is not None:
             declared = spec.rule.limit
         elif dataset_name(account.key) is not None and planner.default is not None:

@@ -271,6 +271,22 @@ class Accountant(Opening):
         """The limit declared for ``dataset``."""
         return self._gate.limit(dataset)
 
+    def _repr_html_(self) -> str:
+        """The status of every account of this accountant's ledger, as a notebook table."""
+        from accountant.composition import rule_from_config
+        from accountant.html import table
+
+        rows = []
+        for account in self.ledger.accounts():
+            if not account.config.get("rule"):  # the pointer to the policy in force
+                continue
+            rule = rule_from_config(account.config)
+            spent, left = rule.spent(account.state), rule.remaining(account.state)
+            rows.append((account.key, rule.name, spent.epsilon, spent.delta, left.epsilon,
+                         left.delta))
+        return table(("account", "rule", "spent ε", "spent δ", "remaining ε", "remaining δ"),
+                     rows, caption=f"ledger {self.ledger.url}")
+
     def close(self) -> None:
         self._gate.ledger.close()
 

@@ -237,6 +237,7 @@ class Planner:
         if not isinstance(dataset, str):
             raise InvalidArgumentError("blocks", "given with a join", "blocks of one dataset "
                                        "(a release on several datasets cannot name blocks)")
+        _validate.text("analyst", analyst, optional=True)
         spec = self.limit(dataset).blocks
         if spec is None:
             raise InvalidArgumentError("blocks", "given", f"omitted: dataset {dataset!r} is not "
@@ -256,6 +257,11 @@ class Planner:
                 self._plans.clear()
             self._plans[key] = plan
         return plan
+
+    def inside_plan(self, dataset: Any, analyst: str | None) -> Plan:
+        """The plan of a release made inside a pipeline, as the audit re-checks it: the
+        datasets' stateless checks, without requiring the blocks its pipeline paid for."""
+        return self._make_plan(dataset, analyst, with_blocks=True)
 
     def _block_target(self, template: AccountSpec, spec: Blocks, block: str) -> Target:
         key = template.key + ":" + block

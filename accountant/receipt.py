@@ -84,6 +84,15 @@ class Receipt:
     def __hash__(self) -> int:
         return hash((self.seq, self.hash))
 
+    def _repr_html_(self) -> str:
+        from accountant.html import table
+
+        return table(("record", "dataset", "mechanism", "cost ε", "cost δ", "spent ε",
+                      "remaining ε", "hash"),
+                     [(self.seq, self.dataset, self.mechanism, self.cost.epsilon,
+                       self.cost.delta, self.spent.epsilon, self.remaining.epsilon,
+                       self.hash[:16] + "…")], caption="receipt")
+
     def __repr__(self) -> str:
         return (f"Receipt(seq={self.seq}, hash={self.hash[:12]}..., dataset={self.dataset!r}, "
                 f"mechanism={self.mechanism!r}, cost={self.cost!r})")

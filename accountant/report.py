@@ -16,7 +16,14 @@ from typing import Any
 from accountant import _numeric
 from accountant.composition import CompositionRule, rule_from_config
 from accountant.ledger import Account, Ledger
-from policies.accounts import dataset_key, dataset_name, dataset_spec, policy_accounts
+from policies.accounts import (
+    block_spec,
+    block_template_key,
+    dataset_key,
+    dataset_name,
+    dataset_spec,
+    policy_accounts,
+)
 from policies.limits import DatasetLimit
 from policies.periods import split_window
 from policies.stored import POLICY_KEY
@@ -43,6 +50,8 @@ def budget_rows(ledger: Ledger, policy: Any = None,
                 name = dataset_name(account.key)
                 if name is not None and dataset_key(name) not in specs:
                     specs[dataset_key(name)] = dataset_spec(name, default, "default")
+                    if default.blocks is not None:
+                        specs[block_template_key(name)] = block_spec(name, default, "default")
     rows = []
     for account in ledger.accounts():
         if account.key == POLICY_KEY:  # the pointer to the policy in force, not a limit

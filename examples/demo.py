@@ -90,7 +90,7 @@ def _fmt(x: Any) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dpbudget demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="dpbudget demo", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--ledger", help="SQLite ledger file (default: a new one in a temp dir)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed the noise for a reproducible run (never for real releases)")

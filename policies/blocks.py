@@ -35,16 +35,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidDataTypeError
 from policies.periods import Period
 
 __all__ = ["BLOCK_UNITS", "Blocks", "Unlock", "block_of", "block_start", "block_names",
            "rows_in_blocks"]
 
 BLOCK_UNITS = ("hour", "day", "week")
-_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-_FORMATS = {"hour": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}"), "day": re.compile(r"\d{4}-\d{2}-\d{2}"),
-            "week": re.compile(r"\d{4}-W\d{2}")}
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}", re.ASCII)
+# ASCII digits only: "2026-W٤٦" (Arabic-Indic digits) would otherwise name week 46 a second time
+# — a second account, a second budget for the same data.
+_FORMATS = {"hour": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}", re.ASCII),
+            "day": re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII),
+            "week": re.compile(r"\d{4}-W\d{2}", re.ASCII)}
 
 
 class Unlock(BaseModel):
@@ -145,7 +148,7 @@ class Blocks(BaseModel):
         """``name`` if it names a block of this division that can exist, else a typed error
         (one not yet started is refused later, by the gate, against its clock)."""
         if not isinstance(name, str):
-            raise InvalidTypeError("blocks", name, "block names (strings)")
+            raise InvalidDataTypeError("blocks", name, "block names (strings)")
         if self.names is not None:
             if name not in self.names:
                 shown = list(self.names[:10]) + (["..."] if len(self.names) > 10 else [])
@@ -184,7 +187,11 @@ def block_start(name: str, by: str) -> float:
             start = datetime.strptime(name, fmt).replace(tzinfo=timezone.utc)
     except ValueError:
         raise InvalidArgumentError("blocks", name, f"a real {by}") from None
-    return start.timestamp()
+    when = start.timestamp()
+    if block_of(when, by) != name:  # one name per block: the canonical one only
+        raise InvalidArgumentError("blocks", name, f"the {by} block's own name "
+                                   f"({block_of(when, by)!r})")
+    return when
 
 
 def block_of(when: float, by: str) -> str:
@@ -207,7 +214,7 @@ def block_names(spec: Blocks, blocks: Any) -> tuple[str, ...]:
     of names, or ``slice(first, last)`` (both included) of time blocks.
 
     Raises:
-        InvalidArgumentError, InvalidTypeError: nothing named, a name of no block, a repeated
+        InvalidArgumentError, InvalidDataTypeError: nothing named, a name of no block, a repeated
             name, or a range over named blocks or running backwards.
     """
     if isinstance(blocks, str):
@@ -221,8 +228,8 @@ def block_names(spec: Blocks, blocks: Any) -> tuple[str, ...]:
     elif isinstance(blocks, (list, tuple)):
         names = blocks
     else:
-        raise InvalidTypeError("blocks", blocks, "a block name, a list of them, or "
-                               "slice(first, last)")
+        raise InvalidDataTypeError("blocks", blocks, "a block name, a list of them, or "
+                                   "slice(first, last)")
     if not names:
         raise InvalidArgumentError("blocks", "none", "at least one block")
     out = tuple(spec.check(name) for name in names)
@@ -240,7 +247,9 @@ def _between(first: str, last: str, by: str) -> list[str]:
     out, moment = [], datetime.fromtimestamp(start, timezone.utc)
     while moment.timestamp() <= end:
         out.append(block_of(moment.timestamp(), by))
-        moment += step
+        if moment.timestamp() == end:
+            break
+        moment += step  # (never past year 9999: the last block ends the loop first)
         if len(out) > 100_000:
             raise InvalidArgumentError("blocks", f"{first}..{last}", "at most 100,000 blocks")
     return out
@@ -258,6 +267,9 @@ def rows_in_blocks(frame: Any, column: str, spec: Blocks, blocks: Any) -> Any:
     if not hasattr(frame, "columns") or column not in frame.columns:
         raise InvalidArgumentError("column", column, "a column of the DataFrame")
     values = frame[column]
+    if values.dtype == object or values.dtype == bool:
+        raise InvalidArgumentError("column", column, "times as datetimes or numbers of seconds "
+                                   "(not an object or bool column: convert it first)")
     try:
         import pandas as pd
 

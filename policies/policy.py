@@ -32,6 +32,7 @@ A policy file::
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import os
 import re
@@ -170,7 +171,10 @@ def _summaries(node: Any) -> None:
 
 def policy_error(exc: ValidationError) -> PolicyError:
     """A ``PolicyError`` for the first problem pydantic found, naming its exact key path."""
-    first = exc.errors(include_url=False)[0]
+    errors = exc.errors(include_url=False)
+    # An unknown key usually explains a missing one ("[dataset.x]" for "[datasets.x]"): say it.
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    first = unknown[0] if unknown else errors[0]
     loc = [str(p) for p in first["loc"] if p != "[key]"]
     path = ".".join(loc)
     cause = (first.get("ctx") or {}).get("error")
@@ -182,7 +186,9 @@ def policy_error(exc: ValidationError) -> PolicyError:
         message = "is required but missing"
     elif kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1])
-        message = (f"is not a known key (allowed here: {', '.join(allowed)})" if allowed
+        close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        message = (f"is not a known key{hint} (allowed here: {', '.join(allowed)})" if allowed
                    else "is not a known key")
     elif kind == "literal_error":
         message = f"must be {first['ctx']['expected']}; got {first['input']!r}"

@@ -97,6 +97,8 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
                 out.append(f"{where}: removed (its quota no longer applies)")
         return out
     leaf = path.rsplit(".", 1)[-1]
+    if leaf == "blocks" and old is not None and new is None:
+        return [f"{path}: removed (no block's lifetime limit applies any more)"]
     if leaf in ("epsilon", "delta") and _num(new) > _num(old):
         out.append(f"{path}: {old!r} -> {new!r}")
     elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("accountant", "mechanisms", "policies")
+PACKAGES = ("dpbudget", "accountant", "mechanisms", "policies")
 
 # Bottom to top. Within a layer, the groups listed together are siblings that must not import each
 # other (mechanisms describe, composition rules interpret: neither knows the other).
 LAYERS: list[tuple[str, list[list[str]]]] = [
     ("values and errors", [["accountant.errors", "accountant._numeric", "accountant._validate",
-                            "accountant.budget", "accountant.charge", "accountant.rdp"]]),
+                            "accountant.budget", "accountant.charge", "accountant.rdp",
+                            "accountant.html"]]),
     ("mechanisms and composition rules", [["mechanisms"], ["accountant.composition"]]),
     ("ledger", [["accountant.ledger"]]),
     ("policies", [["policies"]]),
@@ -37,6 +38,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                             "accountant.logs"]]),
     ("cli", [["accountant.cli"]]),
     ("public face", [["accountant"]]),  # the package's own __init__: re-exports, loaded lazily
+    ("one namespace", [["dpbudget"]]),  # `import dpbudget as dp`: everything, loaded lazily
 ]
 
 

@@ -256,7 +256,7 @@ def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock) -> None
         acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     renyi = DAILY.replace('limit = { epsilon = 1.0 }',
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')
-    with pytest.raises(LedgerConflictError, match="blocks.composition"):
+    with pytest.raises(LedgerConflictError, match="block:2026-11-20 cannot continue"):
         Accountant.from_policy(write(renyi), ledger=db, clock=clock, rng=0)
 
 

@@ -14,7 +14,7 @@ from mechanisms import Laplace
 GOOD = """
     [datasets.adult]
     limit = { epsilon = 1.0, delta = 1e-6 }
-    allowed_mechanisms = ["Laplace", "NoSuchMechanism"]
+    allowed_mechanisms = ["Laplace", "AnalyticGaussian"]
     max_per_query = { epsilon = 0.5 }
     period = "1d"
     [datasets.adult.analysts.alice]
@@ -27,7 +27,7 @@ def test_policy_check_valid(write, capsys):
     out = capsys.readouterr().out
     assert "valid policy, 1 dataset(s), 2 limit(s)" in out
     assert "dataset:adult/analyst:alice" in out and "renewed every 1d" in out
-    assert "NoSuchMechanism" in out and "warning" in out
+    assert "AnalyticGaussian" in out and "warning" not in out
 
 
 def test_policy_check_invalid(write, capsys):
@@ -116,3 +116,33 @@ def test_public_names_are_exported():
     for name in ("Policy", "DatasetLimit", "AnalystLimit", "Cap", "Period", "load_policy",
                  "policy_schema"):
         assert name in policies.__all__
+
+
+def test_policy_check_catches_contradictions(write, capsys):
+    """Issue 16: a misspelled mechanism is an error with a suggestion; a cap above its limit
+    and an analyst limit above the dataset's are warnings with their own exit status (3); a
+    misspelled top-level table names the key and suggests the right one."""
+    bad = write('[datasets.a]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Gausian"]\n')
+    assert main(["policy", "check", str(bad)]) == 1
+    assert "did you mean 'Gaussian'?" in capsys.readouterr().err
+    moot = write('[datasets.a]\nlimit = { epsilon = 1.0 }\nmax_per_query = { epsilon = 2.0 }\n'
+                 '[datasets.a.analysts.bob]\nlimit = { epsilon = 3.0 }\n')
+    assert main(["policy", "check", str(moot)]) == 3
+    out = capsys.readouterr().out
+    assert "max_per_query" in out and "analysts.bob.limit" in out and out.count("warning") == 2
+    typo = write('[dataset.people]\nlimit = { epsilon = 1.0 }\n')
+    assert main(["policy", "check", str(typo)]) == 1
+    assert "dataset: is not a known key; did you mean 'datasets'?" in capsys.readouterr().err
+
+
+def test_policy_check_imports_custom_mechanisms(write, tmp_path, monkeypatch, capsys):
+    module = tmp_path / "my_mechs.py"
+    module.write_text("from accountant import Budget\nfrom mechanisms import NumericMechanism\n"
+                      "class Halver(NumericMechanism):\n"
+                      "    def __init__(self):\n        self.declare(Budget(0.5))\n"
+                      "    def params(self):\n        return {}\n"
+                      "    def draw(self, value, sampler):\n        return value / 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    policy = write('[datasets.a]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Halver"]\n')
+    assert main(["policy", "check", str(policy), "--import", "my_mechs"]) == 0
+    assert main(["policy", "check", str(policy), "--import", "no_such_module_x"]) == 2
