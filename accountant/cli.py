@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from accountant.errors import PolicyError, PrivacyError
 from accountant.ledger import Ledger, open_ledger

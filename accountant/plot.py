@@ -1,4 +1,5 @@
-"""Plot an audit: cumulative ε (and δ) over time per account, with each limit drawn.
+"""Plot an audit: cumulative ε over time per account, one panel per dataset, each limit drawn,
+and δ below (block accounts have their own heat map: ``accountant.plot_blocks``).
 
 Needs the optional extra ``dpbudget[plot]`` (matplotlib); without it ``plot_audit`` raises a
 ``PrivacyError`` that says how to install it.
@@ -7,12 +8,20 @@ Needs the optional extra ``dpbudget[plot]`` (matplotlib); without it ``plot_audi
 from __future__ import annotations
 
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
 from accountant.audit import AuditReport
 from accountant.errors import PrivacyError
 
 __all__ = ["plot_audit"]
+
+
+def _group(key: str) -> str:
+    """The panel an account is drawn in: its dataset's, or one for every other account."""
+    if key.startswith("dataset:"):
+        return "dataset " + key[len("dataset:"):].split("/", 1)[0].split("@", 1)[0]
+    return "analysts, pipelines and the global limit"
 
 
 def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: float = 10.0,
@@ -27,29 +36,48 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
         import matplotlib.pyplot as plt
     except ImportError:
         raise PrivacyError('plotting needs matplotlib: pip install "dpbudget[plot]"') from None
-    accounts = [a for a in report.accounts if a.series]
-    fig, (ax_eps, ax_delta) = plt.subplots(2, 1, figsize=(width, height), dpi=dpi, sharex=True,
-                                           height_ratios=(3, 1))
-    for i, acct in enumerate(accounts):
-        color = f"C{i % 10}"
-        series = acct.series or []
-        times = [datetime.fromisoformat(t) for t, _, _ in series]
-        ax_eps.step(times, [e for _, e, _ in series], where="post", color=color,
-                    label=f"{acct.account} ({acct.rule})")
-        ax_delta.step(times, [d for _, _, d in series], where="post", color=color)
-        if acct.limit is not None:
-            ax_eps.axhline(acct.limit["epsilon"], color=color, linestyle="--", linewidth=1)
-            ax_delta.axhline(acct.limit["delta"], color=color, linestyle="--", linewidth=1)
-    ax_eps.set_ylabel("cumulative ε (spent)")
+    accounts = [a for a in report.accounts if a.series and "/block:" not in a.account]
+    groups: dict[str, list[Any]] = {}
+    for acct in accounts:  # one panel per dataset; analysts, pipelines, global together
+        groups.setdefault(_group(acct.account), []).append(acct)
+    names = sorted(groups) or ["(none)"]
+    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(width, height + 2.0 * (len(names) - 1)),
+                             dpi=dpi, sharex=True, height_ratios=[3] * len(names) + [1],
+                             squeeze=False)
+    ax_delta = axes[-1, 0]
+    markers = "osD^vPX*"
+    i = -1  # one colour and marker per account across all panels (the δ panel shows them all)
+    for panel, name in zip(axes[:-1, 0], names):
+        for acct in groups.get(name, []):
+            i += 1
+            color, marker = f"C{i % 10}", markers[i % len(markers)]
+            series = acct.series or []
+            times = [datetime.fromisoformat(t) for t, _, _ in series]
+            every = max(1, len(times) // 12)  # markers tell lines apart without hiding them
+            panel.step(times, [e for _, e, _ in series], where="post", color=color,
+                       marker=marker, markevery=every, markersize=4,
+                       label=f"{acct.account} ({acct.rule})")
+            ax_delta.step(times, [d for _, _, d in series], where="post", color=color,
+                          marker=marker, markevery=every, markersize=3, label=acct.account)
+            if acct.limit is not None:
+                panel.axhline(acct.limit["epsilon"], color=color, linestyle=(0, (4, 2 + i)),
+                              linewidth=1)
+        panel.set_ylabel("cumulative ε")
+        panel.set_title(name, fontsize="medium", loc="left")
+        if groups.get(name):
+            panel.legend(loc="upper left", fontsize="small")
+        else:
+            panel.text(0.5, 0.5, "no releases recorded", ha="center", transform=panel.transAxes)
     ax_delta.set_ylabel("cumulative δ")
     ax_delta.set_xlabel("time (UTC)")
     status = "clean" if report.ok else f"{report.problem_count} problem(s)"
-    ax_eps.set_title(f"Privacy spend per account — {report.records} records, audit {status}"
-                     "\n(dashed: limit)")
-    if accounts:
-        ax_eps.legend(loc="upper left", fontsize="small")
-    else:
-        ax_eps.text(0.5, 0.5, "no releases recorded", ha="center", transform=ax_eps.transAxes)
+    fig.suptitle(f"Privacy spend per account — {report.records} records, audit {status} "
+                 "(dashed: limit)")
+    times = [datetime.fromisoformat(t) for a in accounts for t, _, _ in (a.series or [])]
+    if times:  # at least a minute across, so that the ticks never count fractions of a second
+        first, last = min(times), max(times)
+        pad = max((last - first) * 0.05, timedelta(seconds=30))
+        ax_delta.set_xlim(first - pad, last + pad)
     locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]  # matplotlib's own
     ax_delta.xaxis.set_major_locator(locator)
     ax_delta.xaxis.set_major_formatter(

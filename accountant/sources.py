@@ -197,9 +197,10 @@ def open_source(location: str | os.PathLike[str] | Ledger
     return Source(text, path=path)
 
 
-def progress_items(src: Source, enabled: bool | None) -> Iterator[Item]:
+def progress_items(src: Source, enabled: bool | None, label: str = "audit") -> Iterator[Item]:
     """The source's items, with a progress bar on stderr when ``enabled`` (default: only for
-    more than 100,000 records on a terminal)."""
+    more than 100,000 records on a terminal): tqdm's when it is installed (the ``progress``
+    extra), else a plain one."""
     total = src.size_hint()
     if enabled is None:
         enabled = total > 100_000 and sys.stderr.isatty()
@@ -207,11 +208,18 @@ def progress_items(src: Source, enabled: bool | None) -> Iterator[Item]:
     if not enabled:
         yield from items
         return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        yield from tqdm(items, total=total or None, unit=" records", desc=label, file=sys.stderr)
+        return
     step = max(1, total // 200)
     for n, item in enumerate(items, start=1):
         if n % step == 0:
             done = min(1.0, n / total)
             bar = "#" * int(done * 40)
-            print(f"\raudit {bar:<40} {n:,} records", end="", file=sys.stderr, flush=True)
+            print(f"\r{label} {bar:<40} {n:,} records", end="", file=sys.stderr, flush=True)
         yield item
     print(file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 from accountant.audit import audit
 from accountant.errors import LedgerCorruptedError, LedgerError
 from accountant.ledger import Account, Entry, Ledger, export_line
-from accountant.sources import open_source
+from accountant.sources import open_source, progress_items
 
 __all__ = ["export_jsonl", "import_jsonl"]
 
@@ -34,14 +34,15 @@ def export_jsonl(ledger: Ledger, path: str | os.PathLike[str]) -> int:
 
 
 def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
-                 key: bytes | str | None = None) -> int:
-    """Load a JSONL export into an empty ``ledger``; return the number of records.
+                 key: bytes | str | None = None, progress: bool | None = None) -> int:
+    """Load a JSONL export into an empty ``ledger``; return the number of records. ``progress``:
+    a progress bar on stderr for the audit and the load (default: large files on a terminal).
 
     Raises:
         LedgerCorruptedError: the file does not audit clean (nothing is written).
         LedgerError: the target ledger is not empty.
     """
-    report = audit(str(path), key=key)
+    report = audit(str(path), key=key, progress=progress)
     if not report.ok:
         first = report.problems[0]
         raise LedgerCorruptedError(f"{path} does not audit clean ({report.problem_count} "
@@ -52,7 +53,7 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
     batch: list[Entry] = []
     source = open_source(path)
     try:
-        for item in source.items():
+        for item in progress_items(source, progress, "import"):
             if item.text is None or item.hash is None:  # verified above: cannot happen
                 raise LedgerCorruptedError(f"line {item.position} is unreadable")
             record = json.loads(item.text)

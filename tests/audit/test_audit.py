@@ -464,3 +464,23 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
     report = audit(ledger)
     assert report.exit_status & EXIT_BITS["limit"]
     assert any("changed its configuration" in p.message for p in report.problems)
+
+
+def test_progress_bars_on_audit_and_import(tmp_path, capsys) -> None:
+    """Issue 16: long audits and imports can show progress on stderr (tqdm's when installed),
+    never on stdout, and the result is the same."""
+    from accountant.ledger import open_ledger
+    from accountant.transfer import export_jsonl, import_jsonl
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    with Accountant(Budget(10.0), ledger=url, rng=0) as acc:
+        for _ in range(30):
+            acc.release(Laplace(0.1), 1.0)
+    assert audit(url, progress=True).ok
+    out = tmp_path / "a.jsonl"
+    with open_ledger(url) as ledger:
+        export_jsonl(ledger, out)
+    with open_ledger(f"sqlite:///{tmp_path / 'b.db'}") as target:
+        assert import_jsonl(out, target, progress=True) == 31
+    captured = capsys.readouterr()
+    assert "records" in captured.err and "records" not in captured.out

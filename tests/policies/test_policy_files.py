@@ -93,7 +93,7 @@ MALFORMED_TOML = [
     ('[datasets.adult]\nlimit = { delta = 1e-6 }', "datasets.adult.limit.epsilon",
      "required"),
     ('[datasets.adult]\nlimit = { epsilon = 1.0, epsilom = 2 }',
-     "datasets.adult.limit.epsilom", "not a known key (allowed here: delta, epsilon)"),
+     "datasets.adult.limit.epsilom", "not a known key; did you mean 'epsilon'? (allowed here: delta, epsilon)"),
     ('[datasets.adult]\nlimt = { epsilon = 1.0 }', "datasets.adult.limt", "not a known key"),
     ('budget = 3\n[datasets.adult]', "budget", "not a known key"),
     ('[datasets.adult]\ncomposition = "magic"', "datasets.adult.composition",
