@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from composition_tightness import largest  # (the benchmarks folder is on the path)
+
 from accountant import Accountant, Budget, plan_order
 from mechanisms import AnalyticGaussian, SubsampledGaussian
 
@@ -37,13 +39,7 @@ def offline(accountant_cls: type, q: float, z: float, delta: float, eps: float) 
         acc.compose(event, t)
         return bool(acc.get_epsilon(delta) <= eps)
 
-    lo, hi = 0, 1
-    while fits(hi):
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
+    return largest(fits)
 
 
 def steps_table() -> list[tuple[str, int, str]]:

@@ -7,6 +7,7 @@ N(0, σ²) on L2-sensitivity Δ is (ε, δ)-DP iff Φ(Δ/(2σ) − εσ/Δ) − 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from scipy.special import log_ndtr
 
@@ -96,14 +97,22 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     lo = hi
     while safe(lo):
         lo /= 2.0
-    sigma = _numeric.bisect(safe, lo, hi, geometric=True)[1] * (1.0 + _SIGMA_MARGIN)
-    # The computed bound is monotone in σ only up to rounding: step up until it certifies again.
+    sigma = _certified(safe, _numeric.bisect(safe, lo, hi, geometric=True)[1])
+    if sigma is None:
+        raise InvalidArgumentError("epsilon", epsilon, "a value whose analytic Gaussian noise "
+                                   f"can be certified in double precision at delta={delta!r}")
+    return sigma
+
+
+def _certified(safe: Callable[[float], bool], root: float) -> float | None:
+    """The bracket's safe end raised by the margin, then stepped up until ``safe`` certifies it
+    (the computed bound is monotone only up to rounding); None if it never does."""
+    x = root * (1.0 + _SIGMA_MARGIN)
     for _ in range(200):
-        if safe(sigma):
-            return sigma
-        sigma *= 1.0 + 1e-9
-    raise InvalidArgumentError("epsilon", epsilon, "a value whose analytic Gaussian noise can be "
-                               f"certified in double precision at delta={delta!r}")
+        if safe(x):
+            return x
+        x *= 1.0 + 1e-9
+    return None
 
 
 def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
@@ -129,11 +138,8 @@ def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1
         if hi > 1e6:
             raise InvalidArgumentError("sigma", sigma, "noise large enough for a finite epsilon "
                                        f"at delta={delta!r}")
-    lo = 0.0
-    eps = _numeric.bisect(safe, lo, hi)[1] * (1.0 + _SIGMA_MARGIN)
-    for _ in range(200):
-        if safe(eps):
-            return eps
-        eps *= 1.0 + 1e-9
-    raise InvalidArgumentError("sigma", sigma, "a noise level whose epsilon can be certified in "
-                               f"double precision at delta={delta!r}")  # pragma: no cover
+    eps = _certified(safe, _numeric.bisect(safe, 0.0, hi)[1])
+    if eps is None:  # pragma: no cover - the bound is continuous in ε
+        raise InvalidArgumentError("sigma", sigma, "a noise level whose epsilon can be "
+                                   f"certified in double precision at delta={delta!r}")
+    return eps

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import multiprocessing
 
-import numpy as np
 import pytest
 
 from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
@@ -12,7 +10,6 @@ from accountant.audit import audit
 from accountant.errors import InvalidArgumentError, PolicyError, PrivacyError
 from mechanisms import Laplace
 from policies.blocks import Blocks, block_names, rows_in_blocks
-from tests.policies.conftest import T0
 
 WEEKLY = """
     [datasets.events]
@@ -139,39 +136,3 @@ def test_status_knows_default_blocks(make, write, tmp_path, clock) -> None:
 
 
 # Checked and sound (passes): PostgreSQL, several processes on overlapping ranges in any order.
-def _hammer_pg(dsn: str, seed: int, counts: "multiprocessing.Queue[int]") -> None:
-    acc = Accountant.open(dsn, rng=seed, clock=lambda: T0)
-    rng = np.random.default_rng(seed)
-    n = 0
-    for _ in range(40):
-        days = [f"2026-11-{d}" for d in rng.permutation(range(15, 22))[:int(rng.integers(1, 5))]]
-        try:
-            acc.release(Laplace(0.05), 1.0, dataset="events", blocks=days)
-            n += 1
-        except BudgetExceededError:
-            pass
-    acc.close()
-    counts.put(n)
-
-
-@pytest.mark.postgres
-@pytest.mark.slow
-def test_postgres_processes_on_overlapping_blocks_never_overspend(postgres_database,
-                                                                   write) -> None:
-    from tests.conftest import _fresh_schema
-
-    dsn = _fresh_schema(postgres_database)
-    Accountant.from_policy(write(DAILY), ledger=dsn, clock=lambda: T0).close()
-    ctx = multiprocessing.get_context("spawn")
-    counts: "multiprocessing.Queue[int]" = ctx.Queue()
-    procs = [ctx.Process(target=_hammer_pg, args=(dsn, s, counts)) for s in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(180)
-    assert sum(counts.get(timeout=5) for _ in procs) > 0
-    report = audit(dsn)
-    assert report.ok, report.problems
-    blocks = [a for a in report.accounts if "/block:" in a.account]
-    assert blocks and all(a.spent["epsilon"] <= 1.0 + 1e-9 for a in blocks)
-    assert max(a.spent["epsilon"] for a in blocks) > 0.9
