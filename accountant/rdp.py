@@ -14,8 +14,8 @@ Curve kinds (``Charge.rdp``):
 - ``("laplace", ε)``: the Laplace mechanism with Δ/b = ε, float noise (Mironov 2017, Prop. 6).
 - ``("poisson-gaussian", q, z)``: the Poisson-subsampled *continuous* Gaussian, rate q, noise
   multiplier z = σ/Δ (Mironov–Talwar–Zhang 2019, §3.3: A_α for integer and fractional α, which
-  dominates both directions for add/remove neighbours, their §3; fractional α by
-  log-convexity between integers).
+  dominates both directions for add/remove neighbours, their §3; fractional α by their series
+  with a proven tail bound, or log-convexity between integers, whichever is smaller).
 - ``("poisson-zcdp", q, z)``: Poisson subsampling of *any* (1/(2z²))-zCDP mechanism — the exact
   discrete Gaussian among them (Canonne–Kamath–Steinke 2020): our bound, proved in the docs, from
   the binomial expansion of A_α (integer α), a second-order bound on the other direction, and
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from scipy.special import gammaln
+from scipy.special import gammaln, log_ndtr
 
 from accountant import _numeric
 
@@ -145,11 +145,44 @@ def _log_expm1(x: float) -> float:
     return x + math.log1p(-math.exp(-x)) if x > 1.0 else math.log(math.expm1(x))
 
 
+def _log_erfc(x: float) -> float:
+    return math.log(2.0) + float(log_ndtr(-x * math.sqrt(2.0)))
+
+
+@lru_cache(maxsize=4096)
+def _log_a_frac(q: float, z: float, alpha: float) -> float:
+    """An upper bound on log A_α for fractional α > 1 and the *continuous* Gaussian: the series
+    of Mironov–Talwar–Zhang 2019, §3.3 (the integral split at z0 = z² ln(1/q − 1) + 1/2, each
+    half a binomial series), with |C(α, i)| for the binomial coefficients (their signs alternate
+    past α; absolute values only add), plus a proven bound on the tail the sum drops.
+
+    Tail bound (ours; docs/theory.md §4b): from the first i >= max(α + 1, z0, α − z0) on, each
+    half's terms t_k satisfy t_{k+1} <= t_k·(k − α)/(k + 1) — the q-, z- and erfc-factors cancel
+    to at most 1 by the Gaussian tail ratio erfc(x + h)/erfc(x) <= e^{−2xh − h²} (x >= 0) — so
+    Σ_{k>i} t_k <= t_i·Σ_m ((i + 1)/(i + 1 + m))^{α+1} <= t_i·(i + 1)/α."""
+    log_q, log_1mq = math.log(q), math.log1p(-q)
+    z0 = z * z * math.log(1.0 / q - 1.0) + 0.5
+    start = max(alpha + 1.0, z0, alpha - z0)
+    total = -math.inf
+    for i in range(1_000_000):
+        coef = _log_comb(alpha, i)
+        j = alpha - i
+        s0 = (coef + i * log_q + j * log_1mq + (i * i - i) / (2 * z * z) + math.log(0.5)
+              + _log_erfc((i - z0) / (math.sqrt(2.0) * z)))
+        s1 = (coef + j * log_q + i * log_1mq + (j * j - j) / (2 * z * z) + math.log(0.5)
+              + _log_erfc((z0 - j) / (math.sqrt(2.0) * z)))
+        total = _log_add(total, _log_add(s0, s1))
+        if i >= start and max(s0, s1) < total - 36.0:
+            tail = math.log((i + 1.0) / alpha) + _log_add(s0, s1)
+            return _log_add(total, tail)
+    return math.inf  # (never: the terms fall polynomially past the start)
+
+
 def _log_a(q: float, z: float, alpha: float) -> float:
     """log A_α at any order: exact at integers; between them, log A interpolated linearly from
     the two neighbouring integers (α ↦ log E_{P0}[(M/P0)^α] is a cumulant generating function,
-    hence convex, so the chord lies above it; log A_1 = log E[M/P0] = 0). Rigorous, unlike a
-    truncated series for fractional α, whose tail we could not bound."""
+    hence convex, so the chord lies above it; log A_1 = log E[M/P0] = 0). Valid for any
+    (1/(2z²))-zCDP base mechanism; the continuous Gaussian also has ``_log_a_frac``."""
     lo = math.floor(alpha)
     if alpha == lo:
         return _log_a_int(q, z, int(lo))
@@ -165,7 +198,10 @@ def poisson_gaussian(q: float, z: float, alpha: float) -> float:
     whole = _up(alpha / (2.0 * z * z))
     if q >= 1.0:
         return whole
-    return min(_up(_log_a(q, z, alpha) / (alpha - 1.0), absolute=_sum_error(alpha)), whole)
+    log_a = _log_a(q, z, alpha)
+    if not float(alpha).is_integer():
+        log_a = min(log_a, _log_a_frac(q, z, alpha))
+    return min(_up(log_a / (alpha - 1.0), absolute=_sum_error(alpha)), whole)
 
 
 def poisson_zcdp(q: float, z: float, alpha: float) -> float:
