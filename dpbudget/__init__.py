@@ -39,6 +39,9 @@ for _module, _names in {
     ],
     "accountant.audit": ["audit", "AuditReport"],
     "accountant.ledger": ["Ledger", "open_ledger"],
+    "accountant.ledger.postgres_schema": ["grant_statements"],
+    "accountant.transfer": ["export_jsonl", "import_jsonl"],
+    "accountant.logs": ["log_records_to"],
     "mechanisms": [
         "Mechanism", "NumericMechanism", "StreamMechanism", "Sampler",
         "Laplace", "DiscreteLaplace", "Gaussian", "AnalyticGaussian", "DiscreteGaussian",
