@@ -83,8 +83,12 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
     """The paths at which ``new`` grants more than ``old``: a larger ε or δ anywhere, a limit,
     cap or analyst quota removed, a dataset or analyst admitted that was not, a mechanism
     allowed that was not, another composition rule or renewal window (which can admit more).
-    Removing a dataset or the default limit for undeclared datasets grants less."""
+    Removing a dataset grants less — unless datasets not listed get a budget of their own
+    (``other_datasets``, or a stored default): the dataset then falls under that one, which is
+    flagged (its recorded spend is kept, but the limits and checks it was held to may not be)."""
     out: list[str] = []
+    if not path and isinstance(old, dict) and isinstance(new, dict):
+        out.extend(_fallen_under_default(old, new))
     if isinstance(old, dict) and isinstance(new, dict):
         for key in sorted(set(old) | set(new), key=str):
             where = f"{path}.{key}" if path else str(key)
@@ -120,6 +124,18 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
             new is None or set(new) - set(old)):
         out.append(f"{path}: {old!r} -> {new!r}")
     return out
+
+
+def _fallen_under_default(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Datasets ``old`` lists and ``new`` does not, while ``new`` admits unlisted datasets."""
+    def datasets(doc: dict[str, Any]) -> dict[str, Any]:
+        return (doc.get("policy") or {}).get("datasets") or {}
+
+    new_policy = new.get("policy") or {}
+    if new_policy.get("other_datasets") is None and new.get("default") is None:
+        return []
+    return [f"policy.datasets.{name}: removed, and now held to the limit of datasets not listed"
+            for name in sorted(set(datasets(old)) - set(datasets(new)))]
 
 
 def _num(x: Any) -> float:

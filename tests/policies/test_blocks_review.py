@@ -136,3 +136,16 @@ def test_status_knows_default_blocks(make, write, tmp_path, clock) -> None:
 
 
 # Checked and sound (passes): PostgreSQL, several processes on overlapping ranges in any order.
+
+
+def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(write, tmp_path,
+                                                                        clock) -> None:
+    """Found by the review of issue 15 (older than blocks): a dataset removed from a policy that
+    admits unlisted datasets is not refused afterwards but held to the default limit."""
+    acc = Accountant.from_policy(write(WEEKLY + "\n[other_datasets]\nlimit = { epsilon = 1.0 }\n"),
+                                 ledger=tmp_path / "l.db", clock=clock, rng=0)
+    change = acc.apply_policy(write("[datasets.other]\nlimit = { epsilon = 1.0 }\n"
+                                    "[other_datasets]\nlimit = { epsilon = 5.0 }\n"),
+                              by="admin", reason="test")
+    assert any("policy.datasets.events: removed" in r for r in change.raised)
+    acc.close()
