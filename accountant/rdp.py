@@ -156,13 +156,14 @@ def _log_a_frac(q: float, z: float, alpha: float) -> float:
     half a binomial series), with |C(α, i)| for the binomial coefficients (their signs alternate
     past α; absolute values only add), plus a proven bound on the tail the sum drops.
 
-    Tail bound (ours; docs/theory.md §4b): from the first i >= max(α + 1, z0, α − z0) on, each
-    half's terms t_k satisfy t_{k+1} <= t_k·(k − α)/(k + 1) — the q-, z- and erfc-factors cancel
-    to at most 1 by the Gaussian tail ratio erfc(x + h)/erfc(x) <= e^{−2xh − h²} (x >= 0) — so
+    Tail bound (ours; docs/theory.md §4b): from the first i >= α + 1 on, each half's terms t_k
+    satisfy t_{k+1} <= t_k·(k − α)/(k + 1) — the q-, z- and erfc-factors cancel to at most 1 by
+    the Gaussian tail ratio erfc(x + h)/erfc(x) <= e^{−2xh − h²}, true for every x (for x >= 0
+    since −(log erfc)′(t) >= 2t, and for t <= 0 trivially) — so
     Σ_{k>i} t_k <= t_i·Σ_m ((i + 1)/(i + 1 + m))^{α+1} <= t_i·(i + 1)/α."""
     log_q, log_1mq = math.log(q), math.log1p(-q)
-    z0 = z * z * math.log(1.0 / q - 1.0) + 0.5
-    start = max(alpha + 1.0, z0, alpha - z0)
+    z0 = z * z * (math.log1p(-q) - math.log(q)) + 0.5  # exact split even for q near 1
+    start = alpha + 1.0  # the ratio bound needs k > α only (the erfc bound holds for any x)
     total = -math.inf
     for i in range(1_000_000):
         coef = _log_comb(alpha, i)
