@@ -110,9 +110,10 @@ class Budget(BaseModel):
 
     def _repr_html_(self) -> str:
         """A one-row table in a notebook."""
-        eps = "∞ (no limit)" if self.is_unlimited else f"{self.epsilon:.6g}"
-        return (f"<table><tr><th>ε</th><th>δ</th></tr><tr><td>{eps}</td>"
-                f"<td>{self.delta:.6g}</td></tr></table>")
+        from accountant.html import table
+
+        return table(("ε", "δ"), [("∞ (no limit)" if self.is_unlimited else self.epsilon,
+                                   self.delta)])
 
     def __hash__(self) -> int:
         return hash((self.epsilon, self.delta))

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 from scipy.special import gammaln, log_ndtr
 
 from accountant import _numeric
@@ -104,13 +105,8 @@ def laplace(eps: float, alpha: float) -> float:
     return min(_up(eps + inner, eps), pure(eps, alpha))
 
 
-def _log_add(a: float, b: float) -> float:
-    if a == -math.inf:
-        return b
-    if b == -math.inf:
-        return a
-    hi, lo = max(a, b), min(a, b)
-    return hi + math.log1p(math.exp(lo - hi))
+def _logaddexp(a: float, b: float) -> float:
+    return float(np.logaddexp(a, b))
 
 
 def _log_comb(n: float, k: float) -> float:
@@ -172,10 +168,10 @@ def _log_a_frac(q: float, z: float, alpha: float) -> float:
               + _log_erfc((i - z0) / (math.sqrt(2.0) * z)))
         s1 = (coef + j * log_q + i * log_1mq + (j * j - j) / (2 * z * z) + math.log(0.5)
               + _log_erfc((z0 - j) / (math.sqrt(2.0) * z)))
-        total = _log_add(total, _log_add(s0, s1))
+        total = _logaddexp(total, _logaddexp(s0, s1))
         if i >= start and max(s0, s1) < total - 36.0:
-            tail = math.log((i + 1.0) / alpha) + _log_add(s0, s1)
-            return _log_add(total, tail)
+            tail = math.log((i + 1.0) / alpha) + _logaddexp(s0, s1)
+            return _logaddexp(total, tail)
     return math.inf  # (never: the terms fall polynomially past the start)
 
 

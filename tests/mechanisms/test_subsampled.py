@@ -13,7 +13,6 @@ from accountant import Accountant, Budget, InvalidArgumentError, InvalidDataErro
 from mechanisms import AnalyticGaussian, SubsampledGaussian, analytic_gaussian_delta
 from mechanisms.bits import RandomBits
 from mechanisms.calibration import analytic_gaussian_epsilon
-from mechanisms.sampling import Sampler
 from mechanisms.subsampled import _tie, poisson_sample
 
 ALPHA = 1e-6  # significance level of every statistical test here
