@@ -22,6 +22,13 @@ in the source (exactly as a truncated tail cannot be seen without the expected h
 complete chain (``complete=True``, ``dpbudget audit --complete``) to audit an export, where an
 absent record is a deletion. A ledger's own rows are always held to the complete chain, and so are
 records written before the ``writer`` member existed.
+
+A ledger of lanes (record format 2, ``accountant.ledger.lanes``) links each record to the last
+record of each of its lanes (``links``) instead of to the record before it: numbers may be skipped,
+and each link is checked against the last record seen on its lane (every lane's last record is
+kept, from format 1 records too: their accounts' lanes). In a complete source every link must be
+exactly that; in a subsequence a link past it means records of that lane are absent, and a link
+before it is a fork.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accountant.ledger import GENESIS, record_hash
+from accountant.ledger.lanes import START, read_links
 from accountant.sources import Item
 
 __all__ = ["ChainCheck"]
@@ -62,6 +70,8 @@ class ChainCheck:
         self.duplicates = 0
         self.writers: dict[str, int] = {}
         self.keyless_reported = False
+        self.lanes: dict[str, tuple[int, str]] = {}  # each lane's last record seen
+        self.in_lanes = False  # a format 2 record has been seen
 
     def check(self, item: Item) -> dict[str, Any] | None:
         """The parsed record if it could be read (verified or not), else None."""
@@ -73,8 +83,10 @@ class ChainCheck:
             return None
         try:
             record: dict[str, Any] = json.loads(item.text)
-            seq, prev, auth = record["seq"], record["prev"], record.get("auth", "sha256")
-            if not isinstance(seq, int):
+            seq, auth = record["seq"], record.get("auth", "sha256")
+            links = read_links(record)
+            prev = record["prev"] if links is None else None
+            if not isinstance(seq, int) or isinstance(seq, bool):
                 raise TypeError("seq is not an integer")
         except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.problem("malformed", f"{where}: not a ledger record ({exc})", None,
@@ -90,10 +102,14 @@ class ChainCheck:
                              item.position)
             return None
         found = self._hash(item, record, seq, auth)
-        found += self._order(item, record, seq, prev)
+        found += self._order(item, record, seq, prev, links)
         self.skip_link = False
         self.prev, self.next_seq = item.hash or "", max(self.next_seq, seq + 1)
         self.head = (seq, item.hash or "")
+        accounts = record.get("accounts")
+        on = links if links is not None else accounts if isinstance(accounts, dict) else ()
+        for lane in on:
+            self.lanes[lane] = self.head
         if not found:
             self.verified += 1
         return record
@@ -118,7 +134,8 @@ class ChainCheck:
             return 1
         return 0
 
-    def _order(self, item: Item, record: dict[str, Any], seq: int, prev: Any) -> int:
+    def _order(self, item: Item, record: dict[str, Any], seq: int, prev: Any,
+               links: dict[str, tuple[int, str]] | None) -> int:
         if self.ledger and seq != item.position:
             self.problem("chain", f"row {item.position} holds record {seq} (moved)", seq,
                          item.position)
@@ -132,6 +149,13 @@ class ChainCheck:
                              "(forked or forged)", seq, item.position)
             return 1
         found = self._writer(item, record, seq)
+        if links is not None:
+            self.in_lanes = True
+            return found + self._links(item, record, seq, links)
+        if self.in_lanes:
+            self.problem("chain", f"record {seq} is linked in one chain (format 1) after records "
+                         "linked per account (forged or inserted)", seq, item.position)
+            return found + 1
         if seq > self.next_seq:
             first, last = self.next_seq, seq - 1
             if self.strict or not isinstance(record.get("writer"), dict):
@@ -150,6 +174,33 @@ class ChainCheck:
                          item.position)
             return found + 1
         return found
+
+    def _links(self, item: Item, record: dict[str, Any], seq: int,
+               links: dict[str, tuple[int, str]]) -> int:
+        """A format 2 record's links against each lane's last record seen."""
+        accounts = record.get("accounts") or {}
+        unlinked = sorted(k for k in accounts if k not in links)
+        if unlinked:
+            self.problem("chain", f"record {seq} charges {unlinked[0]} without linking to its "
+                         "lane (forged)", seq, item.position)
+            return 1
+        for lane, link in sorted(links.items()):
+            last = self.lanes.get(lane, START)
+            if link == last:
+                continue
+            if not self.strict and link[0] > last[0]:
+                self.gap += 1  # that lane's records in between are other writers' (absent here)
+                continue
+            if link[0] > last[0]:
+                what = (f"record {link[0]}, which is missing before it on lane {lane} (deleted "
+                        "or moved)")
+            else:
+                what = (f"record {link[0]} on lane {lane}, whose last record before it is "
+                        f"{last[0]} (a record of the lane deleted and re-linked, or {seq} "
+                        "inserted, forked or edited)")
+            self.problem("chain", f"record {seq} links to {what}", seq, item.position)
+            return 1
+        return 0
 
     def _writer(self, item: Item, record: dict[str, Any], seq: int) -> int:
         writer = record.get("writer")

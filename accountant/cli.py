@@ -51,7 +51,8 @@ def _status(args: argparse.Namespace) -> int:
                 out["policy"] = source
             print(json.dumps(out, indent=2))
             return 0
-        print(f"ledger {ledger.url}: {seq} records, head hash {head}")
+        count = f"records numbered up to {seq}" if ledger.lanes else f"{seq} records"
+        print(f"ledger {ledger.url}: {count}, head hash {head}")
         if policy is not None:
             print(f"reported against the limits of {source}")
         print(budget_table(ledger, policy, default))

@@ -12,7 +12,7 @@ were. ``release``, ``release_many``, ``open_session``, pipelines (``debit`` of a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from accountant import _numeric, _validate
@@ -47,6 +47,9 @@ __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-ex
 # Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst[, blocks]) to plan.
 Where = Plan | tuple[Any, ...]
 _REDO = (BudgetExceededError, PolicyChangedError)  # refusals computed on a cache: redone fresh
+# Read by every debit, written by none: in a ledger of lanes, debits share its lock and a policy
+# change (which writes it) waits for them (``accountant.ledger.lanes``).
+_SHARED = (POLICY_KEY,)
 
 
 class Gate:
@@ -123,12 +126,13 @@ class Gate:
             step = Step.of(mechanism)
             ends = self.window_end(plan, ends)  # (read before the debit: never later)
             receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
+            lanes = [a.key for a in self._local.charged]  # (this thread's debit, just made)
         except REFUSALS as refusal:
             self.refused(refusal, mechanism.name, mechanism.cost, where, label)
             raise
         stream = mechanism._open(self.sampler)
         cls = NumericSession if mechanism.releases_values else Session
-        return cls(lambda s: self._close_session(s, step, plan), stream, receipt, ends,
+        return cls(lambda s: self._close_session(s, step, plan, lanes), stream, receipt, ends,
                    self.clock)
 
     def window_end(self, plan: Plan, ends: float | None = None) -> float | None:
@@ -181,14 +185,16 @@ class Gate:
             LedgerConflictError: an account was recorded under another rule.
         """
         now = self._now(plan)
-        keys = plan.prefetch if now is None else plan.keys_at(now)
+        keys: Sequence[str] = plan.prefetch if now is None else plan.keys_at(now)
+        if self.ledger.lanes:
+            keys = self._with_folds(plan, keys)
         # Explicit begin/commit inside one try (not ``with``): an interrupt between the end of a
         # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
         for attempt in (1, 2, 3):
             scope = self.ledger.transaction()
             optimistic = False
             try:
-                tx = scope.begin(keys)
+                tx = scope.begin(keys, _SHARED)
                 optimistic = self.ledger.optimistic  # (read under the lock: this transaction's)
                 self._check_policy(tx.account(POLICY_KEY))
                 accounts = self._charge(tx.account, step, plan, now)
@@ -210,7 +216,7 @@ class Gate:
         # states are never changed in place, so keeping a reference is safe until then).
         fields_ = (entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
                    step.cost, plan.targets[0].rule, accounts[0].state)
-        self._local.receipt = fields_
+        self._local.receipt, self._local.charged = fields_, accounts
         return fields_
 
     def _check_policy_now(self) -> None:
@@ -247,6 +253,15 @@ class Gate:
             accounts.append(Account(key, rule.name, rule.describe(), new, 0))
         return accounts
 
+    def _with_folds(self, plan: Plan, keys: Sequence[str]) -> Sequence[str]:
+        """``keys`` and, for each dataset under the default limit, a lane of its folded name
+        (``fold:<name>``), locked and never written: two debits on variants of one new name
+        (``_no_twin``) wait for each other as they would behind one chain's lock."""
+        names = (plan.dataset,) if isinstance(plan.dataset, str) else plan.dataset
+        listed = self.planner.policy.datasets
+        folds = [f"fold:{folded_name(n)}" for n in names if n not in listed]
+        return (*keys, *folds) if folds else keys
+
     def _no_twin(self, key: str) -> None:
         """A dataset charged for the first time under the default limit must not be a variant
         (``folded_name``) of one another process has charged since this gate read the ledger
@@ -279,15 +294,18 @@ class Gate:
             fields["noise"] = noise[:-1] + "-" + self.sampler.source + '"'
         return fields
 
-    def _close_session(self, session: Session, step: Step, plan: Plan) -> None:
-        """Append the zero-cost record of a session's answer counts; no account changes."""
+    def _close_session(self, session: Session, step: Step, plan: Plan,
+                       lanes: list[str]) -> None:
+        """Append the zero-cost record of a session's answer counts; no account changes. In a
+        ledger of lanes it is on the lanes of the accounts the session was charged to, so that it
+        cannot be deleted unseen (``accountant.ledger.lanes``)."""
         r = session.receipt
         fields = self._fields(step, plan, r.label, '"session-close"', [])
         fields.update(cost=ZERO_COST, session=str(r.seq), answered=str(session.answered),
                       positives=str(session.positives))
         scope = self.ledger.transaction()
         try:
-            scope.begin().append(fields, [])
+            scope.begin(lanes).append(fields, [], lanes)
             scope.commit()
         except BaseException:
             scope.abandon()

@@ -49,6 +49,8 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
                                    f"problems; first: {first.message}); nothing imported")
     if ledger.head()[0] != 0:
         raise LedgerError(f"the target ledger {ledger.url} is not empty; import only into a new one")
+    if not ledger.lanes:
+        _one_chain(path, ledger)
     last: dict[str, Account] = {}
     batch: list[Entry] = []
     source = open_source(path)
@@ -69,6 +71,20 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
     finally:
         source.close()
     return report.records
+
+
+def _one_chain(path: str | os.PathLike[str], ledger: Ledger) -> None:
+    """Refuse, before anything is written, an export linked per account (format 2,
+    ``accountant.ledger.lanes``) into a ledger of one chain: its next record could not link."""
+    source = open_source(path)
+    try:
+        for item in source.items():
+            if item.text is not None and "links" in json.loads(item.text):
+                raise LedgerError(f"{path} is linked per account (a PostgreSQL ledger's export) "
+                                  f"and {ledger.url} is a ledger of one chain; import it into a "
+                                  "PostgreSQL ledger; nothing imported")
+    finally:
+        source.close()
 
 
 def _write(ledger: Ledger, entries: list[Entry], accounts: list[Account]) -> None:

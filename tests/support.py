@@ -46,18 +46,34 @@ def release_fields(mechanism: Any, dataset: str, accounts: list[tuple[Any, Any]]
 
 def assert_chain(ledger: Ledger) -> int:
     """Check the whole hash chain independently of the library; return the number of records
-    other than policy records (a durable ledger's first record states its policy)."""
-    prev, n, policies = GENESIS, 0, 0
+    other than policy records (a durable ledger's first record states its policy).
+
+    One chain (format 1): records 1, 2, ... each naming the hash of the one before. Lanes (format
+    2, a PostgreSQL ledger): increasing numbers, and each record links, for every account it lists
+    and every other lane it names, to the last record seen on that lane."""
+    prev, last, n, policies, in_lanes = GENESIS, 0, 0, 0, False
+    lanes: dict[str, list[Any]] = {}
     for n, entry in enumerate(ledger.entries(), start=1):
-        assert entry.seq == n
         assert entry.hash == hashlib.sha256(entry.text.encode("utf-8")).hexdigest()
         record = json.loads(entry.text)
-        assert record["seq"] == n and record["prev"] == prev
+        assert record["seq"] == entry.seq > last
+        if "links" in record:
+            assert record["v"] == 2 and "prev" not in record and "table" not in record
+            assert set(record.get("accounts") or {}) <= set(record["links"])
+            for key, link in record["links"].items():
+                assert link == lanes.get(key, [0, GENESIS]), (entry.seq, key)
+            on, in_lanes = list(record["links"]), True
+        else:
+            assert not in_lanes  # one chain never follows lanes
+            assert entry.seq == n and record["prev"] == prev and record["v"] == 1
+            on = list(record.get("accounts") or {})
+        for key in on:
+            lanes[key] = [entry.seq, entry.hash]
         assert json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False) == entry.text
-        prev = entry.hash
+        prev, last = entry.hash, entry.seq
         policies += record.get("kind") == "policy"
-    assert ledger.head() == ((n, prev) if n else (0, GENESIS))
+    assert ledger.head() == ((last, prev) if n else (0, GENESIS))
     return n - policies
 
 

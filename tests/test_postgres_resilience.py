@@ -14,7 +14,7 @@ import pytest
 
 from accountant import Accountant, Budget, LedgerError
 from accountant.audit import audit
-from accountant.ledger.postgres import _LOCK_KEY, PostgresLedger
+from accountant.ledger.postgres import PostgresLedger
 from mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
@@ -73,13 +73,13 @@ def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: s
 def test_a_held_lock_ends_in_a_typed_error_not_a_hang(dsn: str) -> None:
     acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0)
     acc.release(Laplace(0.1), 1.0)
-    with psycopg.connect(dsn, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+    with psycopg.connect(dsn) as holder:  # a transaction holding every lane's lock
+        holder.execute("SELECT key FROM dpbudget_lanes FOR UPDATE")
         start = time.monotonic()
         with pytest.raises(LedgerError, match="lock timeout"):
             acc.release(Laplace(0.1), 1.0)
         assert time.monotonic() - start < 10
-        holder.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+        holder.rollback()
     acc.release(Laplace(0.1), 1.0)  # and goes on once the lock is free
     assert acc.spent().epsilon == pytest.approx(0.2)
     acc.close()

@@ -91,9 +91,30 @@ def _forged(conn: psycopg.Connection[Any], *, seq_offset: int = 1, prev: str | N
                         (last_seq if base is None else base,)).fetchone()[0]  # type: ignore[index]
     record = json.loads(text)
     record["seq"] = last_seq + seq_offset
-    record["prev"] = last_hash if prev is None else prev
+    if "links" in record:  # linked per account: to each lane's last record, or to ``prev``
+        for lane in record["links"]:
+            head = conn.execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
+                                (lane,)).fetchone()
+            assert head is not None
+            record["links"][lane] = [head[0], head[1]] if prev is None else [last_seq, prev]
+    else:
+        record["prev"] = last_hash if prev is None else prev
     for account in record["accounts"].values():
         account["state"] = {k: v * scale for k, v in account["state"].items()}
+    text = canonical(record)
+    return record["seq"], record_hash(text), text
+
+
+def _forked(conn: psycopg.Connection[Any]) -> tuple[int, str, str]:
+    """A well-formed record linking to the lanes' last records but one: a second successor
+    of a record that already has one on its lane (a fork, or an insertion before the last)."""
+    seq, text = conn.execute("SELECT seq, record FROM dpbudget_entries ORDER BY seq DESC "
+                             "LIMIT 1").fetchone()  # type: ignore[misc]
+    record = json.loads(text)
+    assert "links" in record
+    record["seq"] = seq + 1  # the old links, with a new number and a grown state
+    for account in record["accounts"].values():
+        account["state"] = {k: v * 2 for k, v in account["state"].items()}
     text = canonical(record)
     return record["seq"], record_hash(text), text
 
@@ -155,11 +176,13 @@ def _lower_component(conn: psycopg.Connection[Any]) -> None:
 
 ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
     "update-entry": lambda c, d: c.execute(
-        "UPDATE dpbudget_entries SET record = record || ' ' WHERE seq = 2"),
+        "UPDATE dpbudget_entries SET record = record || ' ' WHERE seq = (SELECT min(seq) FROM "
+        "dpbudget_entries WHERE seq > 1)"),
     "delete-last-entry": lambda c, d: c.execute(
         "DELETE FROM dpbudget_entries WHERE seq = (SELECT max(seq) FROM dpbudget_entries)"),
     "truncate-entries": lambda c, d: c.execute("TRUNCATE dpbudget_entries"),
-    "insert-skipping-a-seq": lambda c, d: _insert(c, _forged(c, seq_offset=2)),
+    # (Skipping a number is no attack in a ledger of lanes: numbers need only grow along each
+    # lane, and a refused debit leaves a gap. A wrong link is one; see insert-a-fork.)
     "insert-with-wrong-prev": lambda c, d: _insert(c, _forged(c, prev="f" * 64)),
     "insert-with-wrong-hash": lambda c, d: _insert(c, _forged(c)[:1] + ("0" * 64,)
                                                    + _forged(c)[2:]),
@@ -190,12 +213,19 @@ ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
         "SET session_replication_role = replica"),
     "write-meta": lambda c, d: c.execute(
         "UPDATE dpbudget_meta SET value = '1' WHERE key = 'schema'"),
+    # Rewinding a lane would let a second record link where one already does (a fork).
+    "move-a-lane": lambda c, d: c.execute("UPDATE dpbudget_lanes SET seq = 0"),
+    "insert-a-lane": lambda c, d: c.execute(
+        "INSERT INTO dpbudget_lanes VALUES ('dataset:new', 0, repeat('0', 64))"),
+    "number-records-at-will": lambda c, d: c.execute("SELECT nextval('dpbudget_seq')"),
+    "insert-a-fork": lambda c, d: _insert(c, _forked(c)),
 }
 
 # What the triggers refuse by themselves, whatever the grants: even the owner cannot.
 BY_TRIGGERS = [a for a in ATTACKS if a not in (
     "drop-table", "disable-triggers", "replace-trigger-function", "create-own-trigger",
-    "replica-mode-skips-triggers", "write-meta")]
+    "replica-mode-skips-triggers", "write-meta", "move-a-lane", "insert-a-lane",
+    "number-records-at-will")]
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))

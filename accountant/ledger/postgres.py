@@ -1,19 +1,20 @@
 """The PostgreSQL ledger: the scale-out backend, for many processes on many machines.
 
-Same records, chain and account states as the SQLite ledger. Every check-and-debit is one
-transaction that first takes a transaction-level advisory lock dedicated to this ledger, so writers
-are serialised exactly as the hash chain requires (each record names the one before it). The lock
-is released by the COMMIT, which is asynchronous; the same round trip then waits until the commit
-is on disk (``PostgresLedger._commit``: group commit), before anything is drawn on it. A debit is
-two round trips through libpq itself, or one when it can start from what this object's last
-commit left (``_begin``: optimistic, checked by the server's chain trigger and redone by the gate
-on fresh reads if another writer moved on).
+Same records and account states as the SQLite ledger, but linked per account (record format 2,
+``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
+in parallel. A debit is one transaction that first locks its accounts' lanes (row locks, in key
+order, through the server function ``dpbudget_lock``) and the policy's lane (shared), so that a
+check made on the states it read is still true when it commits. The COMMIT is asynchronous, and
+the same round trip then waits until it is on disk (``PostgresLedger._commit``: group commit),
+before anything is drawn on it. A debit is two round trips through libpq itself, or one when it
+can start from what this object's last commit left (``_begin``: optimistic, checked by the
+server's lane trigger and redone by the gate on fresh reads if another writer moved a lane).
 
 The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
-triggers keep the records an append-only, correctly linked chain and every account's row equal to
-what its last record wrote, never decreasing (``accountant.ledger.postgres_schema``). The tables'
-owner creates them; processes that run the gate can open the ledger as a role that owns nothing
-(docs/postgres-deployment.md).
+triggers keep the records append-only and correctly linked on every lane, and every account's row
+equal to what its last record wrote, never decreasing (``accountant.ledger.postgres_schema``). The
+tables' owner creates them; processes that run the gate can open the ledger as a role that owns
+nothing (docs/postgres-deployment.md).
 
 Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 """
@@ -21,16 +22,16 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 from __future__ import annotations
 
 import math
-import os
-import select
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry
-from accountant.ledger.record import float_object
+from accountant.ledger.lanes import START
 from accountant.ledger.postgres_schema import prepare
+from accountant.ledger.postgres_session import PgSession
+from accountant.ledger.record import float_object
 from accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PostgresLedger"]
@@ -38,21 +39,33 @@ __all__ = ["PostgresLedger"]
 # Makes the asynchronous commit before it durable (``PostgresLedger._commit``): a write, so its
 # transaction waits for the disk — an upsert, which writes a row even if someone deleted them all
 # (an UPDATE matching no row would write nothing and wait for nothing); a row per backend slot, so
-# that writers do not queue on one row.
+# that writers do not queue on one row. It returns a number for the next record (``_begin``).
 _FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
-          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1")
+          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING (SELECT l.seq FROM "
+          "dpbudget_lock('{}', '{}', 1) l WHERE l.kind = 's')")
 
 # Debits run on fresh reads after an optimistic one found the cache stale (other writers are
 # active: optimism would mostly cost a wasted round trip).
 _BACKOFF = 16
-# One advisory lock key per ledger kind; per-database, so ledgers in different databases are
-# independent.
+# Taken while a ledger's tables are created or brought up to date, so that two openers do not
+# run the DDL at once; per database.
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
-# Every transaction's start: asynchronous commit (``PostgresLedger._commit``), the ledger's lock.
-_BEGIN = f"BEGIN; SET LOCAL synchronous_commit = off; SELECT pg_advisory_xact_lock({_LOCK_KEY})"
+# Every transaction's start: asynchronous commit (``PostgresLedger._commit``).
+_BEGIN = "BEGIN; SET LOCAL synchronous_commit = off"
+_PAGE = 4096
 
 
-class PostgresLedger(SqlLedger):
+class _Cache(NamedTuple):
+    """What this object's last confirmed commit left: the next debit starts from it without a
+    read while no other writer interferes."""
+
+    lanes: dict[str, tuple[int, str]]
+    read: dict[str, Account | None]
+    seq: int  # a number taken for the next record
+    head: tuple[int, str]
+
+
+class PostgresLedger(PgSession, SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -70,17 +83,21 @@ class PostgresLedger(SqlLedger):
 
     _P = "%s"
     _T = "dpbudget_"
+    lanes = True
 
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
         self._tx_read: dict[str, Account | None] | None = None  # inside a transaction
-        self._tx_head: tuple[int, str] = EMPTY_HEAD
-        self._tx_entry: Entry | None = None
-        self._pending: list[str] = []  # the transaction's writes, as SQL with literals
-        # (head entry, unused, accounts) as this object's last confirmed commit left them; the
-        # next debit starts from it without a read while no other writer interferes.
-        self._cache: tuple[Entry, None, dict[str, Account | None]] | None = None
+        self._tx_lanes: dict[str, tuple[int, str]] = {}
+        self._tx_seq: int | None = None  # the number the next record gets
+        self._tx_first: int | None = None  # the first number this transaction took
+        self._tx_head: tuple[int, str] = EMPTY_HEAD  # the last record, when the debit began
+        self._tx_entry: Entry | None = None  # the record this transaction wrote
+        self._pending: list[str] = []  # the transaction's statements, as SQL with literals
+        self._writes = 0
+        self._cache: _Cache | None = None
+        self._spare: int | None = None  # a number taken after the last commit, still unused
         self._backoff = 0  # debits to run pessimistically after a stale optimistic one
         try:
             import psycopg
@@ -106,83 +123,37 @@ class PostgresLedger(SqlLedger):
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
 
-    def _connect(self) -> None:
-        """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
-        wait for another writer's lock; ``tcp_user_timeout`` and keepalives bound a wait on a
-        server that stopped answering (a frozen server), where a server-side timeout cannot."""
-        ms = max(1, int(self.timeout * 1000))
-        self._conn = self._psycopg.connect(
-            self.dsn, autocommit=True, connect_timeout=max(2, math.ceil(self.timeout)),
-            keepalives=1, keepalives_idle=max(1, math.ceil(self.timeout / 3)),
-            keepalives_interval=max(1, math.ceil(self.timeout / 9)), keepalives_count=3,
-            tcp_user_timeout=ms)
-        # UTF-8 whatever the environment, role or database says: the debit path encodes its
-        # statements as UTF-8 (``_raw``), and the text the server stores must be the text hashed.
-        self._conn.execute("SET client_encoding = 'UTF8'")
-        self._conn.execute("SET synchronous_commit = on")
-        self._conn.execute(f"SET lock_timeout = {ms}")
-        if self._conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
-            raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
-        self._pid = os.getpid()
-
-    def _usable(self) -> None:
-        """Make sure the session is this process's and alive, before a transaction or a read
-        outside one (never inside a transaction: a new session would not be in it).
-
-        After ``fork()`` the child never touches its parent's session: the parent's connection
-        object is kept (so that its finaliser cannot end the parent's session from here) and the
-        child opens its own. A session lost since its last use (a server restart, a dropped
-        connection) is replaced; nothing was in flight on it. Inside a transaction nothing is
-        replaced: a new session would not hold the transaction or its lock."""
-        if self._tx_read is not None:
-            if self._pid != os.getpid() or self._conn.closed or self._conn.broken:
-                raise LedgerError("PostgreSQL ledger: the session ended inside a transaction; "
-                                  "nothing was written")
-            return
-        if self._pid != os.getpid():
-            _INHERITED.append(self._conn)
-            self._reconnect()
-        elif self._conn.closed or self._conn.broken:
-            self._reconnect()
-
-    def _reconnect(self) -> None:
-        try:
-            self._connect()
-        except self._psycopg.Error as exc:
-            raise LedgerError(f"PostgreSQL ledger: cannot reconnect: {exc}") from exc
-
-    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        try:
-            return self._conn.execute(sql, args)
-        except self._psycopg.Error as exc:
-            raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
-
-    def _begin(self, prefetch: Sequence[str] = ()) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
+        read_only = list(dict.fromkeys(k for k in shared if k in prefetch))
+        written = list(dict.fromkeys(k for k in prefetch if k not in read_only))
         cache = self._cache
         self.optimistic = False
+        self._writes, self._tx_entry = 0, None
         if self._backoff:
             self._backoff -= 1
-        elif (cache is not None and prefetch and all(k in cache[2] for k in prefetch)
-              and not self._pending_input()):
-            # Optimistic: this object wrote the last record it knows of, and it knows every
-            # account the debit reads as that record left them. Nothing is sent now: the begin,
-            # the lock, the writes and the commit go in one round trip (``_commit``), where the
-            # server's chain check refuses the record if any other writer appended meanwhile.
+        elif (cache is not None and prefetch and all(k in cache.read for k in prefetch)
+              and all(k in cache.lanes for k in prefetch) and not self._pending_input()):
+            # Optimistic: this object knows every account and lane the debit reads, as its last
+            # commit left them. Nothing is sent now: the begin, the locks, the writes and the
+            # commit go in one round trip (``_commit``), where the server refuses the record if
+            # any other writer moved one of its lanes, or the policy's, meanwhile.
             self.optimistic = True
-            self._tx_entry, self._tx_head = cache[0], (cache[0].seq, cache[0].hash)
-            self._tx_read, self._pending = dict(cache[2]), []
+            self._tx_lanes, self._tx_read = dict(cache.lanes), dict(cache.read)
+            self._tx_seq, self._tx_head, self._spare = cache.seq, cache.head, None
+            self._tx_first = cache.seq
+            expect = ", ".join(str(cache.lanes[k][0]) for k in read_only)
+            self._pending = [f"SELECT count(*) FROM dpbudget_lock({self._array(written)}, "
+                             f"{self._array(read_only)}, 0, ARRAY[{expect}]::bigint[])"]
             return
-        # One round trip: begin, take the ledger's lock, read the head and the accounts the
-        # debit will read. Commits are asynchronous (the lock is released without waiting for the
-        # disk); ``_commit`` makes each one durable before it returns (see there).
-        keys = ", ".join(self._literal(k) for k in prefetch) or "NULL"
-        sql = (f"{_BEGIN}; "
-               "SELECT 'h', seq, hash, record, NULL, NULL FROM (SELECT seq, hash, record FROM "
-               "dpbudget_entries ORDER BY seq DESC LIMIT 1) h UNION ALL SELECT 'a', seq, key, "
-               f"rule, config, state FROM dpbudget_accounts WHERE key IN ({keys})")
+        # One round trip: begin, lock the lanes, read them, the accounts and the last record, and
+        # take a number for the record. Commits are asynchronous (the locks are released without
+        # waiting for the disk); ``_commit`` makes each one durable before it returns.
+        spare = "NULL" if self._spare is None else str(int(self._spare))
+        sql = (f"{_BEGIN}; SELECT kind, key, seq, a, b, c FROM dpbudget_lock("
+               f"{self._array(written)}, {self._array(read_only)}, 1, NULL, {spare})")
         try:
             rows = self._raw(sql)
         except LedgerError:
@@ -193,63 +164,22 @@ class PostgresLedger(SqlLedger):
             self._reconnect()
             rows = self._raw(sql)
         read: dict[str, Account | None] = dict.fromkeys(prefetch)
-        self._tx_entry, self._tx_head = None, EMPTY_HEAD
-        for kind, seq, a, b, c, d in rows:
-            if kind == "h":
-                self._tx_entry = Entry(int(seq), b, a)
+        lanes: dict[str, tuple[int, str]] = {}
+        self._tx_head, self._tx_seq = EMPTY_HEAD, None
+        for kind, key, seq, a, b, c in rows:
+            if kind == "l":
+                lanes[key] = (int(seq), a)
+            elif kind == "a":
+                read[key] = _account((key, a, b, c, int(seq)))
+            elif kind == "h":
                 self._tx_head = (int(seq), a)
             else:
-                read[a] = _account((a, b, c, d, int(seq)))
-        self._tx_read = read
-        self._pending = []
+                self._tx_seq = int(seq)
+        self._spare, self._tx_first = None, self._tx_seq
+        self._tx_read, self._tx_lanes, self._pending = read, lanes, []
 
-    def _pending_input(self) -> bool:
-        """Whether the server said something unasked (a session it ended sends a notice, then
-        closes): then the next debit starts with a round trip that finds out safely — nothing
-        of an optimistic debit must be sent into a connection that may be gone, as it could
-        not be told afterwards whether its commit ran."""
-        try:
-            poller = select.poll()  # (not select.select: it fails on descriptors >= 1024)
-            poller.register(self._conn.pgconn.socket, select.POLLIN)
-            return bool(poller.poll(0))
-        except (OSError, ValueError, AttributeError, self._psycopg.Error):
-            return True
-
-    def _literal(self, value: str) -> str:
-        """``value`` as an SQL string literal (libpq's own escaping). A NUL character is
-        refused: libpq would end the whole query text there."""
-        if "\0" in value:
-            raise LedgerError("PostgreSQL ledger: a NUL character cannot be stored (in a "
-                              "name or record); nothing was written")
-        try:
-            escaped = self._psycopg.pq.Escaping(self._conn.pgconn).escape_literal(
-                value.encode("utf-8"))
-        except self._psycopg.Error as exc:
-            raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
-        return bytes(escaped).decode("utf-8")
-
-    def _raw(self, sql: str) -> list[tuple[Any, ...]]:
-        """Run several statements in one round trip through libpq itself (less client work
-        than a cursor: this is every debit's path); the rows of the last statement as text, or
-        for a statement without rows its row count as ``[(count,)]``. Values must already be
-        literals (``_literal``).
-
-        Raises:
-            LedgerError: any statement failed (those after it did not run).
-        """
-        pq = self._psycopg.pq
-        try:
-            result = self._conn.pgconn.exec_(sql.encode("utf-8"))
-        except self._psycopg.Error as exc:
-            raise LedgerError(f"PostgreSQL ledger: {exc}") from exc
-        status = result.status
-        if status == pq.ExecStatus.TUPLES_OK:
-            return [tuple(None if (v := result.get_value(r, c)) is None else bytes(v).decode()
-                          for c in range(result.nfields)) for r in range(result.ntuples)]
-        if status == pq.ExecStatus.COMMAND_OK:
-            return [(result.command_tuples,)]
-        message = (result.error_message or b"").decode("utf-8", "replace").strip()
-        raise LedgerError(f"PostgreSQL ledger: {message or 'no answer from the server'}")
+    def _array(self, keys: Sequence[str]) -> str:
+        return f"ARRAY[{', '.join(self._literal(k) for k in keys)}]::text[]"
 
     def _head(self) -> tuple[int, str]:
         if self._tx_read is not None:
@@ -264,11 +194,36 @@ class PostgresLedger(SqlLedger):
             read[key] = super()._read_account(key)
         return read[key]
 
+    def _lane(self, key: str) -> tuple[int, str]:
+        lane = self._tx_lanes.get(key)
+        if lane is None:  # not locked by this transaction: the server checks it at the insert
+            row = self._execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
+                                (key,)).fetchone()
+            lane = self._tx_lanes[key] = START if row is None else (int(row[0]), row[1])
+        return lane
+
+    def _next_seq(self) -> int:
+        if self._tx_seq is None:
+            row = self._execute("SELECT seq FROM dpbudget_lock('{}', '{}', 1) WHERE kind = "
+                                "'s'").fetchone()
+            self._tx_seq = int(row[0])
+            if self._tx_first is None:
+                self._tx_first = self._tx_seq
+        return self._tx_seq
+
+    def _advance(self, keys: list[str], entry: Entry) -> None:
+        for key in keys:
+            self._tx_lanes[key] = (entry.seq, entry.hash)
+        self._tx_seq = None
+        if entry.seq > self._tx_head[0]:
+            self._tx_head = (entry.seq, entry.hash)
+
     def _write_entry(self, entry: Entry) -> None:
         self._pending.append(f"INSERT INTO dpbudget_entries (seq, hash, record) VALUES "
                              f"({int(entry.seq)}, {self._literal(entry.hash)}, "
                              f"{self._literal(entry.text)})")
-        self._tx_head, self._tx_entry = (entry.seq, entry.hash), entry
+        self._tx_entry = entry
+        self._writes += 1
 
     def _write_accounts(self, accounts: list[Account]) -> None:
         read = self._tx_read
@@ -276,18 +231,19 @@ class PostgresLedger(SqlLedger):
         for a in accounts:
             rule, config, state, key = (self._literal(v) for v in (
                 a.rule, self._config_text(a.config), float_object(a.state), a.key))
-            if self._read_account(a.key) is None:  # (read under the lock: it cannot appear)
+            if self._read_account(a.key) is None:  # (read under its lane's lock)
                 sql = (f"INSERT INTO dpbudget_accounts (rule, config, state, seq, key) VALUES "
                        f"({rule}, {config}, {state}, {int(a.seq)}, {key})")
             else:
                 sql = (f"UPDATE dpbudget_accounts SET rule = {rule}, config = {config}, state = "
                        f"{state}, seq = {int(a.seq)} WHERE key = {key}")
             self._pending.append(sql)
+            self._writes += 1
             read[a.key] = a
 
     def _commit(self) -> None:
         """Write what the transaction staged, commit, and wait until the commit is on disk — in
-        one round trip, with the ledger's lock held only until the commit, not through the disk
+        one round trip, with the lanes' locks held only until the commit, not through the disk
         write: group commit across processes.
 
         The transaction commits asynchronously, which releases its locks as soon as its commit
@@ -302,25 +258,27 @@ class PostgresLedger(SqlLedger):
                 have) but the server did not confirm that it is on disk: the debit may stand, and
                 nothing may be drawn on it.
         """
-        statements = self._pending
+        statements, writes = self._pending, self._writes
         staged, self._tx_entry = self._tx_entry, None
         read, self._tx_read = self._tx_read, None
-        self._pending, self._cache = [], None  # (kept again only after a confirmed commit)
+        lanes, head = self._tx_lanes, self._tx_head
+        self._pending, self._tx_lanes, self._writes, self._cache = [], {}, 0, None
+        self._tx_first = None  # (sent: never reused, even if the commit's fate is unknown)
         status = self._psycopg.pq.TransactionStatus
         if self.optimistic:
             statements = [_BEGIN] + statements
         elif self._conn.info.transaction_status != status.INTRANS:
             raise LedgerError("PostgreSQL ledger: the transaction was lost (its session ended) "
                               "before it committed; nothing was written")
-        if not statements or statements == [_BEGIN]:  # (nothing written: nothing to make durable)
+        if not writes:  # (nothing written: nothing to make durable)
             if not self.optimistic:
                 self._raw("COMMIT")
             return
         try:
-            written = self._raw("; ".join(statements + ["COMMIT", _FLUSH]))[0][0]
+            rows = self._raw("; ".join(statements + ["COMMIT", _FLUSH]))
         except LedgerError as exc:
             if self.optimistic and self._conn.info.transaction_status == status.INERROR:
-                # Refused before the commit (most likely: another writer appended since the
+                # Refused before the commit (most likely: another writer moved a lane since the
                 # cache): nothing was written; the gate redoes the debit on fresh reads.
                 self._backoff = _BACKOFF
                 raise LedgerStaleError(f"{exc} (an optimistic debit; redone)") from exc
@@ -331,13 +289,14 @@ class PostgresLedger(SqlLedger):
                 f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
                 f"but the server did not confirm that it reached the disk ({exc}); nothing was "
                 "drawn on it, and its budget stays spent") from exc
-        if written == 1 and staged is not None and read is not None:
-            self._cache = (staged, None, read)  # what this commit left: the next debit's start
-        if written != 1:
+        if len(rows) != 1 or rows[0][0] is None:
             raise LedgerError(
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
                 "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
                 "refused); nothing was drawn on it, and its budget stays spent")
+        self._spare = int(rows[0][0])
+        if staged is not None and read is not None:
+            self._cache = _Cache(lanes, read, self._spare, head)
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
         """After a failed commit round trip: whether the transaction's record is in the ledger
@@ -353,7 +312,10 @@ class PostgresLedger(SqlLedger):
             return None
 
     def _rollback(self) -> None:
-        self._pending, self._tx_read, self._cache = [], None, None
+        if self._tx_first is not None:
+            self._spare = self._tx_first  # never sent: a refused debit leaves no gap
+        self._tx_first = None
+        self._pending, self._tx_read, self._cache, self._tx_lanes = [], None, None, {}
         try:
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:
@@ -377,21 +339,22 @@ class PostgresLedger(SqlLedger):
     def entry(self, seq: int) -> Entry | None:
         with self._lock:
             staged = self._tx_entry if self._tx_read is not None else None
-            if staged is not None and staged.seq == seq:  # the head, read with the lock
+            if staged is not None and staged.seq == seq:  # written by this transaction
                 return staged
             self._usable()
         return super().entry(seq)
 
-    def _reader(self) -> Any:
-        return self._psycopg.connect(self.dsn, autocommit=True, client_encoding="UTF8",
-                                     connect_timeout=max(2, math.ceil(self.timeout)))
-
-    def close(self) -> None:
-        with self._lock:
-            if self._pid == os.getpid():  # a forked child leaves its parent's session alone
-                self._conn.close()
-
-
-# Sessions inherited through fork(): kept referenced so that their finalisers never run in the
-# child (which would end the parent's session).
-_INHERITED: list[Any] = []
+    def entries(self, start: int = 1) -> Iterator[Entry]:
+        """Records in ``seq`` order from ``start``, all read in one snapshot: commits land out of
+        ``seq`` order across lanes, and in one snapshot every record a visible record links to
+        is visible too (its writer committed first), so a live ledger reads as a closed one."""
+        with self._reader() as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            seq = start - 1
+            while True:
+                rows = conn.execute("SELECT seq, record, hash FROM dpbudget_entries WHERE seq > "
+                                    f"%s ORDER BY seq LIMIT {_PAGE}", (seq,)).fetchall()
+                if not rows:
+                    return
+                for seq, text, digest in rows:
+                    yield Entry(seq, text, digest)

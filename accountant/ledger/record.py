@@ -50,6 +50,8 @@ import hashlib
 import hmac
 import json
 import os
+import time
+from datetime import datetime, timezone
 from collections.abc import Mapping
 from typing import Any
 
@@ -62,7 +64,7 @@ KEY_ENV = "DPBUDGET_LEDGER_KEY"
 
 __all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "assemble",
            "auth_name", "canonical", "charge_from_record", "charge_record", "export_line",
-           "key_from_env", "record_hash", "step_fragments"]
+           "key_from_env", "record_hash", "step_fragments", "utc_now"]
 
 
 # One encoder for the process: json.dumps with non-default options builds a new encoder per call,
@@ -203,3 +205,16 @@ def export_line(digest: str, text: str) -> str:
     canonical text itself, so re-encoding the parsed record reproduces the hashed bytes."""
     return f'{{"hash":"{digest}","record":{text}}}'
 
+
+_clock: list[Any] = [None, ""]  # [whole second, its ISO prefix], reused within the same second
+
+
+def utc_now() -> str:
+    """Now, as a JSON string in ISO 8601 UTC with microseconds (the record's ``time``; the date
+    part formatted once per second: it is on the hot path)."""
+    now = time.time_ns() // 1000
+    second, micros = divmod(now, 1_000_000)
+    if _clock[0] != second:
+        stamp = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _clock[0], _clock[1] = second, stamp
+    return f'"{_clock[1]}.{micros:06d}+00:00"'

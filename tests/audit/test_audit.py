@@ -455,7 +455,8 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
             account = Account("dataset:d", name, rule.describe(), state, 0)
             text = release_fields(mech, "d", [(rule, account)])
             seq, head = ledger._head()
-            from accountant.ledger.base import Entry, _utc_now
+            from accountant.ledger.base import Entry
+            from accountant.ledger.record import utc_now as _utc_now
             from accountant.ledger.record import assemble, record_hash
             body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
                              "time": _utc_now(), "auth": '"sha256"'})

@@ -1,0 +1,81 @@
+"""Lanes: a ledger linked per account (record format 2), so that debits on different accounts
+append in parallel — the PostgreSQL ledger's layout (``accountant.ledger.postgres``).
+
+A ledger of one chain (format 1: ``prev``, the hash of the record before) makes every debit wait
+for the one before it, whatever it charges. In a ledger of lanes every account has its own chain,
+its *lane*: a format 2 record carries, instead of ``prev``, a member ``links`` mapping each lane
+it is on to ``[seq, hash]`` of that lane's last record (``[0, GENESIS]`` for a lane's first).
+A record is on the lane of every account it lists in ``accounts``, and on any other lane it names
+(a session's closing record is on its session's accounts' lanes, though it debits nothing, so that
+it cannot be deleted unseen either). ``seq`` still numbers records uniquely and increases along
+every lane, but records of different lanes are numbered in no particular order and numbers may be
+skipped (a debit refused after it drew one): a gap is not a deletion.
+
+Writers: a debit locks the lanes it writes (exclusive, in key order: no deadlock) and the policy's
+lane (shared: debits do not wait for each other, and a policy change, which locks it exclusively,
+waits for the debits in flight and they for it), reads the accounts, takes a number, and appends
+one record linked to what it read. Debits on different datasets under a policy without a global
+limit share no lane, so they never wait for each other; a global limit is one account, so every
+debit writes its lane and they are serialised there, which its exact enforcement requires.
+
+Tamper evidence. The lane heads are in the record, and the record in its hash (an HMAC under the
+ledger's key): whoever edits a record without the key is seen by its hash (as in one chain). For
+deletion, insertion and reordering, let ``r`` be a record on lane ``L`` and ``s`` the next
+record on ``L``; ``s`` names ``r``'s seq and hash.
+
+- *Deleting* ``r``: ``s`` then links to a record that is not the last one before it on ``L``
+  (the audit tracks every lane's last record as it reads in ``seq`` order): seen, unless ``r`` has
+  no successor on any of its lanes — the same tail case as truncating one chain, which only the
+  head kept elsewhere shows (``dpbudget audit --expect-head``), or a later record on one of its
+  lanes does.
+- *Inserting* a record into ``L`` between ``r`` and ``s``: ``s`` links to ``r``, not to it; and a
+  second record linking to ``r`` is a fork, seen the same way. Appending at a lane's end needs an
+  authentic record (the key).
+- *Reordering*: the audit reads in ``seq`` order and each lane's links must follow it; moving a
+  record (changing its ``seq``) changes its hash.
+- *The account rows*: each names its account's last record (``seq``), checked on open against
+  what that record wrote (``Ledger.check_accounts``); on PostgreSQL the server's triggers keep
+  them equal to it, growing, and undeleted, for every role but the owner. One chain also pinned the
+  whole table to its head record (``accountant.ledger.table_sum``), a running sum no parallel
+  writers can share; a lanes ledger relies on the triggers there, and against the tables' owner
+  (who can disable them) on the audit, which replays every lane and compares every row.
+
+Ledgers of one chain are not rewritten: a PostgreSQL ledger made by an older version keeps its
+format 1 records, and each account's lane starts at the last record that lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from accountant.ledger.record import GENESIS, canonical
+
+__all__ = ["FORMAT", "START", "links_member", "read_links"]
+
+FORMAT = 2
+START = (0, GENESIS)  # a lane's head before its first record
+
+
+def links_member(heads: Iterable[tuple[str, tuple[int, str]]]) -> str:
+    """The canonical JSON text of ``links`` from ``(lane, (seq, hash))`` pairs (keys sorted)."""
+    return canonical({key: [int(seq), digest] for key, (seq, digest) in heads})
+
+
+def read_links(record: Mapping[str, object]) -> dict[str, tuple[int, str]] | None:
+    """A format 2 record's links as ``{lane: (seq, hash)}``; None for a record of one chain.
+
+    Raises:
+        ValueError: a ``links`` member that is not an object of ``[seq, hash]`` pairs.
+    """
+    links = record.get("links")
+    if links is None:
+        return None
+    if not isinstance(links, dict) or not links:
+        raise ValueError("links is not a non-empty object")
+    out = {}
+    for key, link in links.items():
+        if not (isinstance(link, list) and len(link) == 2 and type(link[0]) is int
+                and link[0] >= 0 and isinstance(link[1], str)):
+            raise ValueError(f"the link for {key} is not [seq, hash]")
+        out[key] = (link[0], link[1])
+    return out

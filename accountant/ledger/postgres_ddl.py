@@ -1,0 +1,285 @@
+"""The PostgreSQL ledger's tables, server functions and triggers, as SQL (``{S}``: the schema;
+``{V}``: the schema version; ``{TRIGGERS}``: the trigger statements). Applied and explained by
+``accountant.ledger.postgres_schema``; the lanes by ``accountant.ledger.lanes``."""
+
+DDL = """
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_entries (
+    seq BIGINT PRIMARY KEY, hash TEXT NOT NULL, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_accounts (
+    key TEXT PRIMARY KEY, rule TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL,
+    seq BIGINT NOT NULL);
+-- Rows the writers update after each asynchronous commit, to wait until it is on disk
+-- (accountant.ledger.postgres): what they hold means nothing.
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_flush (slot INT PRIMARY KEY, n BIGINT NOT NULL);
+INSERT INTO {S}.dpbudget_flush SELECT g, 0 FROM generate_series(0, 63) g ON CONFLICT DO NOTHING;
+-- Each account's lane: the last record on it (format 2 records link to it; accountant.ledger.lanes).
+-- Written only by the trigger dpbudget_entry_lanes and the function dpbudget_lock, as the owner.
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_lanes (
+    key TEXT PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS {S}.dpbudget_seq;
+-- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the last
+-- record that lists it, and new records are numbered after the last one.
+INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
+    JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
+SELECT setval('{S}.dpbudget_seq', greatest(m, 1), m > 0) FROM (SELECT greatest(
+    (SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries),
+    (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
+
+CREATE OR REPLACE FUNCTION {S}.dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'dpbudget ledger: % on % refused: ledger entries are append-only and '
+        'accounts are never removed', TG_OP, TG_TABLE_NAME USING ERRCODE = 'check_violation';
+END $$;
+
+CREATE OR REPLACE FUNCTION {S}.dpbudget_entry_check() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, {S}, pg_temp AS $$
+DECLARE
+    v_rec jsonb;
+    v_accounts jsonb;
+    v_last bigint;
+    v_prev text;
+    v_lanes boolean;
+    v_key text;
+BEGIN
+    -- Each statement that reads a table costs a round through the executor, so there are two:
+    -- everything else is a simple expression.
+    v_rec := NEW.record::jsonb;
+    IF jsonb_typeof(v_rec) IS DISTINCT FROM 'object' OR v_rec->'seq' IS DISTINCT FROM
+            to_jsonb(NEW.seq) THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: its record is not an object with '
+            'that seq', NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    IF v_rec ? 'links' THEN
+        -- Format 2: linked per account, checked and advanced by dpbudget_entry_lanes (after
+        -- this row is in); its seq comes from dpbudget_seq and only has to be positive.
+        IF NEW.seq < 1 THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: seq must be positive', NEW.seq
+                USING ERRCODE = 'check_violation';
+        END IF;
+    ELSE
+        -- Format 1, one chain: only while the ledger is one (an import, an older writer). max(seq)
+        -- by a backward scan of the primary key. A concurrent writer's uncommitted entry is not
+        -- seen here, but it holds that seq: the primary key refuses the second one.
+        SELECT seq, hash, record::jsonb ? 'links' INTO v_last, v_prev, v_lanes
+            FROM dpbudget_entries ORDER BY seq DESC LIMIT 1;
+        IF NOT FOUND THEN
+            v_last := 0;
+            v_prev := repeat('0', 64);
+        END IF;
+        IF v_lanes THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: the ledger is linked per account '
+                '(format 2) and this record is not', NEW.seq USING ERRCODE = 'check_violation';
+        END IF;
+        IF NEW.seq <> v_last + 1 THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: the next entry is %', NEW.seq,
+                v_last + 1 USING ERRCODE = 'check_violation';
+        END IF;
+        IF v_rec->'prev' IS DISTINCT FROM to_jsonb(v_prev) THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: its prev is not the hash of '
+                'entry %', NEW.seq, v_last USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    IF length(NEW.hash) <> 64 OR ltrim(NEW.hash, '0123456789abcdef') <> '' THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: its hash is not 64 hex digits',
+            NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    -- The limits are the owner's: a policy record (a new policy in force) may come only from a
+    -- member of the role that owns the ledger's tables, never from a writer (a forged record
+    -- raising the limits would otherwise be a well-formed, correctly linked append).
+    IF v_rec->>'kind' = 'policy' AND NOT pg_has_role(current_user,
+            (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: only the ledger''s owner writes '
+            'policy records', NEW.seq USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    CASE coalesce(v_rec->>'auth', 'sha256')
+        WHEN 'sha256' THEN
+            IF NEW.hash <> encode(sha256(convert_to(NEW.record, 'UTF8')), 'hex') THEN
+                RAISE EXCEPTION 'dpbudget ledger: entry % refused: its hash is not the SHA-256 '
+                    'of its record', NEW.seq USING ERRCODE = 'check_violation';
+            END IF;
+        WHEN 'hmac-sha256' THEN
+            NULL;  -- the key is not on the server: only an audit with the key checks it
+        ELSE
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: unknown auth', NEW.seq
+                USING ERRCODE = 'check_violation';
+    END CASE;
+    v_accounts := coalesce(v_rec->'accounts', '{}');
+    IF jsonb_typeof(v_accounts) <> 'object' THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: its accounts are not an object',
+            NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    IF v_accounts <> '{}' THEN
+        -- OFFSET 0 keeps one primary-key lookup per listed account, whatever the planner
+        -- estimates for jsonb_each (a hash join would scan every account).
+        SELECT a.key INTO v_key FROM jsonb_each(v_accounts) a,
+            LATERAL (SELECT s.state FROM dpbudget_accounts s WHERE s.key = a.key OFFSET 0) s,
+            LATERAL jsonb_each(s.state::jsonb) o
+            WHERE CASE WHEN jsonb_typeof(a.value->'state'->o.key) = 'number'
+                       AND jsonb_typeof(o.value) = 'number'
+                  THEN (a.value->'state'->o.key)::numeric < o.value::numeric ELSE true END
+            LIMIT 1;
+        IF v_key IS NOT NULL THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: it lists account % with a state '
+                'below the stored one', NEW.seq, v_key USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION {S}.dpbudget_account_check() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, {S}, pg_temp AS $$
+DECLARE
+    v_acct jsonb;
+    v_state jsonb;
+    v_bad text;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.key IS DISTINCT FROM OLD.key THEN
+            RAISE EXCEPTION 'dpbudget ledger: account %: its key cannot change', OLD.key
+                USING ERRCODE = 'check_violation';
+        END IF;
+        IF NEW.seq < OLD.seq THEN
+            RAISE EXCEPTION 'dpbudget ledger: account % refused: its seq would go back from % '
+                'to %', NEW.key, OLD.seq, NEW.seq USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    -- The entry is written before its accounts, in the same transaction (accountant.ledger.sql).
+    SELECT record::jsonb->'accounts'->NEW.key INTO v_acct FROM dpbudget_entries
+        WHERE seq = NEW.seq;
+    IF jsonb_typeof(v_acct) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'dpbudget ledger: account % refused: entry % does not record it',
+            NEW.key, NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    v_state := NEW.state::jsonb;
+    IF v_acct->'state' IS DISTINCT FROM v_state OR jsonb_typeof(v_state) <> 'object' THEN
+        RAISE EXCEPTION 'dpbudget ledger: account % refused: its state is not the one entry % '
+            'records', NEW.key, NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    -- The rule's configuration decides how a state is read (a rule's state parameters).
+    IF NEW.rule IS DISTINCT FROM v_acct->>'rule'
+            OR NEW.config::jsonb - 'rule' IS DISTINCT FROM v_acct - 'state' - 'rule' THEN
+        RAISE EXCEPTION 'dpbudget ledger: account % refused: its rule or configuration is not '
+            'the one entry % records', NEW.key, NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    IF jsonb_path_exists(v_state, 'strict $.* ? (@.type() != "number" || @ < 0)') THEN
+        RAISE EXCEPTION 'dpbudget ledger: account % refused: its state is not made of numbers '
+            '>= 0', NEW.key USING ERRCODE = 'check_violation';
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state <> OLD.state THEN
+        SELECT o.key INTO v_bad FROM jsonb_each(OLD.state::jsonb) o
+            WHERE CASE WHEN jsonb_typeof(v_state->o.key) = 'number'
+                       AND jsonb_typeof(o.value) = 'number'
+                  THEN (v_state->o.key)::numeric < o.value::numeric ELSE true END
+            LIMIT 1;
+        IF v_bad IS NOT NULL THEN
+            RAISE EXCEPTION 'dpbudget ledger: account % refused: its state % would decrease (a '
+                'refund)', NEW.key, v_bad USING ERRCODE = 'check_violation';
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- After the row is in (as the tables' owner: writers cannot write lanes themselves): a format 2
+-- record must link, for every account it lists and every other lane it names, to the last record
+-- of that lane, and becomes its last. A format 1 record moves its accounts' lanes to it.
+CREATE OR REPLACE FUNCTION {S}.dpbudget_entry_lanes() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
+DECLARE
+    v_rec jsonb;
+    v_links jsonb;
+    v_key text;
+    v_link jsonb;
+BEGIN
+    v_rec := NEW.record::jsonb;
+    v_links := v_rec->'links';
+    -- A record numbered by its writer, not by the sequence (an import): later numbers follow it.
+    IF NEW.seq > (SELECT last_value FROM dpbudget_seq) THEN
+        PERFORM setval('dpbudget_seq', NEW.seq);
+    END IF;
+    IF v_links IS NULL THEN
+        INSERT INTO dpbudget_lanes AS l SELECT k, NEW.seq, NEW.hash
+            FROM jsonb_object_keys(coalesce(v_rec->'accounts', '{}')) k
+            ON CONFLICT (key) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash;
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(v_links) <> 'object' OR v_links = '{}' OR EXISTS (
+            SELECT 1 FROM jsonb_object_keys(coalesce(v_rec->'accounts', '{}')) k
+            WHERE NOT v_links ? k) THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: its links do not name every account '
+            'it lists', NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    -- In key order, as dpbudget_lock takes the same locks: no deadlock between writers.
+    FOR v_key, v_link IN SELECT j.key, j.value FROM jsonb_each(v_links) j ORDER BY j.key LOOP
+        IF jsonb_typeof(v_link) IS DISTINCT FROM 'array' OR jsonb_array_length(v_link) <> 2
+                OR jsonb_typeof(v_link->0) <> 'number' OR jsonb_typeof(v_link->1) <> 'string' THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: its link for % is not [seq, '
+                'hash]', NEW.seq, v_key USING ERRCODE = 'check_violation';
+        END IF;
+        INSERT INTO dpbudget_lanes VALUES (v_key, 0, repeat('0', 64)) ON CONFLICT DO NOTHING;
+        UPDATE dpbudget_lanes SET seq = NEW.seq, hash = NEW.hash WHERE key = v_key
+            AND seq = (v_link->>0)::numeric AND hash = v_link->>1 AND seq < NEW.seq;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: its link for % is not the last '
+                'record of that lane (another writer appended to it)', NEW.seq, v_key
+                USING ERRCODE = 'check_violation';
+        END IF;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
+-- A debit's first round trip (accountant.ledger.postgres): lock the lanes it writes (exclusive,
+-- in key order) and the ones it only reads (shared: debits do not wait for each other, and a
+-- policy change waits for every debit in flight), then return them, the accounts, the last
+-- record and p_n new sequence numbers. p_expect: the seqs the shared lanes must still have (a
+-- debit started from a cache), else the whole transaction is refused. p_spare: a number the
+-- caller took earlier and did not use, returned instead of a new one while it is above every
+-- locked lane's last (numbers need only grow along each lane), so that a lone writer's records
+-- are numbered without gaps.
+CREATE OR REPLACE FUNCTION {S}.dpbudget_lock(p_keys text[], p_shared text[], p_n int,
+        p_expect bigint[] DEFAULT NULL, p_spare bigint DEFAULT NULL)
+RETURNS TABLE (kind text, key text, seq bigint, a text, b text, c text) LANGUAGE plpgsql
+SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
+DECLARE
+    v_key text;
+    v_seq bigint;
+    v_seen bigint[] := '{}';
+BEGIN
+    FOREACH v_key IN ARRAY p_shared LOOP
+        SELECT l.seq INTO v_seq FROM dpbudget_lanes l WHERE l.key = v_key FOR SHARE;
+        v_seen := v_seen || coalesce(v_seq, 0);
+    END LOOP;
+    IF p_expect IS NOT NULL AND v_seen IS DISTINCT FROM p_expect THEN
+        RAISE EXCEPTION 'dpbudget ledger: a lane read from a cache has moved'
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    -- Sorted, like the locks below: two writers starting the same new lanes cannot deadlock.
+    INSERT INTO dpbudget_lanes SELECT DISTINCT k, 0, repeat('0', 64) FROM unnest(p_keys) k
+        ORDER BY k ON CONFLICT DO NOTHING;
+    RETURN QUERY SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
+        WHERE l.key = ANY(p_keys) ORDER BY l.key FOR UPDATE;
+    RETURN QUERY SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
+        WHERE l.key = ANY(p_shared);
+    RETURN QUERY SELECT 'a', s.key, s.seq, s.rule, s.config, s.state FROM dpbudget_accounts s
+        WHERE s.key = ANY(p_keys) OR s.key = ANY(p_shared);
+    RETURN QUERY SELECT 'h', NULL::text, e.seq, e.hash, e.record, NULL::text
+        FROM dpbudget_entries e ORDER BY e.seq DESC LIMIT 1;
+    IF p_n = 1 AND p_spare > coalesce((SELECT max(l.seq) FROM dpbudget_lanes l
+            WHERE l.key = ANY(p_keys)), 0) THEN
+        RETURN QUERY SELECT 's', NULL::text, p_spare, NULL::text, NULL::text, NULL::text;
+    ELSE
+        RETURN QUERY SELECT 's', NULL::text, nextval('dpbudget_seq'), NULL::text, NULL::text,
+            NULL::text FROM generate_series(1, p_n);
+    END IF;
+END $$;
+
+-- Trigger functions only ever run as triggers; nobody needs to call them.
+REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
+    {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
+REVOKE ALL ON FUNCTION {S}.dpbudget_lock(text[], text[], int, bigint[], bigint) FROM PUBLIC;
+
+{TRIGGERS}
+INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+"""

@@ -1,0 +1,239 @@
+"""``Ledger.transaction()``: the one way to change a ledger (``accountant.ledger.base``), as a
+context manager or explicit ``begin``/``commit``/``abandon``, and the view inside it."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from accountant.errors import LedgerError
+from accountant.ledger import lanes as _lanes
+from accountant.ledger import table_sum
+from accountant.ledger.entry import Account, Entry
+from accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_now
+from accountant.ledger.writer import log_records, writer_for
+
+# The ledger (``accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
+__all__ = ["Scope", "Transaction"]
+
+_VERSION = str(FORMAT_VERSION)
+_LANES_VERSION = str(_lanes.FORMAT)
+
+
+class Transaction:
+    """The view of a ledger inside ``Ledger.transaction()``."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+        self.appended: list[Entry] = []
+        self._read: dict[str, Account | None] = {}
+
+    def account(self, key: str) -> Account | None:
+        current: Account | None = self._ledger._read_account(key)
+        self._read[key] = current
+        return current
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next ``append`` in this transaction will get (fixed: the
+        transaction holds the locks it writes under)."""
+        seq: int = self._ledger._next_seq() if self._ledger.lanes else self._ledger._head()[0] + 1
+        return seq
+
+    @property
+    def empty(self) -> bool:
+        """Whether the ledger held no record when this transaction began."""
+        return bool(self._ledger._head()[0] == 0)
+
+    def append(self, fields: dict[str, str], accounts: list[Account],
+               lanes: Sequence[str] = ()) -> Entry:
+        """Append a record and write the accounts' new states, as one unit.
+
+        Args:
+            fields: the record's members as canonical JSON texts (see ``record.assemble``); the
+                version, sequence number, time and previous hash (or links) are added here.
+            accounts: the new state of every account the record charges.
+            lanes: lanes the record is on besides its accounts' (a ledger of lanes only,
+                ``accountant.ledger.lanes``; a session's close is on its accounts' lanes).
+        """
+        ledger = self._ledger
+        if len(accounts) > 1 and len({a.key for a in accounts}) != len(accounts):
+            raise LedgerError("refusing to write one account twice in one record; nothing was "
+                              "written")
+        if ledger.lanes:
+            for account in accounts:
+                self._check_state(account)
+            keys = sorted({a.key for a in accounts}.union(lanes))
+            if not keys:
+                raise LedgerError("a record of a ledger of lanes must be on at least one lane "
+                                  "(an account it charges, or one named); nothing was written")
+            seq = ledger._next_seq() - 1
+            extra = {"v": _LANES_VERSION,
+                     "links": _lanes.links_member((k, ledger._lane(k)) for k in keys)}
+            table = None
+        else:
+            extra, table, seq = self._chain(ledger, accounts)
+        writer = ledger._w
+        assert writer is not None  # set by the transaction's begin
+        n = writer.written + len(self.appended) + 1
+        text = assemble({
+            **fields, **extra, "seq": str(seq + 1), "time": utc_now(), "auth": ledger._auth,
+            "writer": writer.member(n),
+        })
+        entry = Entry(seq + 1, text, record_hash(text, ledger._key))
+        # The record first: a PostgreSQL server checks each account row against the record it
+        # points at (accountant.ledger.postgres_schema).
+        ledger._write_entry(entry)
+        written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
+        ledger._write_accounts(written)
+        self._read.update((a.key, a) for a in written)
+        if table is not None:
+            ledger._table = (seq + 1, entry.hash, table)
+        if ledger.lanes:
+            ledger._advance(keys, entry)
+        self.appended.append(entry)
+        return entry
+
+    def _chain(self, ledger: Any,
+               accounts: list[Account]) -> tuple[dict[str, str], int | None, int]:
+        """The members that link a record of one chain (format 1), the table sum, and the
+        head's seq."""
+        seq, prev = ledger._head()
+        table = None
+        if ledger.durable:  # only a stored table can be edited behind the chain's back
+            table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
+            extra = {"table": table_sum.member(table)}
+        else:
+            extra = {}
+            for account in accounts:
+                self._check_state(account)
+        return {**extra, "v": _VERSION, "prev": f'"{prev}"'}, table, seq
+
+    def _check_state(self, new: Account) -> Account | None:
+        """Refuse a running state that is not finite and >= 0 in every component, or that is
+        below the stored one anywhere: every rule's state only grows (running sums and counts),
+        so a decrease is a refund of budget, whoever asks for it. Returns the stored account."""
+        key = new.key
+        old = self._read[key] if key in self._read else self._ledger._read_account(key)
+        for name, value in new.state.items():
+            if not 0.0 <= value < math.inf:
+                raise LedgerError(f"refusing to write {key}: its state {name} would be {value}, "
+                                  "not a finite number >= 0; nothing was written")
+        if old is not None:
+            for name, value in old.state.items():
+                if not new.state.get(name, -1.0) >= value:
+                    raise LedgerError(f"refusing to write {key}: its state {name} would go from "
+                                      f"{value} to {new.state.get(name)} (a running state never "
+                                      "decreases: that would refund budget); nothing was written")
+        return old
+
+
+def _release_all(ledger: Any) -> None:
+    """Release the ledger's lock as many times as this thread holds it, even if an interrupt
+    lands in between (each pass re-checks ownership, so the lock is never left held)."""
+    lock = ledger._lock
+    while lock._is_owned():
+        try:
+            lock.release()
+        except KeyboardInterrupt:
+            continue
+
+
+class Scope:
+    """``Ledger.transaction()``: a context manager, or explicit ``begin``/``commit``/``abandon``.
+
+    Interrupts: a KeyboardInterrupt (or any BaseException) may land between any two bytecodes —
+    right after BEGIN has run on the backend, or between the end of a ``with`` block and the call
+    of ``__exit__``, which Python then never makes. The gate therefore uses the explicit form, with
+    ``begin`` and ``commit`` inside one ``try`` whose handler calls ``abandon``: every exit rolls
+    back and releases the lock, so an interrupted debit leaves no open transaction behind (which
+    would wedge the ledger — "cannot start a transaction within a transaction" — and hold the
+    write lock against every other process). A backend's ``_begin`` also rolls back whatever an
+    interrupt outside these handlers may still have left open, before it begins.
+    """
+
+    __slots__ = ("_ledger", "_tx")
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+        self._tx: Transaction | None = None
+
+    def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> Transaction:
+        """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
+        (an optimisation only: any account can still be read). In a ledger of lanes
+        (``accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
+        those also in ``shared``, locked for reading: writing a lane not locked here may end in
+        ``LedgerStaleError`` (another writer moved it; nothing is written)."""
+        ledger = self._ledger
+        ledger._lock.acquire()
+        writer = ledger._w
+        if writer is None or writer.pid != os.getpid():  # a forked child is another writer
+            writer = ledger._w = writer_for(ledger._writer_key())
+        ledger._begin(prefetch, shared)
+        writer.begin(ledger._landed)
+        self._tx = Transaction(ledger)
+        return self._tx
+
+    def commit(self) -> None:
+        """Commit and release the lock; on any failure (or interrupt) roll back, then raise."""
+        ledger = self._ledger
+        appended = () if self._tx is None else tuple(self._tx.appended)
+        writer = ledger._w
+        assert writer is not None  # set by begin
+        committed = False
+        try:
+            box = writer.committing(appended)
+            token = ledger._commit()
+            committed = True
+            box[1] = True  # committed: the next transaction counts these without a read
+            log_records(appended, box)
+        except BaseException:
+            if not committed:  # (a rollback after the commit is harmless: nothing is open)
+                self.abandon()
+            raise
+        finally:
+            _release_all(ledger)
+        # On disk before the caller may act on it (draw noise): after the lock, so that other
+        # threads' transactions go on meanwhile and one sync covers them all.
+        ledger._sync(token)
+
+    def abandon(self) -> None:
+        """Roll back the open transaction (if any) and release the lock (if held), even if
+        interrupted again while doing so: the interrupt that brought us here is already on its
+        way to the caller. Idempotent."""
+        ledger = self._ledger
+        # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
+        # thread rolls back only what it owns (never another thread's transaction), and releases
+        # every level it holds (the gate never nests transactions).
+        if not ledger._lock._is_owned():
+            return
+        try:
+            while True:
+                try:
+                    ledger._rollback()
+                    break
+                except KeyboardInterrupt:
+                    continue  # finish the clean-up first; the first interrupt still propagates
+                except Exception:
+                    break  # the connection is broken: nothing uncommitted survives it
+        finally:
+            _release_all(ledger)
+
+    def __enter__(self) -> Transaction:
+        try:
+            return self.begin()
+        except BaseException:
+            self.abandon()
+            raise
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            try:
+                self.commit()
+            except BaseException:
+                self.abandon()  # whatever an interrupt left held (idempotent)
+                raise
+        else:
+            self.abandon()

@@ -1,0 +1,284 @@
+"""The PostgreSQL ledger linked per account (lanes, accountant.ledger.lanes): debits on different
+datasets do not wait for each other, the ones that share an account do, nothing overspends, and
+every kind of tampering with the records is still reported."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from accountant import Accountant, Budget, LedgerError
+from accountant.audit import audit
+from accountant.ledger import SqliteLedger
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.record import GENESIS, canonical, export_line, record_hash
+from accountant.transfer import export_jsonl, import_jsonl
+from mechanisms import Laplace
+from policies import Policy
+from tests.conftest import _fresh_schema
+from tests.support import assert_chain
+
+pytestmark = pytest.mark.postgres
+
+TWO = {"datasets": {"a": {"limit": {"epsilon": 1.0}}, "b": {"limit": {"epsilon": 1.0}}}}
+
+
+@pytest.fixture
+def dsn(postgres_database: str) -> str:
+    return _fresh_schema(postgres_database)
+
+
+def _accountant(dsn: str, policy: dict[str, Any] = TWO, timeout: float = 0.5) -> Accountant:
+    return Accountant.from_policy(Policy.model_validate(policy),
+                                  ledger=PostgresLedger(dsn, timeout=timeout), rng=0)
+
+
+def test_a_debit_on_another_dataset_does_not_wait(dsn: str) -> None:
+    acc = _accountant(dsn)
+    acc.release(Laplace(0.1), 1.0, dataset="a")
+    holder = PostgresLedger(dsn)
+    scope = holder.transaction()
+    scope.begin(["dataset:a"])  # another writer in the middle of a debit on dataset a
+    try:
+        start = time.monotonic()
+        acc.release(Laplace(0.1), 1.0, dataset="b")  # no wait: a lane of its own
+        assert time.monotonic() - start < 0.5
+        with pytest.raises(LedgerError, match="lock timeout"):  # the same account waits
+            acc.release(Laplace(0.1), 1.0, dataset="a")
+    finally:
+        scope.abandon()
+        holder.close()
+    assert acc.spent("a").epsilon == pytest.approx(0.1)  # the refused one debited nothing
+    acc.release(Laplace(0.1), 1.0, dataset="a")
+    assert acc.spent("a").epsilon == pytest.approx(0.2)
+    assert audit(acc.ledger).ok
+    assert assert_chain(acc.ledger) == 3
+    acc.close()
+
+
+def test_a_global_limit_is_one_lane_that_every_debit_writes(dsn: str) -> None:
+    acc = _accountant(dsn, {**TWO, "limit": {"epsilon": 5.0}})
+    acc.release(Laplace(0.1), 1.0, dataset="a")
+    holder = PostgresLedger(dsn)
+    scope = holder.transaction()
+    scope.begin(["global"])
+    try:
+        with pytest.raises(LedgerError, match="lock timeout"):
+            acc.release(Laplace(0.1), 1.0, dataset="b")
+    finally:
+        scope.abandon()
+        holder.close()
+    acc.release(Laplace(0.1), 1.0, dataset="b")
+    assert acc.ledger.account("global").state["epsilon"] == pytest.approx(0.2)
+    acc.close()
+
+
+def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
+    acc = _accountant(dsn)
+    acc.release(Laplace(0.1), 1.0, dataset="a")
+    holder = PostgresLedger(dsn)
+    scope = holder.transaction()
+    scope.begin(["policy", "dataset:b"], ["policy"])  # a debit in flight: the policy shared
+    try:
+        acc.release(Laplace(0.1), 1.0, dataset="a")  # debits share the policy's lock
+        owner = _accountant(dsn)
+        lower = Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.5}},
+                                                    "b": {"limit": {"epsilon": 0.5}}}})
+        with pytest.raises(LedgerError, match="lock timeout"):
+            owner.apply_policy(lower, by="owner", reason="lower")
+    finally:
+        scope.abandon()
+        holder.close()
+    owner.apply_policy(lower, by="owner", reason="lower")
+    assert audit(acc.ledger).ok
+    owner.close()
+    acc.close()
+
+
+def test_two_first_debits_on_variants_of_a_new_name_do_not_make_two_budgets(dsn: str) -> None:
+    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0)
+    holder = PostgresLedger(dsn)
+    scope = holder.transaction()
+    scope.begin(["fold:adult"])  # another debit on a variant of "Adult", not yet committed
+    try:
+        with pytest.raises(LedgerError, match="lock timeout"):
+            acc.release(Laplace(0.1), 1.0, dataset="Adult")
+    finally:
+        scope.abandon()
+        holder.close()
+    acc.release(Laplace(0.1), 1.0, dataset="Adult")
+    with pytest.raises(Exception, match="variant"):
+        acc.release(Laplace(0.1), 1.0, dataset="adult")
+    acc.close()
+
+
+def _race(dsn: str, dataset: str, n: int, out: Any) -> None:
+    try:
+        acc = _accountant(dsn, {**TWO, "datasets": {**TWO["datasets"],
+                                                    "c": {"limit": {"epsilon": 1.0}}}}, 30.0)
+        admitted = 0
+        for _ in range(n):
+            try:
+                acc.release(Laplace(0.01), 1.0, dataset=dataset)
+                admitted += 1
+            except Exception as exc:  # noqa: BLE001 - only refusals are expected
+                if type(exc).__name__ != "BudgetExceededError":
+                    raise
+        acc.close()
+        out.put((dataset, admitted))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        out.put((dataset, f"{type(exc).__name__}: {exc}"))
+
+
+def test_processes_on_shared_and_distinct_datasets_never_overspend(dsn: str) -> None:
+    _accountant(dsn, {**TWO, "datasets": {**TWO["datasets"],
+                                          "c": {"limit": {"epsilon": 1.0}}}}).close()
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    plan = ["a", "a", "a", "b", "c"]  # three on one dataset, one each on two others
+    procs = [ctx.Process(target=_race, args=(dsn, d, 60, out)) for d in plan]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    assert all(isinstance(n, int) for _, n in results), results
+    assert sum(n for d, n in results if d == "a") == 100  # the limit admits exactly 100
+    assert {d: n for d, n in results if d != "a"} == {"b": 60, "c": 60}
+    ledger = PostgresLedger(dsn)
+    report = audit(ledger)
+    assert report.ok, [p.message for p in report.problems]
+    assert assert_chain(ledger) == 220
+    ledger.close()
+
+
+def _export(dsn: str, tmp_path: Path) -> list[dict[str, Any]]:
+    acc = _accountant(dsn)
+    for dataset in ("a", "b", "a", "b", "a"):
+        acc.release(Laplace(0.1), 1.0, dataset=dataset)
+    with acc.session(_sparse(), dataset="b") as session:
+        session.test(0.0)
+    acc.close()
+    path = tmp_path / "full.jsonl"
+    with PostgresLedger(dsn) as ledger:
+        export_jsonl(ledger, path)
+    assert audit(str(path), complete=True).ok
+    return [{**d["record"], "hash": d["hash"]} for d in map(json.loads,
+                                                             path.read_text().splitlines())]
+
+
+def _sparse() -> Any:
+    from mechanisms import AboveThreshold
+
+    return AboveThreshold(epsilon=0.2, threshold=10.0)
+
+
+def _write(tmp_path: Path, lines: list[dict[str, Any]]) -> str:
+    path = tmp_path / "edited.jsonl"
+    path.write_text("".join(export_line(d["hash"], canonical({k: v for k, v in d.items()
+                                                               if k != "hash"})) + "\n"
+                            for d in lines))
+    return str(path)
+
+
+def _rehash(line: dict[str, Any]) -> dict[str, Any]:
+    """What a forger without a key does after an edit: the hash recomputed."""
+    body = {k: v for k, v in line.items() if k != "hash"}
+    return {**body, "hash": record_hash(canonical(body))}
+
+
+@pytest.mark.parametrize("tamper", ["delete-a-middle-record", "delete-a-session-close",
+                                    "swap-two-records-of-a-lane", "insert-a-fork",
+                                    "strip-a-link", "one-chain-record-after-lanes"])
+def test_every_tampering_with_an_export_is_reported(dsn: str, tmp_path: Path,
+                                                    tamper: str) -> None:
+    lines = _export(dsn, tmp_path)
+    releases = [i for i, d in enumerate(lines) if d.get("dataset") == "a"
+                and d["kind"] == "release"]
+    close = next(i for i, d in enumerate(lines) if d["kind"] == "session-close")
+    if tamper == "delete-a-middle-record":
+        del lines[releases[1]]
+    elif tamper == "delete-a-session-close":
+        lines.append(_rehash({**lines[releases[-1]], "seq": lines[-1]["seq"] + 1,
+                              "links": {"dataset:b": [lines[close]["seq"], lines[close]["hash"]]},
+                              "accounts": {}, "dataset": "b"}))
+        del lines[close]
+    elif tamper == "swap-two-records-of-a-lane":
+        first, second = lines[releases[0]], lines[releases[1]]
+        lines[releases[0]] = _rehash({**second, "seq": first["seq"]})
+        lines[releases[1]] = _rehash({**first, "seq": second["seq"]})
+    elif tamper == "insert-a-fork":
+        fork = _rehash({**lines[releases[1]], "seq": lines[-1]["seq"] + 1, "label": "forged"})
+        lines.append(fork)  # links where record releases[1] already does
+    elif tamper == "strip-a-link":
+        lines[releases[1]] = _rehash({**lines[releases[1]], "links": {
+            "policy": [0, GENESIS]}})
+    else:
+        body = {k: v for k, v in lines[releases[-1]].items() if k not in ("hash", "links")}
+        lines.append(_rehash({**body, "seq": lines[-1]["seq"] + 1, "prev": lines[-1]["hash"],
+                              "v": 1}))
+    report = audit(_write(tmp_path, lines), complete=True)
+    messages = [p.message for p in report.problems]
+    assert not report.ok and "chain" in report.problem_kinds, messages
+    # ... by the lanes themselves, not only by the writer's count of records
+    assert any("lane" in m or "one chain" in m for m in messages), messages
+
+
+def test_the_untouched_export_audits_clean_and_imports(dsn: str, tmp_path: Path,
+                                                       postgres_database: str) -> None:
+    lines = _export(dsn, tmp_path)
+    assert all(d["v"] == 2 and "prev" not in d for d in lines)
+    target = PostgresLedger(_fresh_schema(postgres_database))
+    assert import_jsonl(tmp_path / "full.jsonl", target) == len(lines)
+    acc = Accountant.open(target, rng=0)
+    acc.release(Laplace(0.1), 1.0, dataset="b")  # continues every lane where it was
+    assert audit(target).ok
+    assert assert_chain(target) == len(lines)  # (the policy record is not counted)
+    acc.close()
+    target.close()
+
+
+def test_an_export_of_lanes_is_refused_by_a_ledger_of_one_chain(dsn: str,
+                                                                tmp_path: Path) -> None:
+    _export(dsn, tmp_path)
+    target = SqliteLedger(tmp_path / "one-chain.db")
+    with pytest.raises(LedgerError, match="linked per account"):
+        import_jsonl(tmp_path / "full.jsonl", target)
+    assert target.head()[0] == 0  # nothing imported
+    target.close()
+
+
+def test_a_ledger_of_one_chain_continues_in_lanes(dsn: str, tmp_path: Path) -> None:
+    """A ledger written in one chain (format 1, here by SQLite, as an older PostgreSQL ledger
+    was) continues on PostgreSQL in lanes: each account's lane starts at its last record."""
+    old = Accountant.from_policy(Policy.model_validate(TWO), ledger=SqliteLedger(
+        tmp_path / "old.db"), rng=0)
+    for dataset in ("a", "b", "a"):
+        old.release(Laplace(0.1), 1.0, dataset=dataset)
+    export_jsonl(old.ledger, tmp_path / "old.jsonl")
+    old.close()
+    ledger = PostgresLedger(dsn)
+    import_jsonl(tmp_path / "old.jsonl", ledger)
+    acc = Accountant.open(ledger, rng=0)
+    for dataset in ("b", "a", "b"):
+        acc.release(Laplace(0.1), 1.0, dataset=dataset)
+    records = [e.record for e in ledger.entries()]
+    assert [r["v"] for r in records] == [1, 1, 1, 1, 2, 2, 2]
+    assert records[4]["links"]["dataset:b"] == [3, list(ledger.entries())[2].hash]
+    assert audit(ledger).ok and assert_chain(ledger) == 6
+    assert acc.spent("a").epsilon == pytest.approx(0.3)
+    with psycopg.connect(dsn) as conn:  # and the server takes no more records of one chain
+        last = json.loads(records[-1] and list(ledger.entries())[-1].text)
+        body = {k: v for k, v in last.items() if k != "links"}
+        body.update(seq=last["seq"] + 1, prev=list(ledger.entries())[-1].hash, v=1)
+        text = canonical(body)
+        with pytest.raises(psycopg.Error, match="linked per account"):
+            conn.execute("INSERT INTO dpbudget_entries VALUES (%s, %s, %s)",
+                         (body["seq"], record_hash(text), text))
+    acc.close()
