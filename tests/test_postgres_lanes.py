@@ -118,6 +118,52 @@ def test_two_first_debits_on_variants_of_a_new_name_do_not_make_two_budgets(dsn:
     acc.close()
 
 
+def test_a_debit_that_waited_for_a_lane_reads_the_state_it_left(dsn: str) -> None:
+    """A debit that had to wait for another's lock must check and write on the state that other
+    debit committed, not on what it would have read before waiting: a stale read would record
+    less spend than was made (an overspend the server's "never below" check lets through when
+    the cost exceeds the other debit's)."""
+    import threading
+
+    earlier = _accountant(dsn)
+    earlier.release(Laplace(0.1), 1.0, dataset="a")  # the lane exists: the wait is for its lock
+    earlier.close()
+    first, second = _accountant(dsn, timeout=10.0), _accountant(dsn, timeout=10.0)
+    ledger = first.ledger
+    assert isinstance(ledger, PostgresLedger)
+    inside, go = threading.Event(), threading.Event()
+    commit = ledger._commit
+
+    def held_commit() -> None:
+        inside.set()  # the lane is locked and the record written, not yet committed
+        go.wait(10)
+        commit()
+
+    ledger._commit = held_commit  # type: ignore[method-assign]
+    errors: list[BaseException] = []
+
+    def run(acc: Accountant, epsilon: float) -> None:
+        try:
+            acc.release(Laplace(epsilon), 1.0, dataset="a")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=(first, 0.1))
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=run, args=(second, 0.3))
+    b.start()
+    time.sleep(0.3)  # b is waiting for dataset a's lane
+    go.set()
+    a.join(10)
+    b.join(10)
+    assert errors == []
+    assert second.spent("a").epsilon == pytest.approx(0.5)
+    assert audit(second.ledger).ok
+    first.close()
+    second.close()
+
+
 def _race(dsn: str, dataset: str, n: int, out: Any) -> None:
     try:
         acc = _accountant(dsn, {**TWO, "datasets": {**TWO["datasets"],

@@ -217,7 +217,7 @@ ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
     "move-a-lane": lambda c, d: c.execute("UPDATE dpbudget_lanes SET seq = 0"),
     "insert-a-lane": lambda c, d: c.execute(
         "INSERT INTO dpbudget_lanes VALUES ('dataset:new', 0, repeat('0', 64))"),
-    "number-records-at-will": lambda c, d: c.execute("SELECT nextval('dpbudget_seq')"),
+    "rewind-the-numbering": lambda c, d: c.execute("SELECT setval('dpbudget_seq', 1)"),
     "insert-a-fork": lambda c, d: _insert(c, _forked(c)),
 }
 
@@ -225,7 +225,7 @@ ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
 BY_TRIGGERS = [a for a in ATTACKS if a not in (
     "drop-table", "disable-triggers", "replace-trigger-function", "create-own-trigger",
     "replica-mode-skips-triggers", "write-meta", "move-a-lane", "insert-a-lane",
-    "number-records-at-will")]
+    "rewind-the-numbering")]
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from accountant.errors import LedgerError, LedgerStaleError
-from accountant.ledger.base import EMPTY_HEAD, Account, Entry
+from accountant.ledger.base import Account, Entry
 from accountant.ledger.lanes import START
 from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.postgres_session import PgSession
@@ -41,8 +41,7 @@ __all__ = ["PostgresLedger"]
 # (an UPDATE matching no row would write nothing and wait for nothing); a row per backend slot, so
 # that writers do not queue on one row. It returns a number for the next record (``_begin``).
 _FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
-          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING (SELECT l.seq FROM "
-          "dpbudget_lock('{}', '{}', 1) l WHERE l.kind = 's')")
+          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING nextval('dpbudget_seq')")
 
 # Debits run on fresh reads after an optimistic one found the cache stale (other writers are
 # active: optimism would mostly cost a wasted round trip).
@@ -62,7 +61,6 @@ class _Cache(NamedTuple):
     lanes: dict[str, tuple[int, str]]
     read: dict[str, Account | None]
     seq: int  # a number taken for the next record
-    head: tuple[int, str]
 
 
 class PostgresLedger(PgSession, SqlLedger):
@@ -92,7 +90,7 @@ class PostgresLedger(PgSession, SqlLedger):
         self._tx_lanes: dict[str, tuple[int, str]] = {}
         self._tx_seq: int | None = None  # the number the next record gets
         self._tx_first: int | None = None  # the first number this transaction took
-        self._tx_head: tuple[int, str] = EMPTY_HEAD  # the last record, when the debit began
+        self._tx_head: tuple[int, str] | None = None  # the last record (read when asked)
         self._tx_entry: Entry | None = None  # the record this transaction wrote
         self._pending: list[str] = []  # the transaction's statements, as SQL with literals
         self._writes = 0
@@ -142,18 +140,18 @@ class PostgresLedger(PgSession, SqlLedger):
             # any other writer moved one of its lanes, or the policy's, meanwhile.
             self.optimistic = True
             self._tx_lanes, self._tx_read = dict(cache.lanes), dict(cache.read)
-            self._tx_seq, self._tx_head, self._spare = cache.seq, cache.head, None
+            self._tx_seq, self._tx_head, self._spare = cache.seq, None, None
             self._tx_first = cache.seq
             expect = ", ".join(str(cache.lanes[k][0]) for k in read_only)
-            self._pending = [f"SELECT count(*) FROM dpbudget_lock({self._array(written)}, "
-                             f"{self._array(read_only)}, 0, ARRAY[{expect}]::bigint[])"]
+            self._pending = [f"SELECT dpbudget_expect({self._array(read_only)}, "
+                             f"ARRAY[{expect}]::bigint[])"]
             return
         # One round trip: begin, lock the lanes, read them, the accounts and the last record, and
         # take a number for the record. Commits are asynchronous (the locks are released without
         # waiting for the disk); ``_commit`` makes each one durable before it returns.
         spare = "NULL" if self._spare is None else str(int(self._spare))
         sql = (f"{_BEGIN}; SELECT kind, key, seq, a, b, c FROM dpbudget_lock("
-               f"{self._array(written)}, {self._array(read_only)}, 1, NULL, {spare})")
+               f"{self._array(written)}, {self._array(read_only)}, 1, {spare})")
         try:
             rows = self._raw(sql)
         except LedgerError:
@@ -165,14 +163,12 @@ class PostgresLedger(PgSession, SqlLedger):
             rows = self._raw(sql)
         read: dict[str, Account | None] = dict.fromkeys(prefetch)
         lanes: dict[str, tuple[int, str]] = {}
-        self._tx_head, self._tx_seq = EMPTY_HEAD, None
+        self._tx_head, self._tx_seq = None, None  # (the last record: read when asked)
         for kind, key, seq, a, b, c in rows:
             if kind == "l":
                 lanes[key] = (int(seq), a)
             elif kind == "a":
                 read[key] = _account((key, a, b, c, int(seq)))
-            elif kind == "h":
-                self._tx_head = (int(seq), a)
             else:
                 self._tx_seq = int(seq)
         self._spare, self._tx_first = None, self._tx_seq
@@ -182,16 +178,30 @@ class PostgresLedger(PgSession, SqlLedger):
         return f"ARRAY[{', '.join(self._literal(k) for k in keys)}]::text[]"
 
     def _head(self) -> tuple[int, str]:
-        if self._tx_read is not None:
+        if self._tx_read is not None and self._tx_head is not None:
             return self._tx_head
-        return super()._head()
+        head = super()._head()
+        if self._tx_read is not None:
+            self._tx_head = head
+        return head
 
     def _read_account(self, key: str) -> Account | None:
         read = self._tx_read
         if read is None:
             return super()._read_account(key)
         if key not in read:
-            read[key] = super()._read_account(key)
+            # Not locked by this transaction: its lane is read in the same statement, so that
+            # the link the record will carry is the one this state is from (the server refuses
+            # the record if the lane moved since; a lane read later could pass with this state
+            # stale).
+            row = self._execute(
+                "SELECT a.key, a.rule, a.config, a.state, a.seq, l.seq, l.hash FROM (SELECT "
+                "%s::text AS key) k LEFT JOIN dpbudget_accounts a ON a.key = k.key LEFT JOIN "
+                "dpbudget_lanes l ON l.key = k.key", (key,)).fetchone()
+            read[key] = None if row is None or row[0] is None else _account(row[:5])
+            if key not in self._tx_lanes:
+                lane = None if row is None or row[5] is None else (int(row[5]), row[6])
+                self._tx_lanes[key] = START if lane is None else lane
         return read[key]
 
     def _lane(self, key: str) -> tuple[int, str]:
@@ -204,8 +214,7 @@ class PostgresLedger(PgSession, SqlLedger):
 
     def _next_seq(self) -> int:
         if self._tx_seq is None:
-            row = self._execute("SELECT seq FROM dpbudget_lock('{}', '{}', 1) WHERE kind = "
-                                "'s'").fetchone()
+            row = self._execute("SELECT nextval('dpbudget_seq')").fetchone()
             self._tx_seq = int(row[0])
             if self._tx_first is None:
                 self._tx_first = self._tx_seq
@@ -215,7 +224,7 @@ class PostgresLedger(PgSession, SqlLedger):
         for key in keys:
             self._tx_lanes[key] = (entry.seq, entry.hash)
         self._tx_seq = None
-        if entry.seq > self._tx_head[0]:
+        if self._tx_head is None or entry.seq > self._tx_head[0]:
             self._tx_head = (entry.seq, entry.hash)
 
     def _write_entry(self, entry: Entry) -> None:
@@ -261,7 +270,7 @@ class PostgresLedger(PgSession, SqlLedger):
         statements, writes = self._pending, self._writes
         staged, self._tx_entry = self._tx_entry, None
         read, self._tx_read = self._tx_read, None
-        lanes, head = self._tx_lanes, self._tx_head
+        lanes = self._tx_lanes
         self._pending, self._tx_lanes, self._writes, self._cache = [], {}, 0, None
         self._tx_first = None  # (sent: never reused, even if the commit's fate is unknown)
         status = self._psycopg.pq.TransactionStatus
@@ -296,7 +305,7 @@ class PostgresLedger(PgSession, SqlLedger):
                 "refused); nothing was drawn on it, and its budget stays spent")
         self._spare = int(rows[0][0])
         if staged is not None and read is not None:
-            self._cache = _Cache(lanes, read, self._spare, head)
+            self._cache = _Cache(lanes, read, self._spare)
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
         """After a failed commit round trip: whether the transaction's record is in the ledger

@@ -217,9 +217,13 @@ BEGIN
             RAISE EXCEPTION 'dpbudget ledger: entry % refused: its link for % is not [seq, '
                 'hash]', NEW.seq, v_key USING ERRCODE = 'check_violation';
         END IF;
-        INSERT INTO dpbudget_lanes VALUES (v_key, 0, repeat('0', 64)) ON CONFLICT DO NOTHING;
         UPDATE dpbudget_lanes SET seq = NEW.seq, hash = NEW.hash WHERE key = v_key
             AND seq = (v_link->>0)::numeric AND hash = v_link->>1 AND seq < NEW.seq;
+        IF NOT FOUND AND v_link = jsonb_build_array(0, repeat('0', 64)) THEN
+            -- A lane's first record, not begun through dpbudget_lock (an import): a row that is
+            -- there already (someone else's first) makes this a conflict, refused.
+            INSERT INTO dpbudget_lanes VALUES (v_key, NEW.seq, NEW.hash) ON CONFLICT DO NOTHING;
+        END IF;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'dpbudget ledger: entry % refused: its link for % is not the last '
                 'record of that lane (another writer appended to it)', NEW.seq, v_key
@@ -230,54 +234,55 @@ BEGIN
 END $$;
 
 -- A debit's first round trip (accountant.ledger.postgres): lock the lanes it writes (exclusive,
--- in key order) and the ones it only reads (shared: debits do not wait for each other, and a
--- policy change waits for every debit in flight), then return them, the accounts, the last
--- record and p_n new sequence numbers. p_expect: the seqs the shared lanes must still have (a
--- debit started from a cache), else the whole transaction is refused. p_spare: a number the
--- caller took earlier and did not use, returned instead of a new one while it is above every
--- locked lane's last (numbers need only grow along each lane), so that a lone writer's records
--- are numbered without gaps.
+-- in key order) and the ones it only reads (shared, first: debits do not wait for each other,
+-- and a policy change waits for every debit in flight), then return them, the accounts and, if
+-- p_n = 1, a number for its record: p_spare (a number the caller took earlier and did not use)
+-- while it is above every locked lane's last (numbers need only grow along each lane), so that a
+-- lone writer's records are numbered without gaps; else a new one. Two statements: a lane not
+-- there yet is made first (sorted: two writers starting the same new lanes cannot deadlock).
 CREATE OR REPLACE FUNCTION {S}.dpbudget_lock(p_keys text[], p_shared text[], p_n int,
-        p_expect bigint[] DEFAULT NULL, p_spare bigint DEFAULT NULL)
+        p_spare bigint DEFAULT NULL)
 RETURNS TABLE (kind text, key text, seq bigint, a text, b text, c text) LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
-DECLARE
-    v_key text;
-    v_seq bigint;
-    v_seen bigint[] := '{}';
 BEGIN
-    FOREACH v_key IN ARRAY p_shared LOOP
-        SELECT l.seq INTO v_seq FROM dpbudget_lanes l WHERE l.key = v_key FOR SHARE;
-        v_seen := v_seen || coalesce(v_seq, 0);
-    END LOOP;
-    IF p_expect IS NOT NULL AND v_seen IS DISTINCT FROM p_expect THEN
+    INSERT INTO dpbudget_lanes SELECT DISTINCT k, 0, repeat('0', 64) FROM unnest(p_keys) k
+        WHERE NOT EXISTS (SELECT 1 FROM dpbudget_lanes l WHERE l.key = k)
+        ORDER BY k ON CONFLICT DO NOTHING;
+    RETURN QUERY
+        WITH s AS (SELECT l.key, l.seq, l.hash FROM dpbudget_lanes l
+                   WHERE l.key = ANY(p_shared) FOR SHARE),
+             x AS (SELECT l.key, l.seq, l.hash FROM dpbudget_lanes l
+                   WHERE l.key = ANY(p_keys) ORDER BY l.key FOR UPDATE)
+        SELECT 'l', s.key, s.seq, s.hash, NULL::text, NULL::text FROM s
+        UNION ALL SELECT 'l', x.key, x.seq, x.hash, NULL, NULL FROM x
+        UNION ALL SELECT 's', NULL, CASE WHEN p_spare > coalesce((SELECT max(x.seq) FROM x), 0)
+            THEN p_spare ELSE nextval('dpbudget_seq') END, NULL, NULL, NULL WHERE p_n = 1;
+    -- The accounts in a statement of their own, after the locks: a statement reads from the
+    -- snapshot it began with, which is older than a lock it had to wait for (the locked rows
+    -- themselves are re-read, nothing else is): read with the locks, a state could be stale.
+    RETURN QUERY SELECT 'a', t.key, t.seq, t.rule, t.config, t.state FROM dpbudget_accounts t
+        WHERE t.key = ANY(p_keys) OR t.key = ANY(p_shared);
+END $$;
+
+-- A debit started from a cache (one round trip) checks here, under a shared lock held until it
+-- commits, that the lanes it only reads (the policy's) are where the cache left them; its own
+-- lanes are checked by dpbudget_entry_lanes. Refused (the whole transaction) if one moved.
+CREATE OR REPLACE FUNCTION {S}.dpbudget_expect(p_shared text[], p_seqs bigint[])
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, {S}, pg_temp AS $$
+BEGIN
+    IF (SELECT count(*) FROM (SELECT 1 FROM dpbudget_lanes l JOIN unnest(p_shared, p_seqs) u(k, s)
+            ON l.key = u.k AND l.seq = u.s FOR SHARE OF l) z) <> cardinality(p_shared) THEN
         RAISE EXCEPTION 'dpbudget ledger: a lane read from a cache has moved'
             USING ERRCODE = 'serialization_failure';
-    END IF;
-    -- Sorted, like the locks below: two writers starting the same new lanes cannot deadlock.
-    INSERT INTO dpbudget_lanes SELECT DISTINCT k, 0, repeat('0', 64) FROM unnest(p_keys) k
-        ORDER BY k ON CONFLICT DO NOTHING;
-    RETURN QUERY SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
-        WHERE l.key = ANY(p_keys) ORDER BY l.key FOR UPDATE;
-    RETURN QUERY SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
-        WHERE l.key = ANY(p_shared);
-    RETURN QUERY SELECT 'a', s.key, s.seq, s.rule, s.config, s.state FROM dpbudget_accounts s
-        WHERE s.key = ANY(p_keys) OR s.key = ANY(p_shared);
-    RETURN QUERY SELECT 'h', NULL::text, e.seq, e.hash, e.record, NULL::text
-        FROM dpbudget_entries e ORDER BY e.seq DESC LIMIT 1;
-    IF p_n = 1 AND p_spare > coalesce((SELECT max(l.seq) FROM dpbudget_lanes l
-            WHERE l.key = ANY(p_keys)), 0) THEN
-        RETURN QUERY SELECT 's', NULL::text, p_spare, NULL::text, NULL::text, NULL::text;
-    ELSE
-        RETURN QUERY SELECT 's', NULL::text, nextval('dpbudget_seq'), NULL::text, NULL::text,
-            NULL::text FROM generate_series(1, p_n);
     END IF;
 END $$;
 
 -- Trigger functions only ever run as triggers; nobody needs to call them.
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
-REVOKE ALL ON FUNCTION {S}.dpbudget_lock(text[], text[], int, bigint[], bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {S}.dpbudget_lock(text[], text[], int, bigint),
+    {S}.dpbudget_expect(text[], bigint[]) FROM PUBLIC;
 
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')
