@@ -184,6 +184,13 @@ class ChainCheck:
             self.problem("chain", f"record {seq} charges {unlinked[0]} without linking to its "
                          "lane (forged)", seq, item.position)
             return 1
+        for lane, read in sorted((read_links(record, "reads") or {}).items()):
+            last = self.lanes.get(lane, START)
+            if read != last and (self.strict or read[0] <= last[0]):
+                self.problem("chain", f"record {seq} was checked against record {read[0]} of "
+                             f"lane {lane}, whose last record before it is {last[0]} (a record "
+                             "of that lane deleted, or this one forged)", seq, item.position)
+                return 1
         for lane, link in sorted(links.items()):
             last = self.lanes.get(lane, START)
             if link == last:

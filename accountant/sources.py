@@ -79,7 +79,7 @@ class Source:
 
     def stored_accounts(self) -> list[Account] | None:
         """The ledger's stored running state, or None for a JSONL file (which has none)."""
-        return None if self.ledger is None else self.ledger.accounts()
+        return None if self.ledger is None else self.ledger.audited_accounts()
 
     def close(self) -> None:
         if self.ledger is not None:

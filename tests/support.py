@@ -62,6 +62,8 @@ def assert_chain(ledger: Ledger) -> int:
             assert set(record.get("accounts") or {}) <= set(record["links"])
             for key, link in record["links"].items():
                 assert link == lanes.get(key, [0, GENESIS]), (entry.seq, key)
+            for key, link in record.get("reads", {}).items():  # read, not moved
+                assert key not in record["links"] and link == lanes.get(key, [0, GENESIS])
             on, in_lanes = list(record["links"]), True
         else:
             assert not in_lanes  # one chain never follows lanes

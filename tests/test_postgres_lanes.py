@@ -164,6 +164,37 @@ def test_a_debit_that_waited_for_a_lane_reads_the_state_it_left(dsn: str) -> Non
     second.close()
 
 
+def test_ledger_objects_of_one_process_on_other_lanes_keep_their_own_counts(dsn: str) -> None:
+    """Two accountants of one process debit other datasets at the same time (their lanes do not
+    wait for each other): each is a writer of its own, so no two records share a writer's count
+    and the ledger, and the process's log, audit clean."""
+    import threading
+
+    accountants = [_accountant(dsn, timeout=10.0) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run(acc: Accountant, dataset: str) -> None:
+        try:
+            for _ in range(40):
+                acc.release(Laplace(0.01), 1.0, dataset=dataset)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(acc, d)) for acc, d in zip(accountants, "ab")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    report = audit(accountants[0].ledger)
+    assert report.ok, [p.message for p in report.problems]
+    writers = [json.loads(e.text)["writer"] for e in accountants[0].ledger.entries()
+               if json.loads(e.text)["kind"] == "release"]
+    assert len({(w["id"], w["n"]) for w in writers}) == 80
+    for acc in accountants:
+        acc.close()
+
+
 def _race(dsn: str, dataset: str, n: int, out: Any) -> None:
     try:
         acc = _accountant(dsn, {**TWO, "datasets": {**TWO["datasets"],
@@ -240,6 +271,7 @@ def _rehash(line: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("tamper", ["delete-a-middle-record", "delete-a-session-close",
+                                    "delete-the-policy-record",
                                     "swap-two-records-of-a-lane", "insert-a-fork",
                                     "strip-a-link", "one-chain-record-after-lanes"])
 def test_every_tampering_with_an_export_is_reported(dsn: str, tmp_path: Path,
@@ -250,6 +282,9 @@ def test_every_tampering_with_an_export_is_reported(dsn: str, tmp_path: Path,
     close = next(i for i, d in enumerate(lines) if d["kind"] == "session-close")
     if tamper == "delete-a-middle-record":
         del lines[releases[1]]
+    elif tamper == "delete-the-policy-record":  # the last (and only) record on its lane
+        assert lines[0]["kind"] == "policy" and "reads" in lines[1]
+        del lines[0]
     elif tamper == "delete-a-session-close":
         lines.append(_rehash({**lines[releases[-1]], "seq": lines[-1]["seq"] + 1,
                               "links": {"dataset:b": [lines[close]["seq"], lines[close]["hash"]]},
@@ -274,6 +309,8 @@ def test_every_tampering_with_an_export_is_reported(dsn: str, tmp_path: Path,
     assert not report.ok and "chain" in report.problem_kinds, messages
     # ... by the lanes themselves, not only by the writer's count of records
     assert any("lane" in m or "one chain" in m for m in messages), messages
+    if tamper == "delete-the-policy-record":
+        assert any("checked against record" in m for m in messages), messages
 
 
 def test_the_untouched_export_audits_clean_and_imports(dsn: str, tmp_path: Path,
@@ -327,4 +364,52 @@ def test_a_ledger_of_one_chain_continues_in_lanes(dsn: str, tmp_path: Path) -> N
         with pytest.raises(psycopg.Error, match="linked per account"):
             conn.execute("INSERT INTO dpbudget_entries VALUES (%s, %s, %s)",
                          (body["seq"], record_hash(text), text))
+    acc.close()
+
+
+def test_an_account_row_rewound_by_the_owner_is_refused_on_opening(dsn: str) -> None:
+    """With the triggers off (only the owner can), an account row set back to an earlier record
+    of its lane, with exactly the state that record wrote, is refused when a gate opens."""
+    acc = _accountant(dsn)
+    for _ in range(3):
+        acc.release(Laplace(0.3), 1.0, dataset="a")
+    acc.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        seq = conn.execute("SELECT seq FROM dpbudget_accounts WHERE key = 'dataset:a'"
+                           ).fetchone()[0]  # type: ignore[index]
+        earlier = conn.execute("SELECT seq, record FROM dpbudget_entries WHERE seq < %s AND "
+                               "record::jsonb->'accounts' ? 'dataset:a' ORDER BY seq DESC "
+                               "LIMIT 1", (seq,)).fetchone()
+        assert earlier is not None
+        state = json.loads(earlier[1])["accounts"]["dataset:a"]["state"]
+        conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
+        conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
+                     "'dataset:a'", (canonical(state), earlier[0]))
+    from accountant.errors import LedgerCorruptedError
+
+    with PostgresLedger(dsn) as ledger:
+        with pytest.raises(LedgerCorruptedError, match="dataset:a"):
+            Accountant.open(ledger, rng=0)
+        assert not audit(ledger).ok
+
+
+def test_an_audit_reads_the_records_and_the_rows_at_one_moment(dsn: str) -> None:
+    """A ledger written while it is audited: the rows the audit compares with the records are
+    read in the records' snapshot, not after them (which would report the debits and policy
+    changes made meanwhile as tampering)."""
+    acc = _accountant(dsn)
+    acc.release(Laplace(0.1), 1.0, dataset="a")
+    ledger = PostgresLedger(dsn)
+    records = ledger.entries()
+    first = next(records)  # the snapshot is taken
+    acc.release(Laplace(0.1), 1.0, dataset="a")  # committed meanwhile
+    acc.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
+                                                         "b": {"limit": {"epsilon": 1.0}}}}),
+                     by="owner", reason="lower a")
+    seen = [first, *records]
+    rows = {a.key: a for a in ledger.audited_accounts()}
+    assert rows["dataset:a"].state["epsilon"] == pytest.approx(0.1)  # as of the snapshot
+    assert rows["policy"].seq == seen[0].seq and len(seen) == 2
+    assert audit(ledger).ok  # (a full audit now: its own snapshot, after both)
+    ledger.close()
     acc.close()

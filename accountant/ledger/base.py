@@ -37,6 +37,7 @@ class Ledger(ABC):
     durable = True
     optimistic = False  # the transaction begun last read a cache (may end in LedgerStaleError)
     lanes = False  # linked per account (format 2, ``accountant.ledger.lanes``), not one chain
+    _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock = threading.RLock()
@@ -127,6 +128,11 @@ class Ledger(ABC):
     @abstractmethod
     def entries(self, start: int = 1) -> Iterator[Entry]:
         """Records in order from ``seq == start``, streamed."""
+
+    def audited_accounts(self) -> list[Account]:
+        """The accounts as of the last full read of ``entries()``, where the backend can read
+        both at one moment (a ledger written while it is audited), else as they stand."""
+        return self.accounts()
 
     def close(self) -> None:
         """Release the backend's resources (idempotent)."""

@@ -7,11 +7,14 @@ its *lane*: a format 2 record carries, instead of ``prev``, a member ``links`` m
 it is on to ``[seq, hash]`` of that lane's last record (``[0, GENESIS]`` for a lane's first).
 A record is on the lane of every account it lists in ``accounts``, and on any other lane it names
 (a session's closing record is on its session's accounts' lanes, though it debits nothing, so that
-it cannot be deleted unseen either). ``seq`` still numbers records uniquely and increases along
+it cannot be deleted unseen either). A debit also names, in ``reads``, the last record of each lane
+it read without writing — the policy's, so the policy record it was checked against: deleting the
+latest policy record is then seen at the first debit after it, although nothing else follows it
+on its lane. ``seq`` still numbers records uniquely and increases along
 every lane, but records of different lanes are numbered in no particular order and numbers may be
 skipped (a debit refused after it drew one): a gap is not a deletion.
 
-Writers: a debit locks the lanes it writes (exclusive, in key order: no deadlock) and the policy's
+Writers: a debit locks the lanes it writes (exclusive, in one order: no deadlock) and the policy's
 lane (shared: debits do not wait for each other, and a policy change, which locks it exclusively,
 waits for the debits in flight and they for it), reads the accounts, takes a number, and appends
 one record linked to what it read. Debits on different datasets under a policy without a global
@@ -33,12 +36,15 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
   authentic record (the key).
 - *Reordering*: the audit reads in ``seq`` order and each lane's links must follow it; moving a
   record (changing its ``seq``) changes its hash.
+- *The policy*: nothing follows a policy record on its lane until the next change, but every debit
+  after it names it in ``reads``, which must be the lane's last record: deleting it is seen there.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
-  what that record wrote (``Ledger.check_accounts``); on PostgreSQL the server's triggers keep
-  them equal to it, growing, and undeleted, for every role but the owner. One chain also pinned the
-  whole table to its head record (``accountant.ledger.table_sum``), a running sum no parallel
-  writers can share; a lanes ledger relies on the triggers there, and against the tables' owner
-  (who can disable them) on the audit, which replays every lane and compares every row.
+  what that record wrote (``Ledger.check_accounts``) and against its lane's last record
+  (``check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
+  undeleted, for every role but the owner. One chain also pinned the whole table to its head
+  record (``accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
+  rewound together with its lane by the tables' owner (who can disable the triggers) is a
+  truncated lane, seen by the audit when a later record links or reads past it.
 
 Ledgers of one chain are not rewritten: a PostgreSQL ledger made by an older version keeps its
 format 1 records, and each account's lane starts at the last record that lists it.
@@ -47,10 +53,13 @@ format 1 records, and each account's lane starts at the last record that lists i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from accountant.errors import LedgerCorruptedError
+from accountant.ledger import table_sum
 from accountant.ledger.record import GENESIS, canonical
 
-__all__ = ["FORMAT", "START", "links_member", "read_links"]
+__all__ = ["FORMAT", "START", "check_rows", "links_member", "read_links"]
 
 FORMAT = 2
 START = (0, GENESIS)  # a lane's head before its first record
@@ -61,17 +70,18 @@ def links_member(heads: Iterable[tuple[str, tuple[int, str]]]) -> str:
     return canonical({key: [int(seq), digest] for key, (seq, digest) in heads})
 
 
-def read_links(record: Mapping[str, object]) -> dict[str, tuple[int, str]] | None:
-    """A format 2 record's links as ``{lane: (seq, hash)}``; None for a record of one chain.
+def read_links(record: Mapping[str, object],
+               member: str = "links") -> dict[str, tuple[int, str]] | None:
+    """A format 2 record's ``links`` (or ``reads``) as ``{lane: (seq, hash)}``; None if absent.
 
     Raises:
-        ValueError: a ``links`` member that is not an object of ``[seq, hash]`` pairs.
+        ValueError: a member that is not a non-empty object of ``[seq, hash]`` pairs.
     """
-    links = record.get("links")
+    links = record.get(member)
     if links is None:
         return None
     if not isinstance(links, dict) or not links:
-        raise ValueError("links is not a non-empty object")
+        raise ValueError(f"{member} is not a non-empty object")
     out = {}
     for key, link in links.items():
         if not (isinstance(link, list) and len(link) == 2 and type(link[0]) is int
@@ -79,3 +89,31 @@ def read_links(record: Mapping[str, object]) -> dict[str, tuple[int, str]] | Non
             raise ValueError(f"the link for {key} is not [seq, hash]")
         out[key] = (link[0], link[1])
     return out
+
+
+def check_rows(ledger: Any) -> None:
+    """On opening a ledger of lanes: each account row must name its lane's last record, or one
+    before it that only records after it on the lane that do not charge the account (a session's
+    close) follow; and the lane's last record must be authentic. O(accounts), one query.
+
+    This sees an account row rewound by hand (with the server's triggers disabled: only the
+    tables' owner can) while its lane was left alone. One that rewinds the lane too is a
+    truncated lane, which only the audit sees (it replays every record).
+
+    Raises:
+        LedgerCorruptedError: naming the first account that disagrees.
+    """
+    rows = ledger._execute(
+        "SELECT a.key, a.seq, l.seq, l.hash FROM dpbudget_accounts a LEFT JOIN dpbudget_lanes l "
+        "ON l.key = a.key ORDER BY a.key").fetchall()
+    for key, seq, lane_seq, lane_hash in rows:
+        head = None if lane_seq is None or lane_seq < seq else ledger.entry(lane_seq)
+        fine = head is not None and head.hash == lane_hash and table_sum.authentic(ledger, head)
+        if fine and lane_seq > seq:
+            record = head.record if head is not None else {}
+            fine = key in (record.get("links") or {}) and key not in (record.get("accounts") or {})
+        if not fine:
+            raise LedgerCorruptedError(
+                f"{key}: its stored running state is not from the last record of its lane "
+                f"(seq {seq}; the lane ends at {lane_seq}); the ledger was edited outside "
+                "dpbudget. Nothing was written; run `dpbudget audit` on it")

@@ -2,8 +2,8 @@
 
 Same records and account states as the SQLite ledger, but linked per account (record format 2,
 ``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
-in parallel. A debit is one transaction that first locks its accounts' lanes (row locks, in key
-order, through the server function ``dpbudget_lock``) and the policy's lane (shared), so that a
+in parallel. A debit is one transaction that first locks its accounts' lanes (advisory locks, in
+one order, through the server function ``dpbudget_lock``) and the policy's lane (shared), so that a
 check made on the states it read is still true when it commits. The COMMIT is asynchronous, and
 the same round trip then waits until it is on disk (``PostgresLedger._commit``: group commit),
 before anything is drawn on it. A debit is two round trips through libpq itself, or one when it
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import Account, Entry
-from accountant.ledger.lanes import START
+from accountant.ledger.lanes import FORMAT, START, check_rows
 from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.postgres_session import PgSession
 from accountant.ledger.record import float_object
@@ -82,6 +82,7 @@ class PostgresLedger(PgSession, SqlLedger):
     _P = "%s"
     _T = "dpbudget_"
     lanes = True
+    _format = FORMAT  # (a version of dpbudget before lanes refuses to open it)
 
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:
@@ -97,6 +98,7 @@ class PostgresLedger(PgSession, SqlLedger):
         self._cache: _Cache | None = None
         self._spare: int | None = None  # a number taken after the last commit, still unused
         self._backoff = 0  # debits to run pessimistically after a stale optimistic one
+        self._audited: list[Account] | None = None  # read with the last full entries()
         try:
             import psycopg
         except ImportError:
@@ -121,6 +123,17 @@ class PostgresLedger(PgSession, SqlLedger):
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
 
+    def _forked(self) -> None:
+        # The parent's cache and spare number are the parent's: used here too, both processes
+        # would give two records one number (refused, but a failed debit).
+        self._cache, self._spare, self._backoff = None, None, 0
+
+    def _writer_key(self) -> str | None:
+        """None: each object is a writer of its own (``accountant.ledger.writer``). A writer's
+        count moves one transaction at a time, and two objects' transactions on other lanes run
+        at once here: sharing one count, they could give two records the same number."""
+        return None
+
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
@@ -128,7 +141,7 @@ class PostgresLedger(PgSession, SqlLedger):
         read_only = list(dict.fromkeys(k for k in shared if k in prefetch))
         written = list(dict.fromkeys(k for k in prefetch if k not in read_only))
         cache = self._cache
-        self.optimistic = False
+        self.optimistic, self._tx_shared = False, read_only
         self._writes, self._tx_entry = 0, None
         if self._backoff:
             self._backoff -= 1
@@ -143,8 +156,8 @@ class PostgresLedger(PgSession, SqlLedger):
             self._tx_seq, self._tx_head, self._spare = cache.seq, None, None
             self._tx_first = cache.seq
             expect = ", ".join(str(cache.lanes[k][0]) for k in read_only)
-            self._pending = [f"SELECT dpbudget_expect({self._array(read_only)}, "
-                             f"ARRAY[{expect}]::bigint[])"]
+            self._pending = [f"SELECT dpbudget_expect({self._array(written)}, "
+                             f"{self._array(read_only)}, ARRAY[{expect}]::bigint[])"]
             return
         # One round trip: begin, lock the lanes, read them, the accounts and the last record, and
         # take a number for the record. Commits are asynchronous (the locks are released without
@@ -162,7 +175,7 @@ class PostgresLedger(PgSession, SqlLedger):
             self._reconnect()
             rows = self._raw(sql)
         read: dict[str, Account | None] = dict.fromkeys(prefetch)
-        lanes: dict[str, tuple[int, str]] = {}
+        lanes: dict[str, tuple[int, str]] = dict.fromkeys((*written, *read_only), START)
         self._tx_head, self._tx_seq = None, None  # (the last record: read when asked)
         for kind, key, seq, a, b, c in rows:
             if kind == "l":
@@ -330,6 +343,15 @@ class PostgresLedger(PgSession, SqlLedger):
         except self._psycopg.Error:
             pass  # the connection is broken; nothing was committed
 
+    def audited_accounts(self) -> list[Account]:
+        return self.accounts() if self._audited is None else list(self._audited)
+
+    def check_accounts(self) -> None:
+        super().check_accounts()
+        with self._lock:
+            self._usable()
+            check_rows(self)
+
     def account(self, key: str) -> Account | None:
         with self._lock:
             self._usable()
@@ -359,6 +381,9 @@ class PostgresLedger(PgSession, SqlLedger):
         is visible too (its writer committed first), so a live ledger reads as a closed one."""
         with self._reader() as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if start == 1:  # (an audit compares the rows with the records: the same snapshot)
+                self._audited = [_account(r) for r in conn.execute(
+                    "SELECT key, rule, config, state, seq FROM dpbudget_accounts ORDER BY key")]
             seq = start - 1
             while True:
                 rows = conn.execute("SELECT seq, record, hash FROM dpbudget_entries WHERE seq > "

@@ -22,6 +22,10 @@ CREATE SEQUENCE IF NOT EXISTS {S}.dpbudget_seq;
 -- record that lists it, and new records are numbered after the last one.
 INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
     JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
+-- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger (it
+-- would append records of one chain, which the server refuses, and reinstall older triggers).
+INSERT INTO {S}.dpbudget_meta VALUES ('format', '2')
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 SELECT setval('{S}.dpbudget_seq', greatest(m, 1), m > 0) FROM (SELECT greatest(
     (SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries),
     (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
@@ -53,10 +57,14 @@ BEGIN
     END IF;
     IF v_rec ? 'links' THEN
         -- Format 2: linked per account, checked and advanced by dpbudget_entry_lanes (after
-        -- this row is in); its seq comes from dpbudget_seq and only has to be positive.
-        IF NEW.seq < 1 THEN
-            RAISE EXCEPTION 'dpbudget ledger: entry % refused: seq must be positive', NEW.seq
-                USING ERRCODE = 'check_violation';
+        -- this row is in); its seq is positive and was taken from dpbudget_seq, unless the
+        -- tables' owner numbered it (an import): a writer numbering records at will could
+        -- exhaust the numbers or end a lane at the largest one.
+        IF NEW.seq < 1 OR NEW.seq > coalesce(pg_sequence_last_value('dpbudget_seq'), 0)
+                AND NOT pg_has_role(
+                current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: its seq was not taken from the '
+                'ledger''s numbering', NEW.seq USING ERRCODE = 'check_violation';
         END IF;
     ELSE
         -- Format 1, one chain: only while the ledger is one (an import, an older writer). max(seq)
@@ -194,14 +202,13 @@ DECLARE
 BEGIN
     v_rec := NEW.record::jsonb;
     v_links := v_rec->'links';
-    -- A record numbered by its writer, not by the sequence (an import): later numbers follow it.
-    IF NEW.seq > (SELECT last_value FROM dpbudget_seq) THEN
-        PERFORM setval('dpbudget_seq', NEW.seq);
-    END IF;
     IF v_links IS NULL THEN
         INSERT INTO dpbudget_lanes AS l SELECT k, NEW.seq, NEW.hash
             FROM jsonb_object_keys(coalesce(v_rec->'accounts', '{}')) k
             ON CONFLICT (key) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash;
+        IF NEW.seq > coalesce(pg_sequence_last_value('dpbudget_seq'), 0) THEN
+            PERFORM setval('dpbudget_seq', NEW.seq);  -- (the next one of one chain)
+        END IF;
         RETURN NULL;
     END IF;
     IF jsonb_typeof(v_links) <> 'object' OR v_links = '{}' OR EXISTS (
@@ -230,49 +237,75 @@ BEGIN
                 USING ERRCODE = 'check_violation';
         END IF;
     END LOOP;
+    -- What it read without writing (the policy in force): still the last record there, under
+    -- the shared lock its debit holds (dpbudget_lock, dpbudget_expect).
+    FOR v_key, v_link IN SELECT j.key, j.value FROM jsonb_each(coalesce(v_rec->'reads', '{}')) j
+    LOOP
+        IF v_link IS DISTINCT FROM coalesce((SELECT jsonb_build_array(l.seq, l.hash)
+                FROM dpbudget_lanes l WHERE l.key = v_key), jsonb_build_array(0, repeat('0', 64)))
+                THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: it read % at another record than '
+                'its last', NEW.seq, v_key USING ERRCODE = 'check_violation';
+        END IF;
+    END LOOP;
+    -- A record numbered by the tables' owner, not by the sequence (an import; dpbudget_entry_check
+    -- refuses it from anyone else): later numbers follow it.
+    IF NEW.seq > coalesce(pg_sequence_last_value('dpbudget_seq'), 0) THEN
+        PERFORM setval('dpbudget_seq', NEW.seq);
+    END IF;
     RETURN NULL;
 END $$;
 
--- A debit's first round trip (accountant.ledger.postgres): lock the lanes it writes (exclusive,
--- in key order) and the ones it only reads (shared, first: debits do not wait for each other,
--- and a policy change waits for every debit in flight), then return them, the accounts and, if
--- p_n = 1, a number for its record: p_spare (a number the caller took earlier and did not use)
--- while it is above every locked lane's last (numbers need only grow along each lane), so that a
--- lone writer's records are numbered without gaps; else a new one. Two statements: a lane not
--- there yet is made first (sorted: two writers starting the same new lanes cannot deadlock).
+-- The locks of a debit (accountant.ledger.postgres): transaction-level advisory locks, one per
+-- lane, which write nothing (row locks would write every locked row, and shared ones on the one
+-- policy row would make a multixact per debit). The lanes it only reads (the policy's) shared,
+-- so that debits do not wait for each other while a policy change, which writes that lane, waits
+-- for every debit in flight; the lanes it writes exclusive. All in the order of the lock keys:
+-- no two writers can wait for each other in a cycle. Every record inserted through dpbudget's
+-- gate was locked so; the trigger's link check refuses any other that raced it.
+CREATE OR REPLACE FUNCTION {S}.dpbudget_take(p_keys text[], p_shared text[])
+RETURNS void LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, {S}, pg_temp AS $$
+    SELECT count(CASE WHEN shared THEN pg_advisory_xact_lock_shared(h)
+                      ELSE pg_advisory_xact_lock(h) END)
+    FROM (SELECT hashtextextended('dpbudget lane ' || k, 0) AS h, bool_and(shared) AS shared
+          FROM (SELECT unnest(p_keys) AS k, false AS shared
+                UNION ALL SELECT unnest(p_shared), true) u
+          GROUP BY 1 ORDER BY 1) z;
+$$;
+
+-- A debit's first round trip: its locks (dpbudget_take), then, in statements of their own (a
+-- statement reads from the snapshot it began with, older than a lock it had to wait for), the
+-- lanes, the accounts and, if p_n = 1, a number for its record: p_spare (a number the caller
+-- took earlier and did not use) while it is above every locked lane's last (numbers need only
+-- grow along each lane), so that a lone writer's records are numbered without gaps; else a new
+-- one.
 CREATE OR REPLACE FUNCTION {S}.dpbudget_lock(p_keys text[], p_shared text[], p_n int,
         p_spare bigint DEFAULT NULL)
 RETURNS TABLE (kind text, key text, seq bigint, a text, b text, c text) LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
 BEGIN
-    INSERT INTO dpbudget_lanes SELECT DISTINCT k, 0, repeat('0', 64) FROM unnest(p_keys) k
-        WHERE NOT EXISTS (SELECT 1 FROM dpbudget_lanes l WHERE l.key = k)
-        ORDER BY k ON CONFLICT DO NOTHING;
+    PERFORM dpbudget_take(p_keys, p_shared);
     RETURN QUERY
-        WITH s AS (SELECT l.key, l.seq, l.hash FROM dpbudget_lanes l
-                   WHERE l.key = ANY(p_shared) FOR SHARE),
-             x AS (SELECT l.key, l.seq, l.hash FROM dpbudget_lanes l
-                   WHERE l.key = ANY(p_keys) ORDER BY l.key FOR UPDATE)
-        SELECT 'l', s.key, s.seq, s.hash, NULL::text, NULL::text FROM s
-        UNION ALL SELECT 'l', x.key, x.seq, x.hash, NULL, NULL FROM x
-        UNION ALL SELECT 's', NULL, CASE WHEN p_spare > coalesce((SELECT max(x.seq) FROM x), 0)
-            THEN p_spare ELSE nextval('dpbudget_seq') END, NULL, NULL, NULL WHERE p_n = 1;
-    -- The accounts in a statement of their own, after the locks: a statement reads from the
-    -- snapshot it began with, which is older than a lock it had to wait for (the locked rows
-    -- themselves are re-read, nothing else is): read with the locks, a state could be stale.
-    RETURN QUERY SELECT 'a', t.key, t.seq, t.rule, t.config, t.state FROM dpbudget_accounts t
-        WHERE t.key = ANY(p_keys) OR t.key = ANY(p_shared);
+        SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
+            WHERE l.key = ANY(p_keys) OR l.key = ANY(p_shared)
+        UNION ALL SELECT 's', NULL, CASE WHEN p_spare > coalesce((SELECT max(x.seq)
+            FROM dpbudget_lanes x WHERE x.key = ANY(p_keys)), 0)
+            THEN p_spare ELSE nextval('dpbudget_seq') END, NULL, NULL, NULL WHERE p_n = 1
+        UNION ALL SELECT 'a', t.key, t.seq, t.rule, t.config, t.state FROM dpbudget_accounts t
+            WHERE t.key = ANY(p_keys) OR t.key = ANY(p_shared);
 END $$;
 
--- A debit started from a cache (one round trip) checks here, under a shared lock held until it
--- commits, that the lanes it only reads (the policy's) are where the cache left them; its own
--- lanes are checked by dpbudget_entry_lanes. Refused (the whole transaction) if one moved.
-CREATE OR REPLACE FUNCTION {S}.dpbudget_expect(p_shared text[], p_seqs bigint[])
+-- A debit started from a cache (one round trip): its locks, then a check that the lanes it only
+-- reads (the policy's) are where the cache left them; its own lanes are checked by
+-- dpbudget_entry_lanes. Refused (the whole transaction) if one moved.
+CREATE OR REPLACE FUNCTION {S}.dpbudget_expect(p_keys text[], p_shared text[], p_seqs bigint[])
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {S}, pg_temp AS $$
 BEGIN
-    IF (SELECT count(*) FROM (SELECT 1 FROM dpbudget_lanes l JOIN unnest(p_shared, p_seqs) u(k, s)
-            ON l.key = u.k AND l.seq = u.s FOR SHARE OF l) z) <> cardinality(p_shared) THEN
+    PERFORM dpbudget_take(p_keys, p_shared);
+    IF EXISTS (SELECT 1 FROM unnest(p_shared, p_seqs) u(k, s) WHERE u.s IS DISTINCT FROM
+            coalesce((SELECT l.seq FROM dpbudget_lanes l WHERE l.key = u.k), 0)) THEN
         RAISE EXCEPTION 'dpbudget ledger: a lane read from a cache has moved'
             USING ERRCODE = 'serialization_failure';
     END IF;
@@ -282,7 +315,7 @@ END $$;
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
 REVOKE ALL ON FUNCTION {S}.dpbudget_lock(text[], text[], int, bigint),
-    {S}.dpbudget_expect(text[], bigint[]) FROM PUBLIC;
+    {S}.dpbudget_expect(text[], text[], bigint[]), {S}.dpbudget_take(text[], text[]) FROM PUBLIC;
 
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')

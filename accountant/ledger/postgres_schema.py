@@ -107,7 +107,8 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
     functions = [f"{s}.dpbudget_{f}()" for f in ("append_only", "entry_check", "account_check",
                                                  "entry_lanes")]
     callable_ = [f"{s}.dpbudget_lock(text[], text[], int, bigint)",
-                 f"{s}.dpbudget_expect(text[], bigint[])"]
+                 f"{s}.dpbudget_expect(text[], text[], bigint[])",
+                 f"{s}.dpbudget_take(text[], text[])"]
     lock = ", ".join(callable_)
     return [f"ALTER TABLE {t} OWNER TO {owner}" for t in tables] + [
         f"ALTER SEQUENCE {s}.dpbudget_seq OWNER TO {owner}",
@@ -126,7 +127,7 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         # a debit's lanes and number its record (``PostgresLedger._begin``). Taking numbers
         # (``nextval``) is harmless: they need only grow along each lane.
         f"GRANT EXECUTE ON FUNCTION {lock} TO {writer}",
-        f"GRANT USAGE ON SEQUENCE {s}.dpbudget_seq TO {writer}",
+        f"GRANT USAGE, SELECT ON SEQUENCE {s}.dpbudget_seq TO {writer}",
         f"GRANT SELECT ON {s}.dpbudget_meta, {s}.dpbudget_lanes TO {writer}",
         f"GRANT SELECT, INSERT ON {s}.dpbudget_entries TO {writer}",
         # Not the key column: an account's key never changes (the trigger refuses it as well).

@@ -63,9 +63,13 @@ class PgSession:
             return
         if self._pid != os.getpid():
             _INHERITED.append(self._conn)
+            self._forked()
             self._reconnect()
         elif self._conn.closed or self._conn.broken:
             self._reconnect()
+
+    def _forked(self) -> None:
+        """Forget what this object knew in the parent process (``PostgresLedger`` overrides)."""
 
     def _reconnect(self) -> None:
         try:

@@ -30,6 +30,7 @@ class SqlLedger(Ledger):
 
     _P = "?"
     _T = ""
+    _format = FORMAT_VERSION  # what the ledger's meta table says its records are
     _configs: dict[int, tuple[dict[str, Any], str]]
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
@@ -50,13 +51,14 @@ class SqlLedger(Ledger):
     def _check_format(self) -> None:
         query = self._sql("SELECT value FROM {T}meta WHERE key = 'format'")
         row = self._execute(query).fetchone()
+        expected = str(self._format)
         if row is None:  # a new ledger: insert-if-absent, so that two creators both succeed
             self._execute(self._sql("INSERT INTO {T}meta VALUES ('format', ?) ON CONFLICT (key) "
-                                    "DO NOTHING"), (str(FORMAT_VERSION),))
+                                    "DO NOTHING"), (expected,))
             row = self._execute(query).fetchone()
-        if row[0] != str(FORMAT_VERSION):
+        if row[0] != expected:
             raise LedgerError(f"the ledger at {self.url} has record format {row[0]}; this version "
-                              f"of dpbudget reads format {FORMAT_VERSION}")
+                              f"of dpbudget reads format {expected} there")
 
     def _head(self) -> tuple[int, str]:
         row = self._execute(self._sql(

@@ -72,6 +72,9 @@ class Transaction:
             seq = ledger._next_seq() - 1
             extra = {"v": _LANES_VERSION,
                      "links": _lanes.links_member((k, ledger._lane(k)) for k in keys)}
+            reads = [k for k in ledger._tx_shared if k not in keys]
+            if reads:  # what the record was checked against (the policy in force)
+                extra["reads"] = _lanes.links_member((k, ledger._lane(k)) for k in reads)
             table = None
         else:
             extra, table, seq = self._chain(ledger, accounts)
