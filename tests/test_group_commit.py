@@ -183,8 +183,7 @@ def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, fl
     if not flush:  # a one-row write that is not WAL-logged (a temporary table): no disk wait
         # (returning, like the flush, a number for the next record)
         monkeypatch.setattr(pg_module, "_FLUSH", "CREATE TEMP TABLE IF NOT EXISTS no_wal (x int); "
-                            "INSERT INTO no_wal VALUES (1) RETURNING (SELECT l.seq FROM "
-                            "dpbudget_lock('{}', '{}', 1) l WHERE l.kind = 's')")
+                            "INSERT INTO no_wal VALUES (1) RETURNING nextval('dpbudget_seq')")
     acc = Accountant(Budget(10.0), ledger=dsn, rng=0)
     before = _wal_syncs(postgres_database)
     for _ in range(RELEASES):

@@ -3,7 +3,7 @@
 Same records and account states as the SQLite ledger, but linked per account (record format 2,
 ``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
 in parallel. A debit is one transaction that first locks its accounts' lanes (advisory locks, in
-one order, through the server function ``dpbudget_lock``) and the policy's lane (shared), so that a
+one order: ``_locks``) and the policy's lane (shared), so that a
 check made on the states it read is still true when it commits. The COMMIT is asynchronous, and
 the same round trip then waits until it is on disk (``PostgresLedger._commit``: group commit),
 before anything is drawn on it. A debit is two round trips through libpq itself, or one when it
@@ -21,6 +21,8 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import zlib
 from collections.abc import Iterator, Sequence
@@ -52,6 +54,28 @@ _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 # Every transaction's start: asynchronous commit (``PostgresLedger._commit``).
 _BEGIN = "BEGIN; SET LOCAL synchronous_commit = off"
 _PAGE = 4096
+
+
+def _locks(written: Sequence[str], shared: Sequence[str]) -> str:
+    """The statement that takes a debit's lane locks: transaction-level advisory locks, which
+    write nothing (row locks would write each locked row, and shared ones on the one policy row
+    a multixact per debit) — shared for the lanes it only reads (the policy's: debits do not wait
+    for each other, and a policy change, which writes that lane, waits for every debit in flight),
+    exclusive for the lanes it writes, all in the order of their ids, so that no two writers can
+    wait for each other in a cycle. Every record dpbudget appends was locked so; the server's
+    link check refuses one that raced it without."""
+    ids = {_lock_id(k): "_shared" for k in shared}
+    ids.update((_lock_id(k), "") for k in written)
+    return "SELECT " + (", ".join(f"pg_advisory_xact_lock{mode}({i})"
+                                  for i, mode in sorted(ids.items())) or "1")
+
+
+@functools.lru_cache(maxsize=4096)
+def _lock_id(key: str) -> int:
+    """A lane's advisory lock: 64 bits of BLAKE2b of its key (a collision only makes two lanes
+    wait for each other)."""
+    digest = hashlib.blake2b(f"dpbudget lane {key}".encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 class _Cache(NamedTuple):
@@ -155,16 +179,23 @@ class PostgresLedger(PgSession, SqlLedger):
             self._tx_lanes, self._tx_read = dict(cache.lanes), dict(cache.read)
             self._tx_seq, self._tx_head, self._spare = cache.seq, None, None
             self._tx_first = cache.seq
-            expect = ", ".join(str(cache.lanes[k][0]) for k in read_only)
-            self._pending = [f"SELECT dpbudget_expect({self._array(written)}, "
-                             f"{self._array(read_only)}, ARRAY[{expect}]::bigint[])"]
+            # (The policy's lane is checked by the server through the record's ``reads``.)
+            self._pending = [_locks(written, read_only)]
             return
-        # One round trip: begin, lock the lanes, read them, the accounts and the last record, and
-        # take a number for the record. Commits are asynchronous (the locks are released without
-        # waiting for the disk); ``_commit`` makes each one durable before it returns.
+        # One round trip: begin, lock the lanes, then (statements of their own: a statement reads
+        # from the snapshot it began with, older than a lock it waited for) read them and the
+        # accounts, and take a number for the record: the spare one while it is above every
+        # locked lane's last (numbers need only grow along each lane), so that a lone writer's
+        # records are numbered without gaps. Commits are asynchronous (the locks are released
+        # without waiting for the disk); ``_commit`` makes each one durable before it returns.
+        every, mine = self._array([*written, *read_only]), self._array(written)
         spare = "NULL" if self._spare is None else str(int(self._spare))
-        sql = (f"{_BEGIN}; SELECT kind, key, seq, a, b, c FROM dpbudget_lock("
-               f"{self._array(written)}, {self._array(read_only)}, 1, {spare})")
+        sql = (f"{_BEGIN}; {_locks(written, read_only)}; "
+               f"SELECT 'l', key, seq, hash, NULL, NULL FROM dpbudget_lanes WHERE key = ANY({every}) "
+               f"UNION ALL SELECT 's', NULL, CASE WHEN {spare} > coalesce((SELECT max(seq) FROM "
+               f"dpbudget_lanes WHERE key = ANY({mine})), 0) THEN {spare} ELSE "
+               "nextval('dpbudget_seq') END, NULL, NULL, NULL UNION ALL SELECT 'a', key, seq, "
+               f"rule, config, state FROM dpbudget_accounts WHERE key = ANY({every})")
         try:
             rows = self._raw(sql)
         except LedgerError:

@@ -256,66 +256,9 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- The locks of a debit (accountant.ledger.postgres): transaction-level advisory locks, one per
--- lane, which write nothing (row locks would write every locked row, and shared ones on the one
--- policy row would make a multixact per debit). The lanes it only reads (the policy's) shared,
--- so that debits do not wait for each other while a policy change, which writes that lane, waits
--- for every debit in flight; the lanes it writes exclusive. All in the order of the lock keys:
--- no two writers can wait for each other in a cycle. Every record inserted through dpbudget's
--- gate was locked so; the trigger's link check refuses any other that raced it.
-CREATE OR REPLACE FUNCTION {S}.dpbudget_take(p_keys text[], p_shared text[])
-RETURNS void LANGUAGE sql SECURITY DEFINER
-SET search_path = pg_catalog, {S}, pg_temp AS $$
-    SELECT count(CASE WHEN shared THEN pg_advisory_xact_lock_shared(h)
-                      ELSE pg_advisory_xact_lock(h) END)
-    FROM (SELECT hashtextextended('dpbudget lane ' || k, 0) AS h, bool_and(shared) AS shared
-          FROM (SELECT unnest(p_keys) AS k, false AS shared
-                UNION ALL SELECT unnest(p_shared), true) u
-          GROUP BY 1 ORDER BY 1) z;
-$$;
-
--- A debit's first round trip: its locks (dpbudget_take), then, in statements of their own (a
--- statement reads from the snapshot it began with, older than a lock it had to wait for), the
--- lanes, the accounts and, if p_n = 1, a number for its record: p_spare (a number the caller
--- took earlier and did not use) while it is above every locked lane's last (numbers need only
--- grow along each lane), so that a lone writer's records are numbered without gaps; else a new
--- one.
-CREATE OR REPLACE FUNCTION {S}.dpbudget_lock(p_keys text[], p_shared text[], p_n int,
-        p_spare bigint DEFAULT NULL)
-RETURNS TABLE (kind text, key text, seq bigint, a text, b text, c text) LANGUAGE plpgsql
-SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
-BEGIN
-    PERFORM dpbudget_take(p_keys, p_shared);
-    RETURN QUERY
-        SELECT 'l', l.key, l.seq, l.hash, NULL::text, NULL::text FROM dpbudget_lanes l
-            WHERE l.key = ANY(p_keys) OR l.key = ANY(p_shared)
-        UNION ALL SELECT 's', NULL, CASE WHEN p_spare > coalesce((SELECT max(x.seq)
-            FROM dpbudget_lanes x WHERE x.key = ANY(p_keys)), 0)
-            THEN p_spare ELSE nextval('dpbudget_seq') END, NULL, NULL, NULL WHERE p_n = 1
-        UNION ALL SELECT 'a', t.key, t.seq, t.rule, t.config, t.state FROM dpbudget_accounts t
-            WHERE t.key = ANY(p_keys) OR t.key = ANY(p_shared);
-END $$;
-
--- A debit started from a cache (one round trip): its locks, then a check that the lanes it only
--- reads (the policy's) are where the cache left them; its own lanes are checked by
--- dpbudget_entry_lanes. Refused (the whole transaction) if one moved.
-CREATE OR REPLACE FUNCTION {S}.dpbudget_expect(p_keys text[], p_shared text[], p_seqs bigint[])
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, {S}, pg_temp AS $$
-BEGIN
-    PERFORM dpbudget_take(p_keys, p_shared);
-    IF EXISTS (SELECT 1 FROM unnest(p_shared, p_seqs) u(k, s) WHERE u.s IS DISTINCT FROM
-            coalesce((SELECT l.seq FROM dpbudget_lanes l WHERE l.key = u.k), 0)) THEN
-        RAISE EXCEPTION 'dpbudget ledger: a lane read from a cache has moved'
-            USING ERRCODE = 'serialization_failure';
-    END IF;
-END $$;
-
 -- Trigger functions only ever run as triggers; nobody needs to call them.
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
-REVOKE ALL ON FUNCTION {S}.dpbudget_lock(text[], text[], int, bigint),
-    {S}.dpbudget_expect(text[], text[], bigint[]), {S}.dpbudget_take(text[], text[]) FROM PUBLIC;
 
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')

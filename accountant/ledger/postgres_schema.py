@@ -106,14 +106,8 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
     tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts", "flush", "lanes")]
     functions = [f"{s}.dpbudget_{f}()" for f in ("append_only", "entry_check", "account_check",
                                                  "entry_lanes")]
-    callable_ = [f"{s}.dpbudget_lock(text[], text[], int, bigint)",
-                 f"{s}.dpbudget_expect(text[], text[], bigint[])",
-                 f"{s}.dpbudget_take(text[], text[])"]
-    lock = ", ".join(callable_)
     return [f"ALTER TABLE {t} OWNER TO {owner}" for t in tables] + [
         f"ALTER SEQUENCE {s}.dpbudget_seq OWNER TO {owner}",
-    ] + [
-        f"ALTER FUNCTION {f} OWNER TO {owner}" for f in callable_
     ] + [
         f"ALTER FUNCTION {f} OWNER TO {owner}" for f in functions
     ] + [
@@ -121,12 +115,10 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         f"REVOKE CREATE ON SCHEMA {s} FROM PUBLIC, {writer}, {reader}",
         f"GRANT USAGE ON SCHEMA {s} TO {writer}, {reader}",
         f"REVOKE ALL ON {', '.join(tables)} FROM PUBLIC, {writer}, {reader}",
-        f"REVOKE ALL ON FUNCTION {', '.join(functions)}, {lock} FROM PUBLIC, {writer}, {reader}",
+        f"REVOKE ALL ON FUNCTION {', '.join(functions)} FROM PUBLIC, {writer}, {reader}",
         f"REVOKE ALL ON SEQUENCE {s}.dpbudget_seq FROM PUBLIC, {writer}, {reader}",
-        # Lanes are written only as the owner, by the trigger and by these functions, which lock
-        # a debit's lanes and number its record (``PostgresLedger._begin``). Taking numbers
-        # (``nextval``) is harmless: they need only grow along each lane.
-        f"GRANT EXECUTE ON FUNCTION {lock} TO {writer}",
+        # Lanes are written only by the trigger, as the owner. Taking numbers (``nextval``) is
+        # harmless: they need only grow along each lane, and a record's must have been taken.
         f"GRANT USAGE, SELECT ON SEQUENCE {s}.dpbudget_seq TO {writer}",
         f"GRANT SELECT ON {s}.dpbudget_meta, {s}.dpbudget_lanes TO {writer}",
         f"GRANT SELECT, INSERT ON {s}.dpbudget_entries TO {writer}",
