@@ -194,7 +194,7 @@ class Gate:
             scope = self.ledger.transaction()
             optimistic = False
             try:
-                tx = scope.begin(keys, _SHARED)
+                tx = scope.begin(keys, _SHARED, cached=True)
                 optimistic = self.ledger.optimistic  # (read under the lock: this transaction's)
                 self._check_policy(tx.account(POLICY_KEY))
                 accounts = self._charge(tx.account, step, plan, now)

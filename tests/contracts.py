@@ -641,7 +641,9 @@ class LedgerContract:
         assert ledger.account("dataset:b") is None
         # ... and the ledger is usable afterwards, continuing the chain from the last commit.
         (entry,) = self._append(ledger, 1)
-        assert entry.seq == 3 and linked(ledger, entry.record, {"dataset:a": before[0][-1]})
+        # (a ledger of lanes may skip the numbers a rolled-back transaction took)
+        assert entry.seq == 3 or ledger.lanes and entry.seq > 3
+        assert linked(ledger, entry.record, {"dataset:a": before[0][-1]})
         assert_chain(ledger)
 
     def test_rollback_on_keyboard_interrupt(self, ledger: Any) -> None:

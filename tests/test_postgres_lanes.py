@@ -413,3 +413,66 @@ def test_an_audit_reads_the_records_and_the_rows_at_one_moment(dsn: str) -> None
     assert audit(ledger).ok  # (a full audit now: its own snapshot, after both)
     ledger.close()
     acc.close()
+
+
+def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) -> None:
+    """A lane ending in a session's close (which charges nothing): the row must still name the
+    last record that charged the account, found by walking the lane back."""
+    acc = _accountant(dsn)
+    acc.release(Laplace(0.2), 1.0, dataset="a")
+    acc.release(Laplace(0.2), 1.0, dataset="a")
+    with acc.session(_sparse(), dataset="a") as session:
+        session.test(0.0)
+    acc.close()
+    with PostgresLedger(dsn) as ledger:  # the untouched ledger opens
+        Accountant.open(ledger, rng=0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first = conn.execute("SELECT seq, record FROM dpbudget_entries WHERE "
+                             "record::jsonb->'accounts' ? 'dataset:a' ORDER BY seq LIMIT 1"
+                             ).fetchone()
+        assert first is not None
+        state = json.loads(first[1])["accounts"]["dataset:a"]["state"]
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
+                     "'dataset:a'", (canonical(state), first[0]))
+    from accountant.errors import LedgerCorruptedError
+
+    with PostgresLedger(dsn) as ledger:
+        with pytest.raises(LedgerCorruptedError, match="dataset:a"):
+            Accountant.open(ledger, rng=0)
+
+
+def test_a_policy_change_comes_after_every_debit_that_read_the_policy_before_it(
+        dsn: str) -> None:
+    """A policy record must be numbered after every record checked against the policy it
+    replaces, although this accountant holds a number taken before them: the change takes a new
+    one once its lock is held (else the untouched ledger would fail its audit)."""
+    a, b = _accountant(dsn), _accountant(dsn)
+    a.release(Laplace(0.1), 1.0, dataset="a")  # a now holds a number for its next record
+    b.release(Laplace(0.1), 1.0, dataset="b")
+    b.release(Laplace(0.1), 1.0, dataset="b")  # numbered after a's spare, reading the policy
+    a.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
+                                                       "b": {"limit": {"epsilon": 0.9}}}}),
+                   by="owner", reason="lower")
+    report = audit(a.ledger)
+    assert report.ok, [p.message for p in report.problems]
+    assert assert_chain(a.ledger) == 3
+    a.close()
+    b.close()
+
+
+def test_ledgers_in_one_database_do_not_share_lane_locks(postgres_database: str) -> None:
+    first, second = _fresh_schema(postgres_database), _fresh_schema(postgres_database)
+    one, two = _accountant(first), _accountant(second)
+    holder = PostgresLedger(first)
+    scope = holder.transaction()
+    scope.begin(["policy"])  # a policy change in progress on the first ledger
+    try:
+        two.release(Laplace(0.1), 1.0, dataset="a")  # the second ledger does not wait
+        with pytest.raises(LedgerError, match="lock timeout"):
+            one.release(Laplace(0.1), 1.0, dataset="a")
+    finally:
+        scope.abandon()
+        holder.close()
+    one.close()
+    two.close()

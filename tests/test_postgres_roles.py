@@ -263,6 +263,9 @@ def test_the_gate_runs_as_the_writer(deployment: Deployment) -> None:
 
 def test_the_auditor_reads_but_cannot_write(deployment: Deployment) -> None:
     assert audit(deployment.dsn(deployment.auditor)).ok
+    with psycopg.connect(deployment.dsn(deployment.auditor)) as conn:  # nor hold the lane locks
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT salt FROM dpbudget_salt")
     before = deployment.rows()
     with psycopg.connect(deployment.dsn(deployment.auditor)) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -145,11 +145,14 @@ class Ledger(ABC):
 
     # Storage primitives, called with self._lock held.
     @abstractmethod
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
+               cached: bool = False) -> None:
         """Begin and take the write lock; ``prefetch`` names accounts the transaction will read
         (a backend whose every read is a round trip reads them with the lock, in one). In a
         ledger of lanes, it locks the lanes of ``prefetch`` to write them, and those of
-        ``shared`` (also in ``prefetch``) only to read them."""
+        ``shared`` (also in ``prefetch``) only to read them. ``cached``: the backend may start
+        from what its last commit left instead of reading (``optimistic``), where the caller
+        redoes a ``LedgerStaleError``."""
 
     @abstractmethod
     def _commit(self) -> Any:

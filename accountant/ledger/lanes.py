@@ -40,7 +40,7 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
   after it names it in ``reads``, which must be the lane's last record: deleting it is seen there.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
   what that record wrote (``Ledger.check_accounts``) and against its lane's last record
-  (``check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
+  (``accountant.ledger.postgres_lanes.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
   undeleted, for every role but the owner. One chain also pinned the whole table to its head
   record (``accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
   rewound together with its lane by the tables' owner (who can disable the triggers) is a
@@ -53,13 +53,10 @@ format 1 records, and each account's lane starts at the last record that lists i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from accountant.errors import LedgerCorruptedError
-from accountant.ledger import table_sum
 from accountant.ledger.record import GENESIS, canonical
 
-__all__ = ["FORMAT", "START", "check_rows", "links_member", "read_links"]
+__all__ = ["FORMAT", "START", "links_member", "read_links"]
 
 FORMAT = 2
 START = (0, GENESIS)  # a lane's head before its first record
@@ -89,31 +86,3 @@ def read_links(record: Mapping[str, object],
             raise ValueError(f"the link for {key} is not [seq, hash]")
         out[key] = (link[0], link[1])
     return out
-
-
-def check_rows(ledger: Any) -> None:
-    """On opening a ledger of lanes: each account row must name its lane's last record, or one
-    before it that only records after it on the lane that do not charge the account (a session's
-    close) follow; and the lane's last record must be authentic. O(accounts), one query.
-
-    This sees an account row rewound by hand (with the server's triggers disabled: only the
-    tables' owner can) while its lane was left alone. One that rewinds the lane too is a
-    truncated lane, which only the audit sees (it replays every record).
-
-    Raises:
-        LedgerCorruptedError: naming the first account that disagrees.
-    """
-    rows = ledger._execute(
-        "SELECT a.key, a.seq, l.seq, l.hash FROM dpbudget_accounts a LEFT JOIN dpbudget_lanes l "
-        "ON l.key = a.key ORDER BY a.key").fetchall()
-    for key, seq, lane_seq, lane_hash in rows:
-        head = None if lane_seq is None or lane_seq < seq else ledger.entry(lane_seq)
-        fine = head is not None and head.hash == lane_hash and table_sum.authentic(ledger, head)
-        if fine and lane_seq > seq:
-            record = head.record if head is not None else {}
-            fine = key in (record.get("links") or {}) and key not in (record.get("accounts") or {})
-        if not fine:
-            raise LedgerCorruptedError(
-                f"{key}: its stored running state is not from the last record of its lane "
-                f"(seq {seq}; the lane ends at {lane_seq}); the ledger was edited outside "
-                "dpbudget. Nothing was written; run `dpbudget audit` on it")

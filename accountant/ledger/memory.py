@@ -31,7 +31,8 @@ class MemoryLedger(Ledger):
         self._staged_entries: list[Entry] = []
         self._staged_accounts: dict[str, Account] = {}
 
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
+               cached: bool = False) -> None:
         self._rollback()
 
     def _commit(self) -> None:

@@ -3,7 +3,7 @@
 Same records and account states as the SQLite ledger, but linked per account (record format 2,
 ``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
 in parallel. A debit is one transaction that first locks its accounts' lanes (advisory locks, in
-one order: ``_locks``) and the policy's lane (shared), so that a
+one order: ``postgres_lanes.locks``) and the policy's lane (shared), so that a
 check made on the states it read is still true when it commits. The COMMIT is asynchronous, and
 the same round trip then waits until it is on disk (``PostgresLedger._commit``: group commit),
 before anything is drawn on it. A debit is two round trips through libpq itself, or one when it
@@ -21,8 +21,6 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
 import zlib
 from collections.abc import Iterator, Sequence
@@ -30,7 +28,8 @@ from typing import NamedTuple
 
 from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import Account, Entry
-from accountant.ledger.lanes import FORMAT, START, check_rows
+from accountant.ledger.lanes import FORMAT, START
+from accountant.ledger.postgres_lanes import check_rows, locks
 from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.postgres_session import PgSession
 from accountant.ledger.record import float_object
@@ -41,9 +40,11 @@ __all__ = ["PostgresLedger"]
 # Makes the asynchronous commit before it durable (``PostgresLedger._commit``): a write, so its
 # transaction waits for the disk — an upsert, which writes a row even if someone deleted them all
 # (an UPDATE matching no row would write nothing and wait for nothing); a row per backend slot, so
-# that writers do not queue on one row. It returns a number for the next record (``_begin``).
-_FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
-          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING nextval('dpbudget_seq')")
+# that writers do not queue on one row. After a debit it returns a number for the next one
+# (``_begin``), which other transactions, numbered when they begin, do not take.
+_FLUSH_ONLY = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
+               "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING 0")
+_FLUSH = _FLUSH_ONLY.replace("RETURNING 0", "RETURNING nextval('dpbudget_seq')")
 
 # Debits run on fresh reads after an optimistic one found the cache stale (other writers are
 # active: optimism would mostly cost a wasted round trip).
@@ -54,28 +55,6 @@ _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 # Every transaction's start: asynchronous commit (``PostgresLedger._commit``).
 _BEGIN = "BEGIN; SET LOCAL synchronous_commit = off"
 _PAGE = 4096
-
-
-def _locks(written: Sequence[str], shared: Sequence[str]) -> str:
-    """The statement that takes a debit's lane locks: transaction-level advisory locks, which
-    write nothing (row locks would write each locked row, and shared ones on the one policy row
-    a multixact per debit) — shared for the lanes it only reads (the policy's: debits do not wait
-    for each other, and a policy change, which writes that lane, waits for every debit in flight),
-    exclusive for the lanes it writes, all in the order of their ids, so that no two writers can
-    wait for each other in a cycle. Every record dpbudget appends was locked so; the server's
-    link check refuses one that raced it without."""
-    ids = {_lock_id(k): "_shared" for k in shared}
-    ids.update((_lock_id(k), "") for k in written)
-    return "SELECT " + (", ".join(f"pg_advisory_xact_lock{mode}({i})"
-                                  for i, mode in sorted(ids.items())) or "1")
-
-
-@functools.lru_cache(maxsize=4096)
-def _lock_id(key: str) -> int:
-    """A lane's advisory lock: 64 bits of BLAKE2b of its key (a collision only makes two lanes
-    wait for each other)."""
-    digest = hashlib.blake2b(f"dpbudget lane {key}".encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 class _Cache(NamedTuple):
@@ -115,6 +94,7 @@ class PostgresLedger(PgSession, SqlLedger):
         self._tx_lanes: dict[str, tuple[int, str]] = {}
         self._tx_seq: int | None = None  # the number the next record gets
         self._tx_first: int | None = None  # the first number this transaction took
+        self._tx_cached = False  # begun by a debit (``cached``): its flush numbers the next
         self._tx_head: tuple[int, str] | None = None  # the last record (read when asked)
         self._tx_entry: Entry | None = None  # the record this transaction wrote
         self._pending: list[str] = []  # the transaction's statements, as SQL with literals
@@ -146,6 +126,10 @@ class PostgresLedger(PgSession, SqlLedger):
                 raise
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
+        try:  # (only writers may read it; a reader needs no locks)
+            self._salt = str(self._conn.execute("SELECT salt FROM dpbudget_salt").fetchone()[0])
+        except (psycopg.Error, TypeError):
+            self._salt = ""
 
     def _forked(self) -> None:
         # The parent's cache and spare number are the parent's: used here too, both processes
@@ -158,18 +142,19 @@ class PostgresLedger(PgSession, SqlLedger):
         at once here: sharing one count, they could give two records the same number."""
         return None
 
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
+               cached: bool = False) -> None:
         self._usable()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
         read_only = list(dict.fromkeys(k for k in shared if k in prefetch))
         written = list(dict.fromkeys(k for k in prefetch if k not in read_only))
         cache = self._cache
-        self.optimistic, self._tx_shared = False, read_only
+        self.optimistic, self._tx_shared, self._tx_cached = False, read_only, cached
         self._writes, self._tx_entry = 0, None
         if self._backoff:
             self._backoff -= 1
-        elif (cache is not None and prefetch and all(k in cache.read for k in prefetch)
+        elif (cached and cache is not None and prefetch and all(k in cache.read for k in prefetch)
               and all(k in cache.lanes for k in prefetch) and not self._pending_input()):
             # Optimistic: this object knows every account and lane the debit reads, as its last
             # commit left them. Nothing is sent now: the begin, the locks, the writes and the
@@ -180,20 +165,24 @@ class PostgresLedger(PgSession, SqlLedger):
             self._tx_seq, self._tx_head, self._spare = cache.seq, None, None
             self._tx_first = cache.seq
             # (The policy's lane is checked by the server through the record's ``reads``.)
-            self._pending = [_locks(written, read_only)]
+            self._pending = [locks(self._salt, written, read_only)]
             return
         # One round trip: begin, lock the lanes, then (statements of their own: a statement reads
         # from the snapshot it began with, older than a lock it waited for) read them and the
         # accounts, and take a number for the record: the spare one while it is above every
-        # locked lane's last (numbers need only grow along each lane), so that a lone writer's
-        # records are numbered without gaps. Commits are asynchronous (the locks are released
+        # locked lane's last, read ones included (numbers need only grow along each lane, and a
+        # record must come after what it read), so that a lone writer's records are numbered
+        # without gaps. Commits are asynchronous (the locks are released
         # without waiting for the disk); ``_commit`` makes each one durable before it returns.
-        every, mine = self._array([*written, *read_only]), self._array(written)
-        spare = "NULL" if self._spare is None else str(int(self._spare))
-        sql = (f"{_BEGIN}; {_locks(written, read_only)}; "
+        every = self._array([*written, *read_only])
+        # (Only a debit uses a spare number: whatever writes a lane others read — a policy
+        # change — must come after every record that read it, so it takes a new number once
+        # its lock is held.)
+        spare = "NULL" if self._spare is None or not cached else str(int(self._spare))
+        sql = (f"{_BEGIN}; {locks(self._salt, written, read_only)}; "
                f"SELECT 'l', key, seq, hash, NULL, NULL FROM dpbudget_lanes WHERE key = ANY({every}) "
                f"UNION ALL SELECT 's', NULL, CASE WHEN {spare} > coalesce((SELECT max(seq) FROM "
-               f"dpbudget_lanes WHERE key = ANY({mine})), 0) THEN {spare} ELSE "
+               f"dpbudget_lanes WHERE key = ANY({every})), 0) THEN {spare} ELSE "
                "nextval('dpbudget_seq') END, NULL, NULL, NULL UNION ALL SELECT 'a', key, seq, "
                f"rule, config, state FROM dpbudget_accounts WHERE key = ANY({every})")
         try:
@@ -328,7 +317,8 @@ class PostgresLedger(PgSession, SqlLedger):
                 self._raw("COMMIT")
             return
         try:
-            rows = self._raw("; ".join(statements + ["COMMIT", _FLUSH]))
+            flush = _FLUSH if self._tx_cached else _FLUSH_ONLY
+            rows = self._raw("; ".join(statements + ["COMMIT", flush]))
         except LedgerError as exc:
             if self.optimistic and self._conn.info.transaction_status == status.INERROR:
                 # Refused before the commit (most likely: another writer moved a lane since the
@@ -347,8 +337,8 @@ class PostgresLedger(PgSession, SqlLedger):
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
                 "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
                 "refused); nothing was drawn on it, and its budget stays spent")
-        self._spare = int(rows[0][0])
-        if staged is not None and read is not None:
+        self._spare = int(rows[0][0]) or None
+        if staged is not None and read is not None and self._spare is not None:
             self._cache = _Cache(lanes, read, self._spare)
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
@@ -375,7 +365,8 @@ class PostgresLedger(PgSession, SqlLedger):
             pass  # the connection is broken; nothing was committed
 
     def audited_accounts(self) -> list[Account]:
-        return self.accounts() if self._audited is None else list(self._audited)
+        audited, self._audited = self._audited, None  # (once: a later call reads afresh)
+        return self.accounts() if audited is None else audited
 
     def check_accounts(self) -> None:
         super().check_accounts()

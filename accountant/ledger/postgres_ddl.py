@@ -14,10 +14,16 @@ CREATE TABLE IF NOT EXISTS {S}.dpbudget_accounts (
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_flush (slot INT PRIMARY KEY, n BIGINT NOT NULL);
 INSERT INTO {S}.dpbudget_flush SELECT g, 0 FROM generate_series(0, 63) g ON CONFLICT DO NOTHING;
 -- Each account's lane: the last record on it (format 2 records link to it; accountant.ledger.lanes).
--- Written only by the trigger dpbudget_entry_lanes and the function dpbudget_lock, as the owner.
+-- Written only by the trigger dpbudget_entry_lanes, as the owner.
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_lanes (
     key TEXT PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS {S}.dpbudget_seq;
+-- A random salt of the lanes' advisory lock ids (accountant.ledger.postgres._locks), readable by
+-- the writers only: ledgers in one database do not share locks, and a role that cannot write
+-- this ledger cannot name its locks to hold them.
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_salt (salt TEXT NOT NULL);
+INSERT INTO {S}.dpbudget_salt SELECT gen_random_uuid()::text
+    WHERE NOT EXISTS (SELECT 1 FROM {S}.dpbudget_salt);
 -- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the last
 -- record that lists it, and new records are numbered after the last one.
 INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
@@ -217,7 +223,7 @@ BEGIN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: its links do not name every account '
             'it lists', NEW.seq USING ERRCODE = 'check_violation';
     END IF;
-    -- In key order, as dpbudget_lock takes the same locks: no deadlock between writers.
+    -- In key order (the writers' advisory locks are already held: this waits for nobody else).
     FOR v_key, v_link IN SELECT j.key, j.value FROM jsonb_each(v_links) j ORDER BY j.key LOOP
         IF jsonb_typeof(v_link) IS DISTINCT FROM 'array' OR jsonb_array_length(v_link) <> 2
                 OR jsonb_typeof(v_link->0) <> 'number' OR jsonb_typeof(v_link->1) <> 'string' THEN
@@ -227,7 +233,7 @@ BEGIN
         UPDATE dpbudget_lanes SET seq = NEW.seq, hash = NEW.hash WHERE key = v_key
             AND seq = (v_link->>0)::numeric AND hash = v_link->>1 AND seq < NEW.seq;
         IF NOT FOUND AND v_link = jsonb_build_array(0, repeat('0', 64)) THEN
-            -- A lane's first record, not begun through dpbudget_lock (an import): a row that is
+            -- A lane's first record: a row that is
             -- there already (someone else's first) makes this a conflict, refused.
             INSERT INTO dpbudget_lanes VALUES (v_key, NEW.seq, NEW.hash) ON CONFLICT DO NOTHING;
         END IF;
@@ -238,14 +244,15 @@ BEGIN
         END IF;
     END LOOP;
     -- What it read without writing (the policy in force): still the last record there, under
-    -- the shared lock its debit holds (dpbudget_lock, dpbudget_expect).
+    -- the shared lock its debit holds (accountant.ledger.postgres._locks), and numbered before it.
     FOR v_key, v_link IN SELECT j.key, j.value FROM jsonb_each(coalesce(v_rec->'reads', '{}')) j
     LOOP
         IF v_link IS DISTINCT FROM coalesce((SELECT jsonb_build_array(l.seq, l.hash)
                 FROM dpbudget_lanes l WHERE l.key = v_key), jsonb_build_array(0, repeat('0', 64)))
-                THEN
+                OR (v_link->>0)::numeric >= NEW.seq THEN
             RAISE EXCEPTION 'dpbudget ledger: entry % refused: it read % at another record than '
-                'its last', NEW.seq, v_key USING ERRCODE = 'check_violation';
+                'its last, or at one numbered after it', NEW.seq, v_key
+                USING ERRCODE = 'check_violation';
         END IF;
     END LOOP;
     -- A record numbered by the tables' owner, not by the sequence (an import; dpbudget_entry_check

@@ -104,9 +104,10 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
     s, owner = quote_ident(schema), quote_ident(owner_role)
     writer, reader = quote_ident(writer_role), quote_ident(reader_role)
     tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts", "flush", "lanes")]
+    salt = f"{s}.dpbudget_salt"  # (the writers' only: see accountant.ledger.postgres._locks)
     functions = [f"{s}.dpbudget_{f}()" for f in ("append_only", "entry_check", "account_check",
                                                  "entry_lanes")]
-    return [f"ALTER TABLE {t} OWNER TO {owner}" for t in tables] + [
+    return [f"ALTER TABLE {t} OWNER TO {owner}" for t in [*tables, salt]] + [
         f"ALTER SEQUENCE {s}.dpbudget_seq OWNER TO {owner}",
     ] + [
         f"ALTER FUNCTION {f} OWNER TO {owner}" for f in functions
@@ -114,7 +115,8 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         # Creating objects in the ledger's schema would let a role shadow what it resolves to.
         f"REVOKE CREATE ON SCHEMA {s} FROM PUBLIC, {writer}, {reader}",
         f"GRANT USAGE ON SCHEMA {s} TO {writer}, {reader}",
-        f"REVOKE ALL ON {', '.join(tables)} FROM PUBLIC, {writer}, {reader}",
+        f"REVOKE ALL ON {', '.join([*tables, salt])} FROM PUBLIC, {writer}, {reader}",
+        f"GRANT SELECT ON {salt} TO {writer}",
         f"REVOKE ALL ON FUNCTION {', '.join(functions)} FROM PUBLIC, {writer}, {reader}",
         f"REVOKE ALL ON SEQUENCE {s}.dpbudget_seq FROM PUBLIC, {writer}, {reader}",
         # Lanes are written only by the trigger, as the owner. Taking numbers (``nextval``) is
@@ -169,7 +171,8 @@ def _current(conn: Any) -> bool:
     if _value(conn, "SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
               "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') IS NOT NULL "
               "AND to_regclass('dpbudget_flush') IS NOT NULL AND to_regclass('dpbudget_lanes') IS "
-              "NOT NULL AND to_regclass('dpbudget_seq') IS NOT NULL") is not True:
+              "NOT NULL AND to_regclass('dpbudget_seq') IS NOT NULL AND to_regclass("
+              "'dpbudget_salt') IS NOT NULL") is not True:
         return False
     if _value(conn, "SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
         return False

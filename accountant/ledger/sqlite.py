@@ -115,7 +115,8 @@ class SqliteLedger(SqlLedger):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
+               cached: bool = False) -> None:
         self._rollback()  # a transaction an interrupt left open: it never committed
         failed = _FAILED_SYNCS.get(str(self.path))
         if failed is not None:

@@ -163,18 +163,21 @@ class Scope:
         self._ledger = ledger
         self._tx: Transaction | None = None
 
-    def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> Transaction:
+    def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (), *,
+              cached: bool = False) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
         (an optimisation only: any account can still be read). In a ledger of lanes
         (``accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
         those also in ``shared``, locked for reading: writing a lane not locked here may end in
-        ``LedgerStaleError`` (another writer moved it; nothing is written)."""
+        ``LedgerStaleError`` (another writer moved it; nothing is written). ``cached``: the
+        backend may start from what its last commit left (one round trip on PostgreSQL), which
+        may end in ``LedgerStaleError``: only for a caller that redoes it (the gate's debit)."""
         ledger = self._ledger
         ledger._lock.acquire()
         writer = ledger._w
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())
-        ledger._begin(prefetch, shared)
+        ledger._begin(prefetch, shared, cached)
         writer.begin(ledger._landed)
         self._tx = Transaction(ledger)
         return self._tx
