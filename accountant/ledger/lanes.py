@@ -12,7 +12,10 @@ it read without writing — the policy's, so the policy record it was checked ag
 latest policy record is then seen at the first debit after it, although nothing else follows it
 on its lane. ``seq`` still numbers records uniquely and increases along
 every lane, but records of different lanes are numbered in no particular order and numbers may be
-skipped (a debit refused after it drew one): a gap is not a deletion.
+skipped (a debit refused after it drew one): a gap is not a deletion. A record's number is taken
+after its locks, or is one taken earlier that is above the last record of every lane it locks —
+the ones it reads too — so that a record always comes after what it links to and what it read,
+and a policy record after every debit checked against the policy before it.
 
 Writers: a debit locks the lanes it writes (exclusive, in one order: no deadlock) and the policy's
 lane (shared: debits do not wait for each other, and a policy change, which locks it exclusively,
