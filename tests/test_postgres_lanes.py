@@ -4,9 +4,11 @@ every kind of tampering with the records is still reported."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +41,29 @@ def _accountant(dsn: str, policy: dict[str, Any] = TWO, timeout: float = 0.5) ->
                                   ledger=PostgresLedger(dsn, timeout=timeout), rng=0)
 
 
+@contextlib.contextmanager
+def _holding(dsn: str, keys: list[str], shared: tuple[str, ...] = ()) -> Iterator[None]:
+    """Another writer in the middle of a transaction that holds the lanes of ``keys`` (those in
+    ``shared`` only shared), until the block ends."""
+    holder = PostgresLedger(dsn)
+    scope = holder.transaction()
+    scope.begin(keys, shared)
+    try:
+        yield
+    finally:
+        scope.abandon()
+        holder.close()
+
+
 def test_a_debit_on_another_dataset_does_not_wait(dsn: str) -> None:
     acc = _accountant(dsn)
     acc.release(Laplace(0.1), 1.0, dataset="a")
-    holder = PostgresLedger(dsn)
-    scope = holder.transaction()
-    scope.begin(["dataset:a"])  # another writer in the middle of a debit on dataset a
-    try:
+    with _holding(dsn, ["dataset:a"]):  # another writer in the middle of a debit on dataset a
         start = time.monotonic()
         acc.release(Laplace(0.1), 1.0, dataset="b")  # no wait: a lane of its own
         assert time.monotonic() - start < 0.5
         with pytest.raises(LedgerError, match="lock timeout"):  # the same account waits
             acc.release(Laplace(0.1), 1.0, dataset="a")
-    finally:
-        scope.abandon()
-        holder.close()
     assert acc.spent("a").epsilon == pytest.approx(0.1)  # the refused one debited nothing
     acc.release(Laplace(0.1), 1.0, dataset="a")
     assert acc.spent("a").epsilon == pytest.approx(0.2)
@@ -65,15 +75,9 @@ def test_a_debit_on_another_dataset_does_not_wait(dsn: str) -> None:
 def test_a_global_limit_is_one_lane_that_every_debit_writes(dsn: str) -> None:
     acc = _accountant(dsn, {**TWO, "limit": {"epsilon": 5.0}})
     acc.release(Laplace(0.1), 1.0, dataset="a")
-    holder = PostgresLedger(dsn)
-    scope = holder.transaction()
-    scope.begin(["global"])
-    try:
+    with _holding(dsn, ["global"]):
         with pytest.raises(LedgerError, match="lock timeout"):
             acc.release(Laplace(0.1), 1.0, dataset="b")
-    finally:
-        scope.abandon()
-        holder.close()
     acc.release(Laplace(0.1), 1.0, dataset="b")
     assert acc.ledger.account("global").state["epsilon"] == pytest.approx(0.2)
     acc.close()
@@ -82,19 +86,13 @@ def test_a_global_limit_is_one_lane_that_every_debit_writes(dsn: str) -> None:
 def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
     acc = _accountant(dsn)
     acc.release(Laplace(0.1), 1.0, dataset="a")
-    holder = PostgresLedger(dsn)
-    scope = holder.transaction()
-    scope.begin(["policy", "dataset:b"], ["policy"])  # a debit in flight: the policy shared
-    try:
+    with _holding(dsn, ["policy", "dataset:b"], ("policy",)):  # a debit in flight
         acc.release(Laplace(0.1), 1.0, dataset="a")  # debits share the policy's lock
         owner = _accountant(dsn)
         lower = Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.5}},
                                                     "b": {"limit": {"epsilon": 0.5}}}})
         with pytest.raises(LedgerError, match="lock timeout"):
             owner.apply_policy(lower, by="owner", reason="lower")
-    finally:
-        scope.abandon()
-        holder.close()
     owner.apply_policy(lower, by="owner", reason="lower")
     assert audit(acc.ledger).ok
     owner.close()
@@ -103,15 +101,9 @@ def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
 
 def test_two_first_debits_on_variants_of_a_new_name_do_not_make_two_budgets(dsn: str) -> None:
     acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0)
-    holder = PostgresLedger(dsn)
-    scope = holder.transaction()
-    scope.begin(["fold:adult"])  # another debit on a variant of "Adult", not yet committed
-    try:
+    with _holding(dsn, ["fold:adult"]):  # another debit on a variant of "Adult", not yet committed
         with pytest.raises(LedgerError, match="lock timeout"):
             acc.release(Laplace(0.1), 1.0, dataset="Adult")
-    finally:
-        scope.abandon()
-        holder.close()
     acc.release(Laplace(0.1), 1.0, dataset="Adult")
     with pytest.raises(Exception, match="variant"):
         acc.release(Laplace(0.1), 1.0, dataset="adult")
@@ -464,15 +456,9 @@ def test_a_policy_change_comes_after_every_debit_that_read_the_policy_before_it(
 def test_ledgers_in_one_database_do_not_share_lane_locks(postgres_database: str) -> None:
     first, second = _fresh_schema(postgres_database), _fresh_schema(postgres_database)
     one, two = _accountant(first), _accountant(second)
-    holder = PostgresLedger(first)
-    scope = holder.transaction()
-    scope.begin(["policy"])  # a policy change in progress on the first ledger
-    try:
+    with _holding(first, ["policy"]):  # a policy change in progress on the first ledger
         two.release(Laplace(0.1), 1.0, dataset="a")  # the second ledger does not wait
         with pytest.raises(LedgerError, match="lock timeout"):
             one.release(Laplace(0.1), 1.0, dataset="a")
-    finally:
-        scope.abandon()
-        holder.close()
     one.close()
     two.close()
