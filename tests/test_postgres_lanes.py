@@ -462,3 +462,18 @@ def test_ledgers_in_one_database_do_not_share_lane_locks(postgres_database: str)
             one.release(Laplace(0.1), 1.0, dataset="a")
     one.close()
     two.close()
+
+
+def test_an_account_row_deleted_by_the_owner_is_refused_on_opening(dsn: str) -> None:
+    """A deleted row would start its limit again from zero: its lane, left without it, shows."""
+    acc = _accountant(dsn)
+    acc.release(Laplace(0.9), 1.0, dataset="a")
+    acc.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
+        conn.execute("DELETE FROM dpbudget_accounts WHERE key = 'dataset:a'")
+    from accountant.errors import LedgerCorruptedError
+
+    with PostgresLedger(dsn) as ledger:
+        with pytest.raises(LedgerCorruptedError, match="dataset:a"):
+            Accountant.open(ledger, rng=0)

@@ -340,3 +340,17 @@ def test_the_owner_applies_a_new_policy_and_writers_follow_it(deployment: Deploy
         with pytest.raises(LedgerError, match="owner writes policy"):
             acc.apply_policy(policy(9.0), by="writer", reason="raise it")
     assert audit(deployment.dsn(deployment.auditor)).ok
+
+
+def test_a_writer_without_the_lock_salt_is_refused_and_writes_nothing(
+        deployment: Deployment) -> None:
+    """Grants from before the salt existed: without it, a writer's lane locks would not be the
+    other writers' (a policy change would not wait for its debits), so it is refused, typed."""
+    with psycopg.connect(deployment.dsn(deployment.owner), autocommit=True) as conn:
+        conn.execute(f'REVOKE SELECT ON dpbudget_salt FROM "{deployment.writer}"')
+    before = deployment.rows()
+    acc = Accountant.open(deployment.dsn(deployment.writer), rng=0)
+    with pytest.raises(LedgerError, match="lock salt"):
+        acc.release(Laplace(0.5), 1.0)
+    acc.close()
+    assert deployment.rows() == before

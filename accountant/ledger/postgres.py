@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import Account, Entry
 from accountant.ledger.lanes import FORMAT, START
-from accountant.ledger.postgres_lanes import check_rows, locks
+from accountant.ledger.postgres_lanes import locks
 from accountant.ledger.postgres_schema import prepare
+from accountant.ledger.postgres_reads import PgReads
 from accountant.ledger.postgres_session import PgSession
 from accountant.ledger.record import float_object
 from accountant.ledger.sql import SqlLedger, _account
@@ -54,7 +55,6 @@ _BACKOFF = 16
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 # Every transaction's start: asynchronous commit (``PostgresLedger._commit``).
 _BEGIN = "BEGIN; SET LOCAL synchronous_commit = off"
-_PAGE = 4096
 
 
 class _Cache(NamedTuple):
@@ -66,7 +66,7 @@ class _Cache(NamedTuple):
     seq: int  # a number taken for the next record
 
 
-class PostgresLedger(PgSession, SqlLedger):
+class PostgresLedger(PgReads, PgSession, SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -126,10 +126,7 @@ class PostgresLedger(PgSession, SqlLedger):
                 raise
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
-        try:  # (only writers may read it; a reader needs no locks)
-            self._salt = str(self._conn.execute("SELECT salt FROM dpbudget_salt").fetchone()[0])
-        except (psycopg.Error, TypeError):
-            self._salt = ""
+        self._salt: str | None = None  # read on the first transaction (only writers may)
 
     def _forked(self) -> None:
         # The parent's cache and spare number are the parent's: used here too, both processes
@@ -145,6 +142,8 @@ class PostgresLedger(PgSession, SqlLedger):
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
         self._usable()
+        if self._salt is None:
+            self._salt = self._read_salt()
         if self._conn.info.transaction_status != self._psycopg.pq.TransactionStatus.IDLE:
             self._rollback()  # a transaction an interrupt left open: it never committed
         read_only = list(dict.fromkeys(k for k in shared if k in prefetch))
@@ -206,6 +205,27 @@ class PostgresLedger(PgSession, SqlLedger):
                 self._tx_seq = int(seq)
         self._spare, self._tx_first = None, self._tx_seq
         self._tx_read, self._tx_lanes, self._pending = read, lanes, []
+
+    def _read_salt(self) -> str:
+        """The ledger's lock salt (``postgres_lanes.locks``). Without it this object's locks
+        would not be the other writers' (a policy change would not wait for its debits).
+
+        Raises:
+            LedgerError: this role cannot read it (grants from before it existed: the owner
+                must run ``grant_statements`` again), or it is missing; nothing was written.
+        """
+        try:
+            row = self._conn.execute("SELECT salt FROM dpbudget_salt").fetchone()
+        except self._psycopg.Error as exc:
+            row = None
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        else:
+            why = "it is missing"
+        if row is None or not row[0]:
+            raise LedgerError(f"PostgreSQL ledger: cannot read the ledger's lock salt "
+                              f"(dpbudget_salt: {why}); a writer needs SELECT on it: the owner "
+                              "runs grant_statements again after an upgrade. Nothing was written")
+        return str(row[0])
 
     def _array(self, keys: Sequence[str]) -> str:
         return f"ARRAY[{', '.join(self._literal(k) for k in keys)}]::text[]"
@@ -363,54 +383,3 @@ class PostgresLedger(PgSession, SqlLedger):
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:
             pass  # the connection is broken; nothing was committed
-
-    def audited_accounts(self) -> list[Account]:
-        audited, self._audited = self._audited, None  # (once: a later call reads afresh)
-        return self.accounts() if audited is None else audited
-
-    def check_accounts(self) -> None:
-        super().check_accounts()
-        with self._lock:
-            self._usable()
-            check_rows(self)
-
-    def account(self, key: str) -> Account | None:
-        with self._lock:
-            self._usable()
-            return self._read_account(key)
-
-    def accounts(self) -> list[Account]:
-        with self._lock:
-            self._usable()
-        return super().accounts()
-
-    def head(self) -> tuple[int, str]:
-        with self._lock:
-            self._usable()
-            return self._head()
-
-    def entry(self, seq: int) -> Entry | None:
-        with self._lock:
-            staged = self._tx_entry if self._tx_read is not None else None
-            if staged is not None and staged.seq == seq:  # written by this transaction
-                return staged
-            self._usable()
-        return super().entry(seq)
-
-    def entries(self, start: int = 1) -> Iterator[Entry]:
-        """Records in ``seq`` order from ``start``, all read in one snapshot: commits land out of
-        ``seq`` order across lanes, and in one snapshot every record a visible record links to
-        is visible too (its writer committed first), so a live ledger reads as a closed one."""
-        with self._reader() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if start == 1:  # (an audit compares the rows with the records: the same snapshot)
-                self._audited = [_account(r) for r in conn.execute(
-                    "SELECT key, rule, config, state, seq FROM dpbudget_accounts ORDER BY key")]
-            seq = start - 1
-            while True:
-                rows = conn.execute("SELECT seq, record, hash FROM dpbudget_entries WHERE seq > "
-                                    f"%s ORDER BY seq LIMIT {_PAGE}", (seq,)).fetchall()
-                if not rows:
-                    return
-                for seq, text, digest in rows:
-                    yield Entry(seq, text, digest)

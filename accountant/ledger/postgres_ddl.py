@@ -21,11 +21,21 @@ CREATE SEQUENCE IF NOT EXISTS {S}.dpbudget_seq;
 -- A random salt of the lanes' advisory lock ids (accountant.ledger.postgres._locks), readable by
 -- the writers only: ledgers in one database do not share locks, and a role that cannot write
 -- this ledger cannot name its locks to hold them.
-CREATE TABLE IF NOT EXISTS {S}.dpbudget_salt (salt TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {S}.dpbudget_salt (salt TEXT NOT NULL CHECK (salt <> ''));
+CREATE UNIQUE INDEX IF NOT EXISTS dpbudget_salt_one ON {S}.dpbudget_salt ((true));
 INSERT INTO {S}.dpbudget_salt SELECT gen_random_uuid()::text
     WHERE NOT EXISTS (SELECT 1 FROM {S}.dpbudget_salt);
--- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the last
--- record that lists it, and new records are numbered after the last one.
+-- Server functions of versions before this one, gone from the debit path.
+DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint);
+DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint[]);
+DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint[], bigint);
+DROP FUNCTION IF EXISTS {S}.dpbudget_expect(text[], text[], bigint[]);
+DROP FUNCTION IF EXISTS {S}.dpbudget_expect(text[], bigint[]);
+DROP FUNCTION IF EXISTS {S}.dpbudget_take(text[], text[]);
+-- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the record
+-- its row names (the last that lists it: the row was checked against the chain's commitment,
+-- accountant.ledger.table_sum, by every opening before), and new records are numbered after the
+-- last one.
 INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
     JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
 -- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger (it
@@ -39,8 +49,9 @@ SELECT setval('{S}.dpbudget_seq', greatest(m, 1), m > 0) FROM (SELECT greatest(
 CREATE OR REPLACE FUNCTION {S}.dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    RAISE EXCEPTION 'dpbudget ledger: % on % refused: ledger entries are append-only and '
-        'accounts are never removed', TG_OP, TG_TABLE_NAME USING ERRCODE = 'check_violation';
+    RAISE EXCEPTION 'dpbudget ledger: % on % refused: ledger entries are append-only, '
+        'accounts are never removed and the lock salt never changes', TG_OP, TG_TABLE_NAME
+        USING ERRCODE = 'check_violation';
 END $$;
 
 CREATE OR REPLACE FUNCTION {S}.dpbudget_entry_check() RETURNS trigger LANGUAGE plpgsql

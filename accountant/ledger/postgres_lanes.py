@@ -45,8 +45,9 @@ def check_rows(ledger: Any) -> None:
 
     This sees an account row rewound by hand (with the server's triggers disabled: only the
     tables' owner can) while its lane was left alone. One that rewinds the lane too is a
-    truncated lane, which only the audit sees (it replays every record). One query, plus one
-    lookup per record walked back (none for a lane whose last record charges its account).
+    truncated lane, which only the audit sees (it replays every record); and a row deleted by hand
+    (its lane is left without one). Two queries, plus one lookup per record walked back (none for
+    a lane whose last record charges its account).
 
     Raises:
         LedgerCorruptedError: naming the first account that disagrees.
@@ -65,7 +66,10 @@ def check_rows(ledger: Any) -> None:
                     and key not in (record.get("accounts") or {})
                     and isinstance(link, list) and len(link) == 2)
             if fine and isinstance(link, list):
-                at, digest, walked = int(link[0]), str(link[1]), True
+                try:
+                    at, digest, walked = int(link[0]), str(link[1]), True
+                except (TypeError, ValueError):
+                    fine = False
         if fine and walked:
             named = ledger.entry(seq)
             fine = named is not None and named.hash == digest
@@ -74,3 +78,13 @@ def check_rows(ledger: Any) -> None:
                 f"{key}: its stored running state is not from the last record of its lane that "
                 f"charges it (the row names record {seq}); the ledger was edited outside "
                 "dpbudget. Nothing was written; run `dpbudget audit` on it")
+    # Every lane a record moved belongs to an account some record charged (a session's close is
+    # on its session's accounts' lanes): a lane without its row is a row deleted by hand, which
+    # would start that limit again from zero.
+    orphan = ledger._execute(
+        "SELECT l.key FROM dpbudget_lanes l LEFT JOIN dpbudget_accounts a ON a.key = l.key "
+        "WHERE a.key IS NULL AND l.seq > 0 ORDER BY l.key LIMIT 1").fetchone()
+    if orphan is not None:
+        raise LedgerCorruptedError(
+            f"{orphan[0]}: records charge it but the ledger stores no running state for it (its "
+            "row was deleted outside dpbudget). Nothing was written; run `dpbudget audit` on it")

@@ -36,7 +36,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "prepare", "
 
 # Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.
@@ -55,6 +55,12 @@ _TRIGGERS = (
     ("dpbudget_accounts", "dpbudget_accounts_no_delete", "BEFORE DELETE", "ROW",
      "dpbudget_append_only"),
     ("dpbudget_accounts", "dpbudget_accounts_no_truncate", "BEFORE TRUNCATE", "STATEMENT",
+     "dpbudget_append_only"),
+    # The lock salt is written once (accountant.ledger.postgres_lanes.locks): gates running
+    # with an older one would not wait for a policy change made with a new one.
+    ("dpbudget_salt", "dpbudget_salt_fixed", "BEFORE UPDATE OR DELETE", "ROW",
+     "dpbudget_append_only"),
+    ("dpbudget_salt", "dpbudget_salt_no_truncate", "BEFORE TRUNCATE", "STATEMENT",
      "dpbudget_append_only"),
 )
 TRIGGERS = tuple((table, name) for table, name, *_ in _TRIGGERS)
@@ -178,11 +184,9 @@ def _current(conn: Any) -> bool:
         return False
     # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
     enabled = _value(
-        conn, "SELECT count(*) FROM pg_trigger WHERE tgenabled IN ('O', 'A') AND ("
-        "(tgrelid = to_regclass('dpbudget_entries') AND tgname = ANY(%s)) OR "
-        "(tgrelid = to_regclass('dpbudget_accounts') AND tgname = ANY(%s)))",
-        ([n for t, n in TRIGGERS if t == "dpbudget_entries"],
-         [n for t, n in TRIGGERS if t == "dpbudget_accounts"]))
+        conn, "SELECT count(*) FROM pg_trigger g JOIN unnest(%s::text[], %s::text[]) u(t, n) "
+        "ON g.tgrelid = to_regclass(u.t) AND g.tgname = u.n WHERE g.tgenabled IN ('O', 'A')",
+        ([t for t, _ in TRIGGERS], [n for _, n in TRIGGERS]))
     return bool(enabled == len(TRIGGERS))
 
 
