@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from accountant.errors import LedgerCorruptedError
+from accountant.errors import LedgerCorruptedError, LedgerError
 from accountant.ledger import table_sum
 from accountant.ledger.entry import Account, Entry
 from accountant.ledger.record import GENESIS, auth_name, key_from_env
@@ -177,18 +177,23 @@ class Ledger(ABC):
     @abstractmethod
     def _write_accounts(self, accounts: list[Account]) -> None: ...
 
-    # A ledger of lanes (``lanes = True``) also implements these, inside a transaction.
+    # A ledger of lanes (``lanes = True``) overrides these, used inside its transactions; a ledger
+    # of one chain has no lanes, and says so if asked.
     def _lane(self, key: str) -> tuple[int, str]:
         """``(seq, hash)`` of the last record on lane ``key`` (``lanes.START`` if none)."""
-        raise NotImplementedError
+        raise self._no_lanes()
 
     def _next_seq(self) -> int:
         """The seq the next record appended in this transaction gets (the same until then)."""
-        raise NotImplementedError
+        raise self._no_lanes()
 
     def _advance(self, keys: list[str], entry: Entry) -> None:
         """``entry``, just written, is now the last record on each of ``keys``."""
-        raise NotImplementedError
+        raise self._no_lanes()
+
+    def _no_lanes(self) -> LedgerError:
+        return LedgerError(f"{type(self).__name__} is a ledger of one chain: it has no lanes "
+                           "(accountant.ledger.lanes); nothing was written")
 
 
 EMPTY_HEAD = (0, GENESIS)

@@ -4,7 +4,6 @@ audit's records and rows in one snapshot."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from accountant.ledger.entry import Account, Entry
@@ -13,7 +12,6 @@ from accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PgReads"]
 
-_PAGE = 4096
 
 
 class PgReads:
@@ -63,20 +61,12 @@ class PgReads:
             self._ledger()._usable()
         return SqlLedger.entry(self._ledger(), seq)
 
-    def entries(self, start: int = 1) -> Iterator[Entry]:
-        """Records in ``seq`` order from ``start``, all read in one snapshot: commits land out of
-        ``seq`` order across lanes, and in one snapshot every record a visible record links to
-        is visible too (its writer committed first), so a live ledger reads as a closed one."""
-        with self._ledger()._reader() as conn:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if start == 1:  # (an audit compares the rows with the records: the same snapshot)
-                self._audited = [_account(r) for r in conn.execute(
-                    "SELECT key, rule, config, state, seq FROM dpbudget_accounts ORDER BY key")]
-            seq = start - 1
-            while True:
-                rows = conn.execute("SELECT seq, record, hash FROM dpbudget_entries WHERE seq > "
-                                    f"%s ORDER BY seq LIMIT {_PAGE}", (seq,)).fetchall()
-                if not rows:
-                    return
-                for seq, text, digest in rows:
-                    yield Entry(seq, text, digest)
+    def _reading(self, conn: Any, start: int) -> None:
+        """All of ``entries()`` in one snapshot: commits land out of ``seq`` order across lanes,
+        and in one snapshot every record a visible record links to is visible too (its writer
+        committed first), so a live ledger reads as a closed one. An audit compares the rows
+        with the records: they are read in the same snapshot (``audited_accounts``)."""
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if start == 1:
+            self._audited = [_account(r) for r in conn.execute(
+                "SELECT key, rule, config, state, seq FROM dpbudget_accounts ORDER BY key")]

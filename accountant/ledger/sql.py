@@ -105,12 +105,18 @@ class SqlLedger(Ledger):
                                            "{T}accounts ORDER BY key")).fetchall()
         return [_account(r) for r in rows]
 
+    def _reading(self, conn: Any, start: int) -> None:
+        """Called on the reading connection before ``entries()`` pages through it. Nothing for
+        a ledger of one chain: it commits in ``seq`` order, so pages read at different moments
+        still read a prefix of it."""
+
     def entries(self, start: int = 1) -> Iterator[Entry]:
         # Paged by primary key on a connection of its own: streams without holding the lock or
         # loading the whole ledger into memory.
         query = self._sql(f"SELECT seq, record, hash FROM {{T}}entries WHERE seq > ? "
                           f"ORDER BY seq LIMIT {_PAGE}")
         with self._reader() as conn:
+            self._reading(conn, start)
             seq = start - 1
             while True:
                 rows = conn.execute(query, (seq,)).fetchall()
