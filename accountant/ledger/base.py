@@ -40,7 +40,7 @@ class Ledger(ABC):
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
-        self._lock = threading.RLock()
+        self._lock: Any = threading.RLock()  # (a backend may count its waiters: postgres_sync)
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'

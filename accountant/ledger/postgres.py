@@ -32,20 +32,17 @@ from accountant.ledger.lanes import FORMAT, START
 from accountant.ledger.postgres_lanes import locks
 from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.postgres_reads import PgReads
-from accountant.ledger.postgres_session import PgSession
+from accountant.ledger.postgres_session import _INHERITED, PgSession
+from accountant.ledger.postgres_sync import FLUSH, PgSync, WaitedLock
 from accountant.ledger.record import float_object
 from accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PostgresLedger"]
 
-# Makes the asynchronous commit before it durable (``PostgresLedger._commit``): a write, so its
-# transaction waits for the disk — an upsert, which writes a row even if someone deleted them all
-# (an UPDATE matching no row would write nothing and wait for nothing); a row per backend slot, so
-# that writers do not queue on one row. After a debit it returns a number for the next one
-# (``_begin``), which other transactions, numbered when they begin, do not take.
-_FLUSH_ONLY = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
-               "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING 0")
-_FLUSH = _FLUSH_ONLY.replace("RETURNING 0", "RETURNING nextval('dpbudget_seq')")
+# Makes the asynchronous commit before it durable (``PostgresLedger._commit``, ``postgres_sync``).
+# After a debit it returns a number for the next one (``_begin``), which other transactions,
+# numbered when they begin, do not take.
+_FLUSH = FLUSH.replace("RETURNING 0", "RETURNING nextval('dpbudget_seq')")
 
 # Debits run on fresh reads after an optimistic one found the cache stale (other writers are
 # active: optimism would mostly cost a wasted round trip).
@@ -66,7 +63,7 @@ class _Cache(NamedTuple):
     seq: int  # a number taken for the next record
 
 
-class PostgresLedger(PgReads, PgSession, SqlLedger):
+class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -90,6 +87,8 @@ class PostgresLedger(PgReads, PgSession, SqlLedger):
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
+        self._lock = WaitedLock()  # (whether other threads wait: ``_commit`` defers the flush)
+        self._init_sync()
         self._tx_read: dict[str, Account | None] | None = None  # inside a transaction
         self._tx_lanes: dict[str, tuple[int, str]] = {}
         self._tx_seq: int | None = None  # the number the next record gets
@@ -132,6 +131,8 @@ class PostgresLedger(PgReads, PgSession, SqlLedger):
         # The parent's cache and spare number are the parent's: used here too, both processes
         # would give two records one number (refused, but a failed debit).
         self._cache, self._spare, self._backoff = None, None, 0
+        self._sync_forked(_INHERITED)
+        self._lock.forget_waiters()
 
     def _writer_key(self) -> str | None:
         """None: each object is a writer of its own (``accountant.ledger.writer``). A writer's
@@ -303,10 +304,12 @@ class PostgresLedger(PgReads, PgSession, SqlLedger):
             self._writes += 1
             read[a.key] = a
 
-    def _commit(self) -> None:
+    def _commit(self) -> int | None:
         """Write what the transaction staged, commit, and wait until the commit is on disk — in
         one round trip, with the lanes' locks held only until the commit, not through the disk
-        write: group commit across processes.
+        write: group commit across processes. While other threads wait for this object, the
+        wait for the disk is left to ``_sync`` (the token returned), after the object is
+        released: group commit across threads (``accountant.ledger.postgres_sync``).
 
         The transaction commits asynchronously, which releases its locks as soon as its commit
         record is in the write-ahead log; the statement after it (one row of ``dpbudget_flush``
@@ -335,10 +338,14 @@ class PostgresLedger(PgReads, PgSession, SqlLedger):
         if not writes:  # (nothing written: nothing to make durable)
             if not self.optimistic:
                 self._raw("COMMIT")
-            return
+            return None
+        defer, cached = self._lock.contended, self._tx_cached
+        if defer:  # (a debit still takes the next one's number: the one after it may be cached)
+            tail = ["COMMIT", "SELECT nextval('dpbudget_seq')"] if cached else ["COMMIT"]
+        else:
+            tail = ["COMMIT", _FLUSH if cached else FLUSH]
         try:
-            flush = _FLUSH if self._tx_cached else _FLUSH_ONLY
-            rows = self._raw("; ".join(statements + ["COMMIT", flush]))
+            rows = self._raw("; ".join(statements + tail))
         except LedgerError as exc:
             if self.optimistic and self._conn.info.transaction_status == status.INERROR:
                 # Refused before the commit (most likely: another writer moved a lane since the
@@ -352,14 +359,15 @@ class PostgresLedger(PgReads, PgSession, SqlLedger):
                 f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
                 f"but the server did not confirm that it reached the disk ({exc}); nothing was "
                 "drawn on it, and its budget stays spent") from exc
-        if len(rows) != 1 or rows[0][0] is None:
+        if not defer and (len(rows) != 1 or rows[0][0] is None):
             raise LedgerError(
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
                 "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
                 "refused); nothing was drawn on it, and its budget stays spent")
-        self._spare = int(rows[0][0]) or None
+        self._spare = (int(rows[0][0]) or None) if cached and rows and rows[0][0] else None
         if staged is not None and read is not None and self._spare is not None:
             self._cache = _Cache(lanes, read, self._spare)
+        return self._deferred() if defer else None
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
         """After a failed commit round trip: whether the transaction's record is in the ledger

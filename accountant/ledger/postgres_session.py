@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import os
 import select
-import threading
 from typing import Any
 
 from accountant.errors import LedgerError
@@ -23,7 +22,7 @@ class PgSession:
     _psycopg: Any
     _conn: Any
     _pid: int
-    _lock: threading.RLock
+    _lock: Any
     _tx_read: dict[str, Account | None] | None
     dsn: str
     timeout: float
@@ -32,20 +31,30 @@ class PgSession:
         """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
         wait for another writer's lock; ``tcp_user_timeout`` and keepalives bound a wait on a
         server that stopped answering (a frozen server), where a server-side timeout cannot."""
+        self._conn = self._open_session()
+        self._pid = os.getpid()
+
+    def _open_session(self) -> Any:
+        """A connection with the settings above (also the flushing session's,
+        ``accountant.ledger.postgres_sync``)."""
         ms = max(1, int(self.timeout * 1000))
-        self._conn = self._psycopg.connect(
+        conn = self._psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(2, math.ceil(self.timeout)),
             keepalives=1, keepalives_idle=max(1, math.ceil(self.timeout / 3)),
             keepalives_interval=max(1, math.ceil(self.timeout / 9)), keepalives_count=3,
             tcp_user_timeout=ms)
         # UTF-8 whatever the environment, role or database says: the debit path encodes its
         # statements as UTF-8 (``_raw``), and the text the server stores must be the text hashed.
-        self._conn.execute("SET client_encoding = 'UTF8'")
-        self._conn.execute("SET synchronous_commit = on")
-        self._conn.execute(f"SET lock_timeout = {ms}")
-        if self._conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
-            raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
-        self._pid = os.getpid()
+        try:
+            conn.execute("SET client_encoding = 'UTF8'")
+            conn.execute("SET synchronous_commit = on")
+            conn.execute(f"SET lock_timeout = {ms}")
+            if conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
+                raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _usable(self) -> None:
         """Make sure the session is this process's and alive, before a transaction or a read
