@@ -18,6 +18,9 @@ number admitted must be exactly what the limit admits, and the audit must pass),
 in-memory gate beside its essential floor (one dict update, SHA-256 of a 520-byte record, one
 CSPRNG draw of 8 bytes), by CPU time.
 
+``--parts threads --backends postgres`` runs only the threads sharing one accountant (1, 2, 4, 8
+threads, ``--threads``); with ``PYTHONPATH`` set to another revision's tree it times that revision.
+
 Run from a checkout: ``PYTHONPATH=. python benchmarks/scale_out.py`` (PostgreSQL rows need the
 server binaries and psycopg; the script starts a throw-away server as the tests do).
 """
@@ -301,12 +304,18 @@ def table(name: str, rows: dict[str, dict[int, float]], processes: list[int]) ->
     return "\n".join(lines + [""] + ratios)
 
 
+_PARTS = ("scale", "threads", "overspend", "memory")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--releases", type=int, default=300, help="per process and cell")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgres"])
+    parser.add_argument("--parts", nargs="+", default=list(_PARTS), choices=_PARTS,
+                        help="what to run (default: all)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
     args = parser.parse_args(argv)
     started = time.time()
     print(f"Run at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} "
@@ -326,24 +335,26 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"(PostgreSQL skipped: {_postgres.available()})\n")
         try:
-            for backend in backends:
+            for backend in backends if "scale" in args.parts else ():
                 rows = scale(backend, args.processes, args.releases, args.rounds)
                 print(table(backend.name, rows, args.processes) + "\n")
-            for backend in backends:
+            for backend in backends if "threads" in args.parts else ():
+                counts = args.threads
                 cells = {t: statistics.median(threads(backend.dpbudget_target(), t,
                                                       args.releases) for _ in range(args.rounds))
-                         for t in (1, 8)}
+                         for t in counts}
                 print(f"- {backend.name}, threads sharing one accountant on one dataset: "
-                      f"{cells[1]:,.0f}/s with 1 thread, {cells[8]:,.0f}/s with 8 "
-                      f"(×{cells[8] / cells[1]:.2f})")
-            for backend in backends:
+                      + ", ".join(f"{cells[t]:,.0f}/s with {t}" for t in counts)
+                      + f" (×{cells[counts[-1]] / cells[counts[0]]:.2f})")
+            for backend in backends if "overspend" in args.parts else ():
                 print("- " + overspend(backend))
         finally:
             if server is not None:
                 server.__exit__(None, None, None)
-    ours, floor = in_memory()
-    print(f"\nIn memory, by CPU time: a release costs {ours:.1f} µs, the essential floor "
-          f"{floor:.1f} µs: {floor / ours:.2f}× the floor.")
+    if "memory" in args.parts:
+        ours, floor = in_memory()
+        print(f"\nIn memory, by CPU time: a release costs {ours:.1f} µs, the essential floor "
+              f"{floor:.1f} µs: {floor / ours:.2f}× the floor.")
     print(f"\nTook {time.time() - started:.0f} s; 1-minute load {os.getloadavg()[0]:.2f} at the end.")
     return 0
 

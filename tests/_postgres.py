@@ -45,9 +45,14 @@ def available() -> str | None:
     return None
 
 
+# dsn -> how to stop and start its server again (``crash_and_restart``)
+_RUNNING: dict[str, tuple[list[str], Path, str, Path]] = {}
+
+
 @contextmanager
-def server() -> Iterator[str]:
-    """Start a server; yield the DSN of its maintenance database."""
+def server(settings: str = "") -> Iterator[str]:
+    """Start a server (``settings``: more ``-c name=value`` options); yield the DSN of its
+    maintenance database."""
     root = Path(tempfile.mkdtemp(prefix="dpbudget-pg-"))
     data, sock = root / "data", root / "sock"
     sock.mkdir()
@@ -61,15 +66,29 @@ def server() -> Iterator[str]:
     run = {"check": True, "capture_output": True, "text": True}
     subprocess.run(prefix + [_bin("initdb"), "-D", str(data), "-A", "trust", "-U", "dpbudget",
                              "--no-sync", "-E", "UTF8"], **run)
-    options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=on"
+    options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=on {settings}"
     subprocess.run(prefix + [_bin("pg_ctl"), "-D", str(data), "-o", options, "-l",
                              str(root / "log"), "-w", "-t", "60", "start"], **run)
+    dsn = f"postgresql://dpbudget@127.0.0.1:{port}/postgres"
+    _RUNNING[dsn] = (prefix, data, options, root)
     try:
-        yield f"postgresql://dpbudget@127.0.0.1:{port}/postgres"
+        yield dsn
     finally:
+        _RUNNING.pop(dsn, None)
         subprocess.run(prefix + [_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
                                  "stop"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def crash_and_restart(dsn: str) -> None:
+    """Stop the server of ``dsn`` as a crash does (immediate: what is not on disk is lost), then
+    start it again."""
+    prefix, data, options, root = _RUNNING[dsn]
+    run = {"check": True, "capture_output": True, "text": True}
+    subprocess.run(prefix + [_bin("pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                   **run)
+    subprocess.run(prefix + [_bin("pg_ctl"), "-D", str(data), "-o", options, "-l",
+                             str(root / "log"), "-w", "-t", "60", "start"], **run)
 
 
 def fresh_database(maintenance_dsn: str) -> str:

@@ -304,7 +304,7 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
             self._writes += 1
             read[a.key] = a
 
-    def _commit(self) -> int | None:
+    def _commit(self) -> tuple[int, int] | None:
         """Write what the transaction staged, commit, and wait until the commit is on disk — in
         one round trip, with the lanes' locks held only until the commit, not through the disk
         write: group commit across processes. While other threads wait for this object, the
@@ -339,8 +339,8 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
             if not self.optimistic:
                 self._raw("COMMIT")
             return None
-        defer, cached = self._lock.contended, self._tx_cached
-        if defer:  # (a debit still takes the next one's number: the one after it may be cached)
+        defer, cached = self._defer_to(), self._tx_cached
+        if defer is not None:  # (a debit still takes the next one's number: the one after it may be cached)
             tail = ["COMMIT", "SELECT nextval('dpbudget_seq')"] if cached else ["COMMIT"]
         else:
             tail = ["COMMIT", _FLUSH if cached else FLUSH]
@@ -359,7 +359,7 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
                 f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
                 f"but the server did not confirm that it reached the disk ({exc}); nothing was "
                 "drawn on it, and its budget stays spent") from exc
-        if not defer and (len(rows) != 1 or rows[0][0] is None):
+        if defer is None and (len(rows) != 1 or rows[0][0] is None):
             raise LedgerError(
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
                 "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
@@ -367,7 +367,7 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
         self._spare = (int(rows[0][0]) or None) if cached and rows and rows[0][0] else None
         if staged is not None and read is not None and self._spare is not None:
             self._cache = _Cache(lanes, read, self._spare)
-        return self._deferred() if defer else None
+        return None if defer is None else self._deferred(defer)
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
         """After a failed commit round trip: whether the transaction's record is in the ledger

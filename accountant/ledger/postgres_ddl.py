@@ -278,6 +278,17 @@ END $$;
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
 
+-- Every table and the sequence are written to the log: an unlogged one (the flush table, say,
+-- whose rows mean nothing) would skip the wait for the disk, or lose rows in a crash
+-- (accountant.ledger.postgres_sync). A no-op for one already logged.
+ALTER TABLE {S}.dpbudget_meta SET LOGGED;
+ALTER TABLE {S}.dpbudget_entries SET LOGGED;
+ALTER TABLE {S}.dpbudget_accounts SET LOGGED;
+ALTER TABLE {S}.dpbudget_flush SET LOGGED;
+ALTER TABLE {S}.dpbudget_lanes SET LOGGED;
+ALTER TABLE {S}.dpbudget_salt SET LOGGED;
+ALTER SEQUENCE {S}.dpbudget_seq SET LOGGED;
+
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;

@@ -64,6 +64,8 @@ _TRIGGERS = (
      "dpbudget_append_only"),
 )
 TRIGGERS = tuple((table, name) for table, name, *_ in _TRIGGERS)
+_LOGGED = ("dpbudget_meta", "dpbudget_entries", "dpbudget_accounts", "dpbudget_flush",
+           "dpbudget_lanes", "dpbudget_salt", "dpbudget_seq")
 
 
 
@@ -168,8 +170,8 @@ def prepare(conn: Any, psycopg: Any) -> None:
     except psycopg.errors.InsufficientPrivilege:
         raise LedgerError(
             f"cannot open PostgreSQL ledger {where}: its tables or the triggers that guard them "
-            "are missing or were made by an older version of dpbudget, and this role may not "
-            "create them. The ledger's owner must open it once with this version "
+            "are missing, unlogged or made by an older version of dpbudget, and this role may "
+            "not set them right. The ledger's owner must open it once with this version "
             "(docs/postgres-deployment.md); nothing was written") from None
 
 
@@ -181,6 +183,11 @@ def _current(conn: Any) -> bool:
               "'dpbudget_salt') IS NOT NULL") is not True:
         return False
     if _value(conn, "SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
+        return False
+    # Each written to the log ('p'): a commit that wrote only unlogged tables does not wait for
+    # the disk (the flush, accountant.ledger.postgres_sync), and their rows do not survive a crash.
+    if _value(conn, "SELECT count(*) FROM unnest(%s::text[]) u(t) JOIN pg_class c ON c.oid = "
+              "to_regclass(u.t) WHERE c.relpersistence = 'p'", (list(_LOGGED),)) != len(_LOGGED):
         return False
     # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
     enabled = _value(

@@ -13,7 +13,7 @@ from typing import Any
 from accountant.errors import LedgerError
 from accountant.ledger.entry import Account
 
-__all__ = ["PgSession"]
+__all__ = ["PgSession", "readable"]
 
 
 class PgSession:
@@ -24,6 +24,7 @@ class PgSession:
     _pid: int
     _lock: Any
     _tx_read: dict[str, Account | None] | None
+    _server: str
     dsn: str
     timeout: float
 
@@ -31,12 +32,13 @@ class PgSession:
         """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
         wait for another writer's lock; ``tcp_user_timeout`` and keepalives bound a wait on a
         server that stopped answering (a frozen server), where a server-side timeout cannot."""
-        self._conn = self._open_session()
+        self._conn, self._server = self._open_session()
         self._pid = os.getpid()
 
-    def _open_session(self) -> Any:
+    def _open_session(self) -> tuple[Any, str]:
         """A connection with the settings above (also the flushing session's,
-        ``accountant.ledger.postgres_sync``)."""
+        ``accountant.ledger.postgres_sync``), and which server it reached: its address, port and
+        start time (a session elsewhere, or after a restart, cannot flush this one's commits)."""
         ms = max(1, int(self.timeout * 1000))
         conn = self._psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(2, math.ceil(self.timeout)),
@@ -51,10 +53,12 @@ class PgSession:
             conn.execute(f"SET lock_timeout = {ms}")
             if conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
                 raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
+            row = conn.execute("SELECT concat_ws(' ', inet_server_addr(), inet_server_port(), "
+                               "pg_postmaster_start_time())").fetchone()
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, str(row[0])
 
     def _usable(self) -> None:
         """Make sure the session is this process's and alive, before a transaction or a read
@@ -97,12 +101,7 @@ class PgSession:
         closes): then the next debit starts with a round trip that finds out safely — nothing
         of an optimistic debit must be sent into a connection that may be gone, as it could
         not be told afterwards whether its commit ran."""
-        try:
-            poller = select.poll()  # (not select.select: it fails on descriptors >= 1024)
-            poller.register(self._conn.pgconn.socket, select.POLLIN)
-            return bool(poller.poll(0))
-        except (OSError, ValueError, AttributeError, self._psycopg.Error):
-            return True
+        return readable(self._conn)
 
     def _literal(self, value: str) -> str:
         """``value`` as an SQL string literal (libpq's own escaping). A NUL character is
@@ -148,6 +147,17 @@ class PgSession:
         with self._lock:
             if self._pid == os.getpid():  # a forked child leaves its parent's session alone
                 self._conn.close()
+
+
+def readable(conn: Any) -> bool:
+    """Whether the server said something unasked on ``conn`` (a session it ended sends a notice,
+    then closes), or the connection failed."""
+    try:
+        poller = select.poll()  # (not select.select: it fails on descriptors >= 1024)
+        poller.register(conn.pgconn.socket, select.POLLIN)
+        return bool(poller.poll(0))
+    except Exception:  # (OSError, ValueError, a psycopg error: the connection is unusable)
+        return True
 
 
 # Sessions inherited through fork(): kept referenced so that their finalisers never run in the

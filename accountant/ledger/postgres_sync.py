@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accountant.errors import LedgerError
+from accountant.ledger.postgres_session import readable
 
 __all__ = ["FLUSH", "PgSync", "WaitedLock"]
 
@@ -87,27 +88,53 @@ class WaitedLock:
 
 
 class PgSync:
-    """The deferred flush of ``PostgresLedger`` (a mixin). ``_deferred()`` counts a commit whose
-    COMMIT has returned without its flush and gives its token; ``_sync(token)`` returns once that
-    commit is on disk."""
+    """The deferred flush of ``PostgresLedger`` (a mixin). ``_defer_to()`` says whether a commit
+    about to be sent may leave its flush to the flushing session (and which one); after its
+    COMMIT has returned, ``_deferred(session)`` counts it and gives its token; ``_sync(token)``
+    returns once that commit is on disk.
+
+    A flush confirms only commits sent while its session was already open, and only if that
+    session never broke in between: a session opened later could be on a server restarted since
+    (a crash discards an asynchronous commit not yet on disk), or on another host, where its flush
+    would confirm nothing. A commit whose flushing session broke is reported unconfirmed (a typed
+    error; nothing drawn, the budget stays spent)."""
 
     _psycopg: Any
     _lock: Any
+    _conn: Any
+    _server: str  # the main session's server (PgSession: address, port, start time)
     timeout: float
-    _open_session: Callable[[], Any]  # (PgSession's)
+    _open_session: Callable[[], tuple[Any, str]]  # (PgSession's)
 
     def _init_sync(self) -> None:
-        self._flusher: Any = None  # the flushing session, opened on first use
+        self._flusher: Any = None  # the flushing session, opened when threads first contend
+        self._flusher_server = ""
         self._flusher_pid = os.getpid()
+        self._session = 0  # flushing sessions opened so far: the current one's number
+        self._want_flusher = False
         self._flush_lock = threading.RLock()
         self._commits = 0  # deferred commits, counted once their COMMIT has returned
-        self._synced = 0  # every deferred commit up to this count is on disk
-        self.flushes = 0  # flushes run here (each covers the deferred commits before it)
+        self._synced = (0, 0)  # (session, count): that session's flushes cover commits <= count
+        self.flushes = 0  # flushes run on the flushing session
 
-    def _deferred(self) -> int:
-        """Count a commit whose COMMIT has returned; its token for ``_sync``."""
+    def _defer_to(self) -> int | None:
+        """Under the object's lock, before the COMMIT is sent: the number of the flushing session
+        that may make it durable, or None (flush in the round trip: no other thread waits, or no
+        healthy flushing session on the main session's server is open yet — then one is opened
+        after this commit)."""
+        if not self._lock.contended:
+            return None
+        conn = self._flusher
+        if (conn is None or conn.closed or conn.broken or self._flusher_pid != os.getpid()
+                or readable(conn)):
+            self._want_flusher = True
+            return None
+        return self._session if self._flusher_server == self._server else None
+
+    def _deferred(self, session: int) -> tuple[int, int]:
+        """Count a commit (sent deferred to ``session``) whose COMMIT has returned; its token."""
         self._commits += 1
-        return self._commits
+        return (session, self._commits)
 
     def _sync_forked(self, inherited: list[Any]) -> None:
         """In a forked child, before its first transaction: the parent's flushing session, lock
@@ -118,28 +145,34 @@ class PgSync:
 
     def _sync(self, token: Any) -> None:
         """Return once the deferred commit ``token`` is on disk: at once if a flush that began
-        after it has completed, else after a flush of our own (other threads wait for it, and
-        find that it covered them too). None: the commit flushed in its own round trip.
+        after it has completed on its session, else after a flush of our own (other threads
+        wait for it, and find that it covered them too). None: the commit flushed in its own
+        round trip (and a flushing session is opened if one was wanted).
 
         Raises:
-            LedgerError: the commit cannot be confirmed on disk (the flush failed, or another
-                thread's did not end within the timeout): nothing may be drawn on it, and its
-                budget stays spent.
+            LedgerError: the commit cannot be confirmed on disk (the flush failed, its session
+                ended after the commit, or another thread's flush did not end within the
+                timeout): nothing may be drawn on it, and its budget stays spent.
         """
-        if token is None or self._synced >= token:
+        if token is None:
+            if self._want_flusher:
+                self._open_flusher()
+            return
+        session, count = token
+        if self._covered(session, count):
             return
         lock = self._flush_lock
         try:  # (acquired inside the try: an interrupt right after it still releases it below)
             if not lock.acquire(timeout=self.timeout):
                 raise LedgerError(_unconfirmed("another thread's flush did not end within the "
                                                "timeout"))
-            if self._synced >= token:
-                return  # covered by the flush this thread waited for
+            if self._covered(session, count):
+                return  # by the flush this thread waited for
+            conn = self._flusher
+            if conn is None or session != self._session or conn.closed or conn.broken:
+                raise LedgerError(_unconfirmed("the session that was to flush it ended"))
             target = self._commits  # read before the flush begins: every one of them precedes it
             try:
-                conn = self._flusher
-                if conn is None or conn.closed or conn.broken:
-                    conn = self._flusher = self._open_session()
                 rows = conn.execute(FLUSH).fetchall()
             except self._psycopg.Error as exc:
                 raise LedgerError(_unconfirmed(str(exc).strip() or type(exc).__name__)) from exc
@@ -147,21 +180,61 @@ class PgSync:
                 raise LedgerError(_unconfirmed("the flush wrote no row: dpbudget_flush is hidden "
                                                "or refused"))
             self.flushes += 1
-            if target > self._synced:
-                self._synced = target
+            if self._synced[0] != session or target > self._synced[1]:
+                self._synced = (session, target)
         finally:
-            while lock._is_owned():  # type: ignore[attr-defined]
-                try:
-                    lock.release()
-                except KeyboardInterrupt:
-                    continue
+            _release(lock)
+
+    def _covered(self, session: int, count: int) -> bool:
+        synced = self._synced  # (one tuple, replaced whole)
+        return synced[0] == session and synced[1] >= count
+
+    def _open_flusher(self) -> None:
+        """Open the flushing session, unless one is healthy or busy (best effort: a failure
+        only leaves commits flushing in their own round trips)."""
+        lock = self._flush_lock
+        try:
+            if not lock.acquire(blocking=False):
+                return  # in use: alive
+            self._want_flusher = False
+            old = self._flusher
+            if old is not None and not (old.closed or old.broken or readable(old)):
+                return
+            if self._conn.closed:
+                return  # the ledger was closed
+            self._flusher = None
+            if old is not None:
+                old.close()
+            try:
+                conn, server = self._open_session()
+            except (self._psycopg.Error, LedgerError):
+                return
+            self._flusher, self._flusher_server = conn, server
+            self._flusher_pid = os.getpid()
+            self._session += 1
+        finally:
+            _release(lock)
 
     def close(self) -> None:
         super().close()  # type: ignore[misc]
-        with self._lock:
+        lock = self._flush_lock
+        try:
+            lock.acquire(timeout=self.timeout)  # (not during a flush, if it ends in time)
             conn, self._flusher = self._flusher, None
             if conn is not None and self._flusher_pid == os.getpid():
-                conn.close()  # (a thread flushing on it gets a typed error: unconfirmed)
+                conn.close()  # (a thread still flushing on it gets a typed error: unconfirmed)
+        finally:
+            _release(lock)
+
+
+def _release(lock: Any) -> None:
+    """Release ``lock`` as many times as this thread holds it, even if an interrupt lands in
+    between."""
+    while lock._is_owned():
+        try:
+            lock.release()
+        except KeyboardInterrupt:
+            continue
 
 
 def _unconfirmed(why: str) -> str:
