@@ -437,3 +437,22 @@ def test_an_unlogged_ledger_table_is_set_logged_again_by_its_owner(dsn: str) -> 
         row = owner.execute("SELECT relpersistence FROM pg_class WHERE oid = "
                             "to_regclass('dpbudget_flush')").fetchone()
         assert row is not None and row[0] == "p"
+
+
+def test_a_schema_whose_name_has_quotes_is_created_and_set_logged(
+        postgres_database: str) -> None:
+    """The DDL names the ledger's schema inside SQL strings too (the sequence's): quoted there."""
+    from accountant.ledger.postgres_schema import _current
+
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        admin.execute('CREATE SCHEMA "we\'ird""x"')
+    dsn = f"{postgres_database}?options=-csearch_path%3D%22we%27ird%22%22x%22"
+    PostgresLedger(dsn).close()
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        owner.execute("ALTER TABLE dpbudget_entries SET UNLOGGED")
+        assert not _current(owner)
+    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn), rng=None)
+    acc.release(Laplace(0.1), 1.0)
+    acc.close()
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        assert _current(owner)

@@ -42,7 +42,8 @@ INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_acc
 -- would append records of one chain, which the server refuses, and reinstall older triggers).
 INSERT INTO {S}.dpbudget_meta VALUES ('format', '2')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-SELECT setval('{S}.dpbudget_seq', greatest(m, 1), m > 0) FROM (SELECT greatest(
+SELECT setval(({S_LITERAL} || '.dpbudget_seq')::regclass, greatest(m, 1), m > 0)
+FROM (SELECT greatest(
     (SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries),
     (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
 
@@ -287,7 +288,11 @@ ALTER TABLE {S}.dpbudget_accounts SET LOGGED;
 ALTER TABLE {S}.dpbudget_flush SET LOGGED;
 ALTER TABLE {S}.dpbudget_lanes SET LOGGED;
 ALTER TABLE {S}.dpbudget_salt SET LOGGED;
-ALTER SEQUENCE {S}.dpbudget_seq SET LOGGED;
+DO $logged$ BEGIN  -- (a sequence can be unlogged, and set logged, from PostgreSQL 15 on)
+    IF current_setting('server_version_num')::int >= 150000 THEN
+        EXECUTE 'ALTER SEQUENCE ' || {S_LITERAL} || '.dpbudget_seq SET LOGGED';
+    END IF;
+END $logged$;
 
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')

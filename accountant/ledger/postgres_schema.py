@@ -89,8 +89,10 @@ def ddl(schema: str) -> str:
         f"CREATE TRIGGER {name} {when} ON {{S}}.{table}\n"
         f"    FOR EACH {each} EXECUTE FUNCTION {{S}}.{function}();\n"
         for table, name, when, each, function in _TRIGGERS)
-    return DDL.replace("{TRIGGERS}", triggers).replace("{S}", quote_ident(schema)).replace(
-        "{V}", SCHEMA_VERSION)
+    name = quote_ident(schema)
+    literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
+    return DDL.replace("{TRIGGERS}", triggers).replace("{S_LITERAL}", literal).replace(
+        "{S}", name).replace("{V}", SCHEMA_VERSION)
 
 
 def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
