@@ -32,6 +32,7 @@ import pytest
 from accountant import Accountant, Budget, BudgetExceededError
 from accountant.audit import audit
 from accountant.ledger import SqliteLedger
+from accountant.ledger.transaction import release_fully
 from mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,3 +262,134 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     logged = {json.loads(line)["record"]["seq"] for line in log.read_text().splitlines()}
     assert logged == set(range(first, acc.ledger.head()[0] + 1))
     acc.close()
+
+
+class _CountedLock:
+    """A re-entrant lock held ``depth`` times whose ``_is_owned`` or ``release`` raises
+    KeyboardInterrupt at its ``at``-th call (counting both), as a Ctrl-C landing there would."""
+
+    def __init__(self, depth: int, at: int) -> None:
+        self.depth, self.at, self.calls = depth, at, 0
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+
+    def _is_owned(self) -> bool:
+        self._tick()
+        return self.depth > 0
+
+    def release(self) -> None:
+        if self.depth <= 0:
+            raise RuntimeError("cannot release un-acquired lock")
+        self._tick()
+        self.depth -= 1
+
+
+def test_an_interrupt_anywhere_in_releasing_a_lock_still_frees_it_and_is_raised() -> None:
+    for depth in (1, 3):
+        calls = _CountedLock(depth, 0)
+        release_fully(calls)
+        for at in range(1, calls.calls + 1):
+            lock = _CountedLock(depth, at)
+            with pytest.raises(KeyboardInterrupt):  # never swallowed
+                release_fully(lock)
+            assert lock.depth == 0, (depth, at)
+
+
+def test_an_interrupt_at_any_line_of_releasing_a_lock_frees_it() -> None:
+    """The same with a real lock and a tracer raising at each line the release runs, after its
+    first: an interrupt there lands before the call has begun, as if just before it, and is the
+    caller's to handle (``Scope.abandon`` frees every lock of the ledger: the test below)."""
+    from accountant.ledger import transaction
+
+    def traced(n: int) -> tuple[threading.RLock, _InterruptAt]:
+        lock = threading.RLock()
+        for _ in range(3):
+            lock.acquire()
+        tracer = _InterruptAt(n)
+        sys.settrace(tracer)
+        try:
+            transaction.release_fully(lock)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        return lock, tracer
+
+    _, counted = traced(-1)
+    assert counted.count > 5
+    for n in range(2, counted.count + 1):
+        lock, tracer = traced(n)
+        assert tracer.fired
+        assert not lock._is_owned(), f"the lock was left held after an interrupt at {tracer.where}"  # type: ignore[attr-defined]
+
+
+def test_negative_control_one_pass_leaves_the_lock_held() -> None:
+    """Without the second pass, an interrupt at the loop's own test leaves the lock held: the
+    tests above can fail."""
+    from accountant.ledger import transaction
+
+    lock = _CountedLock(2, 1)  # (the first ``_is_owned``)
+    with pytest.raises(KeyboardInterrupt):
+        transaction._drain(lock)
+    assert lock.depth == 2
+
+
+def _deferred_debits_interrupted(postgres_database: str, monkeypatch: pytest.MonkeyPatch,
+                                 check: bool) -> list[str]:
+    """Interrupt a deferred PostgreSQL debit at each line in turn; where the flush lock was left
+    held. ``check``: also assert that the ledger stays usable after each."""
+    from accountant.ledger.postgres import PostgresLedger
+    from accountant.ledger.postgres_sync import WaitedLock
+    from tests.conftest import _fresh_schema
+
+    monkeypatch.setattr(WaitedLock, "contended", property(lambda self: True))
+    ledger = PostgresLedger(_fresh_schema(postgres_database), timeout=5.0)
+    acc = Accountant(Budget(1000.0), ledger=ledger, rng=0)
+    positions = _lines_in_one_release(acc)
+    assert ledger.flushes > 0  # the flush really was deferred
+    interrupted, held = 0, []
+    for n in range(1, positions + 1):
+        interrupted += _release_interrupted_at(acc, n)
+        if ledger._flush_lock._is_owned():
+            held.append(LAST[0])
+            release_fully(ledger._flush_lock)
+        if not check:
+            acc.release(Laplace(0.01), 1.0, dataset="d")  # (the next one starts cached again)
+            continue
+        assert not ledger._lock._is_owned(), f"object lock held after {LAST[0]}"
+        flushes = ledger.flushes
+        worker = threading.Thread(target=acc.release, args=(Laplace(0.01), 1.0),
+                                  kwargs={"dataset": "d"})
+        worker.start()
+        worker.join(10.0)
+        assert not worker.is_alive(), f"a lock was left held after {LAST[0]}"
+        assert ledger.flushes > flushes  # its flush ran: the flush lock was free
+    if check:
+        assert interrupted >= positions - 3
+        _assert_consistent(acc, 1000.0)
+    acc.close()
+    return held
+
+
+@pytest.mark.postgres
+def test_an_interrupt_at_any_line_of_a_deferred_postgres_debit_frees_both_locks(
+        postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the flush deferred (as when other threads wait for the ledger object), an interrupt
+    at any line of the debit, its commit or its flush leaves neither the object's lock nor the
+    flush lock held: another thread releases and flushes at once."""
+    held = _deferred_debits_interrupted(postgres_database, monkeypatch, check=True)
+    assert held == [], f"the flush lock was left held after {held}"
+
+
+@pytest.mark.postgres
+def test_negative_control_abandon_that_frees_only_the_object_lock(
+        postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``Scope.abandon`` freeing the flush lock too, an interrupt as the flush lock is
+    released leaves it held: the test above can fail."""
+    from accountant.ledger.postgres import PostgresLedger
+
+    monkeypatch.setattr(PostgresLedger, "_locks", lambda self: (self._lock,))
+    assert _deferred_debits_interrupted(postgres_database, monkeypatch, check=False)

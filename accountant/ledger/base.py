@@ -143,6 +143,11 @@ class Ledger(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _locks(self) -> tuple[Any, ...]:
+        """Every lock a thread of this object may hold: what ``Scope.abandon`` frees, after
+        an interrupt, whatever it interrupted (``accountant.ledger.transaction``)."""
+        return (self._lock,)
+
     # Storage primitives, called with self._lock held.
     @abstractmethod
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),

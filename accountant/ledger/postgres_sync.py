@@ -29,6 +29,7 @@ from typing import Any
 
 from accountant.errors import LedgerError
 from accountant.ledger.postgres_session import readable
+from accountant.ledger.transaction import release_fully
 
 __all__ = ["FLUSH", "PgSync", "WaitedLock"]
 
@@ -117,6 +118,9 @@ class PgSync:
         self._synced = (0, 0)  # (session, count): that session's flushes cover commits <= count
         self.flushes = 0  # flushes run on the flushing session
 
+    def _locks(self) -> tuple[Any, ...]:
+        return (self._lock, self._flush_lock)
+
     def _defer_to(self) -> int | None:
         """Under the object's lock, before the COMMIT is sent: the number of the flushing session
         that may make it durable, or None (flush in the round trip: no other thread waits, or no
@@ -183,7 +187,7 @@ class PgSync:
             if self._synced[0] != session or target > self._synced[1]:
                 self._synced = (session, target)
         finally:
-            _release(lock)
+            release_fully(lock)
 
     def _covered(self, session: int, count: int) -> bool:
         synced = self._synced  # (one tuple, replaced whole)
@@ -213,7 +217,7 @@ class PgSync:
             self._flusher_pid = os.getpid()
             self._session += 1
         finally:
-            _release(lock)
+            release_fully(lock)
 
     def close(self) -> None:
         super().close()  # type: ignore[misc]
@@ -224,17 +228,7 @@ class PgSync:
             if conn is not None and self._flusher_pid == os.getpid():
                 conn.close()  # (a thread still flushing on it gets a typed error: unconfirmed)
         finally:
-            _release(lock)
-
-
-def _release(lock: Any) -> None:
-    """Release ``lock`` as many times as this thread holds it, even if an interrupt lands in
-    between."""
-    while lock._is_owned():
-        try:
-            lock.release()
-        except KeyboardInterrupt:
-            continue
+            release_fully(lock)
 
 
 def _unconfirmed(why: str) -> str:

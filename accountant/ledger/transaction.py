@@ -16,7 +16,7 @@ from accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_
 from accountant.ledger.writer import log_records, writer_for
 
 # The ledger (``accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
-__all__ = ["Scope", "Transaction"]
+__all__ = ["Scope", "Transaction", "release_fully"]
 
 _VERSION = str(FORMAT_VERSION)
 _LANES_VERSION = str(_lanes.FORMAT)
@@ -134,14 +134,41 @@ class Transaction:
 
 
 def _release_all(ledger: Any) -> None:
-    """Release the ledger's lock as many times as this thread holds it, even if an interrupt
-    lands in between (each pass re-checks ownership, so the lock is never left held)."""
-    lock = ledger._lock
+    release_fully(ledger._lock)
+
+
+def _release_each(locks: tuple[Any, ...]) -> None:
+    """``release_fully`` each of ``locks``, the rest even if one is interrupted."""
+    if locks:
+        try:
+            release_fully(locks[0])
+        finally:
+            _release_each(locks[1:])
+
+
+def release_fully(lock: Any) -> None:
+    """Release ``lock`` (re-entrant, with ``_is_owned``) as many times as this thread holds it,
+    even if an interrupt lands in between; an interrupt caught while releasing is raised once the
+    lock is free.
+
+    Why two passes: an interrupt can land where no handler of a pass catches it (its loop's own
+    test, or its handler), and then the second pass, in ``finally``, frees the lock. Only a second
+    interrupt landing within those few bytecodes of the first could leave it held."""
+    try:
+        _drain(lock)
+    finally:
+        _drain(lock)
+
+
+def _drain(lock: Any) -> None:
+    interrupted: BaseException | None = None
     while lock._is_owned():
         try:
             lock.release()
-        except KeyboardInterrupt:
-            continue
+        except KeyboardInterrupt as exc:
+            interrupted = exc  # (each pass re-checks ownership: never a release too many)
+    if interrupted is not None:
+        raise interrupted
 
 
 class Scope:
@@ -212,8 +239,12 @@ class Scope:
         ledger = self._ledger
         # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
         # thread rolls back only what it owns (never another thread's transaction), and releases
-        # every level it holds (the gate never nests transactions).
+        # every level it holds (the gate never nests transactions). It also frees any other lock
+        # of the ledger an interrupt left this thread holding (a flush's, after the commit:
+        # accountant.ledger.postgres_sync), so that other threads do not wait for it.
+        locks = ledger._locks()
         if not ledger._lock._is_owned():
+            _release_each(locks)
             return
         try:
             while True:
@@ -225,7 +256,7 @@ class Scope:
                 except Exception:
                     break  # the connection is broken: nothing uncommitted survives it
         finally:
-            _release_all(ledger)
+            _release_each(locks)
 
     def __enter__(self) -> Transaction:
         try:
