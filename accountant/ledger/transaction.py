@@ -233,9 +233,11 @@ class Scope:
         ledger._sync(token)
 
     def abandon(self) -> None:
-        """Roll back the open transaction (if any) and release the lock (if held), even if
-        interrupted again while doing so: the interrupt that brought us here is already on its
-        way to the caller. Idempotent."""
+        """Roll back the open transaction (if any) and release every lock of the ledger this
+        thread holds, even if interrupted again while doing so. An interrupt during the rollback
+        is absorbed (the exception that brought us here is already on its way to the caller);
+        one during the release is raised once the locks are free (``release_fully``), in place
+        of that exception — either way nothing was drawn. Idempotent."""
         ledger = self._ledger
         # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
         # thread rolls back only what it owns (never another thread's transaction), and releases
