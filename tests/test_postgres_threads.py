@@ -7,6 +7,7 @@ flushes through its parent's session, a failed flush that still lets the answer 
 from __future__ import annotations
 
 import inspect
+import os
 import multiprocessing
 import textwrap
 import threading
@@ -20,7 +21,7 @@ from accountant import Accountant, Budget, BudgetExceededError, LedgerError
 from accountant.audit import audit
 from accountant.ledger import postgres_sync
 from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.postgres_sync import PgSync, WaitedLock
+from accountant.ledger.postgres_sync import Flusher, PgSync, WaitedLock
 from mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
@@ -144,8 +145,9 @@ def _replace_flusher(ledger: PostgresLedger, flusher: Any, server: str) -> None:
     """Install ``flusher`` as the ledger's flushing session (a new one, on ``server``)."""
     if ledger._flusher is not None:
         ledger._flusher.close()
-    ledger._flusher, ledger._flusher_server = flusher, server
-    ledger._session += 1
+    ledger._numbered += 1
+    ledger._fl = None if flusher is None else Flusher(flusher, server, os.getpid(),
+                                                      ledger._numbered)
 
 
 def _commit_during_a_flush(ledger: PostgresLedger) -> int:
@@ -218,7 +220,7 @@ def test_a_failed_flush_releases_nothing_and_keeps_the_debit(dsn: str,
     assert answers == []
     assert acc.spent().epsilon == pytest.approx(0.25)  # the debit stands: no refund
     with pytest.raises(LedgerError, match="the session that was to flush it ended"):
-        ledger._sync((ledger._session - 1, ledger._commits))  # (a session replaced since)
+        ledger._sync((ledger._numbered - 1, ledger._commits))  # (a session replaced since)
     _replace_flusher(ledger, None, "")  # its session broke: the next commit flushes alone
     acc.release(Laplace(0.25), 1.0)
     assert ledger._flusher is not None and ledger._flusher is not failing  # a new one

@@ -25,13 +25,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from accountant.errors import LedgerError
 from accountant.ledger.postgres_session import readable
 from accountant.ledger.transaction import release_fully
 
-__all__ = ["FLUSH", "PgSync", "WaitedLock"]
+__all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
 
 # Makes an asynchronous commit before it durable: a write, so its transaction waits for the
 # disk — an upsert, which writes a row even if someone deleted them all (an UPDATE matching no row
@@ -108,15 +108,22 @@ class PgSync:
     _open_session: Callable[[], tuple[Any, str]]  # (PgSession's)
 
     def _init_sync(self) -> None:
-        self._flusher: Any = None  # the flushing session, opened when threads first contend
-        self._flusher_server = ""
-        self._flusher_pid = os.getpid()
-        self._session = 0  # flushing sessions opened so far: the current one's number
+        # The flushing session (opened when threads first contend), published whole: every check
+        # reads one record once, so that no check can mix two sessions' fields (one opened
+        # meanwhile by another thread, or left half-published by an interrupt).
+        self._fl: Flusher | None = None
+        self._numbered = 0  # flushing sessions numbered so far (each record's number is unique)
         self._want_flusher = False
         self._flush_lock = threading.RLock()
         self._commits = 0  # deferred commits, counted once their COMMIT has returned
         self._synced = (0, 0)  # (session, count): that session's flushes cover commits <= count
         self.flushes = 0  # flushes run on the flushing session
+
+    @property
+    def _flusher(self) -> Any:
+        """The flushing session's connection, if one is open."""
+        fl = self._fl
+        return None if fl is None else fl.conn
 
     def _locks(self) -> tuple[Any, ...]:
         return (self._lock, self._flush_lock)
@@ -128,12 +135,12 @@ class PgSync:
         after this commit)."""
         if not self._lock.contended:
             return None
-        conn = self._flusher
-        if (conn is None or conn.closed or conn.broken or self._flusher_pid != os.getpid()
-                or readable(conn)):
+        fl = self._fl
+        if (fl is None or fl.pid != os.getpid() or fl.server != self._server or fl.conn.closed
+                or fl.conn.broken or readable(fl.conn)):
             self._want_flusher = True
             return None
-        return self._session if self._flusher_server == self._server else None
+        return fl.number
 
     def _deferred(self, session: int) -> tuple[int, int]:
         """Count a commit (sent deferred to ``session``) whose COMMIT has returned; its token."""
@@ -143,8 +150,8 @@ class PgSync:
     def _sync_forked(self, inherited: list[Any]) -> None:
         """In a forked child, before its first transaction: the parent's flushing session, lock
         (maybe held by a thread that is not here) and counts are the parent's."""
-        if self._flusher is not None:
-            inherited.append(self._flusher)  # (its finaliser must not end the parent's session)
+        if self._fl is not None:
+            inherited.append(self._fl.conn)  # (its finaliser must not end the parent's session)
         self._init_sync()
 
     def _sync(self, token: Any) -> None:
@@ -172,12 +179,13 @@ class PgSync:
                                                "timeout"))
             if self._covered(session, count):
                 return  # by the flush this thread waited for
-            conn = self._flusher
-            if conn is None or session != self._session or conn.closed or conn.broken:
+            fl = self._fl
+            if (fl is None or fl.number != session or fl.pid != os.getpid() or fl.conn.closed
+                    or fl.conn.broken):
                 raise LedgerError(_unconfirmed("the session that was to flush it ended"))
             target = self._commits  # read before the flush begins: every one of them precedes it
             try:
-                rows = conn.execute(FLUSH).fetchall()
+                rows = fl.conn.execute(FLUSH).fetchall()
             except self._psycopg.Error as exc:
                 raise LedgerError(_unconfirmed(str(exc).strip() or type(exc).__name__)) from exc
             if len(rows) != 1:
@@ -201,21 +209,21 @@ class PgSync:
             if not lock.acquire(blocking=False):
                 return  # in use: alive
             self._want_flusher = False
-            old = self._flusher
-            if old is not None and not (old.closed or old.broken or readable(old)):
+            old = self._fl
+            if old is not None and old.pid == os.getpid() and old.server == self._server and not (
+                    old.conn.closed or old.conn.broken or readable(old.conn)):
                 return
             if self._conn.closed:
                 return  # the ledger was closed
-            self._flusher = None
-            if old is not None:
-                old.close()
+            self._fl = None
+            if old is not None and old.pid == os.getpid():  # (never a parent's session)
+                old.conn.close()
             try:
                 conn, server = self._open_session()
             except (self._psycopg.Error, LedgerError):
                 return
-            self._flusher, self._flusher_server = conn, server
-            self._flusher_pid = os.getpid()
-            self._session += 1
+            self._numbered += 1  # (before publishing: an interrupt here only skips a number)
+            self._fl = Flusher(conn, server, os.getpid(), self._numbered)
         finally:
             release_fully(lock)
 
@@ -224,11 +232,22 @@ class PgSync:
         lock = self._flush_lock
         try:
             lock.acquire(timeout=self.timeout)  # (not during a flush, if it ends in time)
-            conn, self._flusher = self._flusher, None
-            if conn is not None and self._flusher_pid == os.getpid():
-                conn.close()  # (a thread still flushing on it gets a typed error: unconfirmed)
+            fl, self._fl = self._fl, None
+            if fl is not None and fl.pid == os.getpid():
+                fl.conn.close()  # (a thread still flushing on it gets a typed error: unconfirmed)
         finally:
             release_fully(lock)
+
+
+class Flusher(NamedTuple):
+    """A flushing session: its connection, the server it reached (address, port, start time),
+    the process that opened it, and its number (tokens name it; a session opened later, maybe
+    after a restart that lost a commit, has another)."""
+
+    conn: Any
+    server: str
+    pid: int
+    number: int
 
 
 def _unconfirmed(why: str) -> str:
