@@ -141,10 +141,15 @@ class _HeldFlusher:
         self.conn.close()
 
 
+def _flusher(ledger: PostgresLedger) -> Any:
+    """The ledger's flushing connection, if one is open."""
+    return None if ledger._fl is None else ledger._fl.conn
+
+
 def _replace_flusher(ledger: PostgresLedger, flusher: Any, server: str) -> None:
     """Install ``flusher`` as the ledger's flushing session (a new one, on ``server``)."""
-    if ledger._flusher is not None:
-        ledger._flusher.close()
+    if _flusher(ledger) is not None:
+        _flusher(ledger).close()
     ledger._numbered += 1
     ledger._fl = None if flusher is None else Flusher(flusher, server, os.getpid(),
                                                       ledger._numbered)
@@ -223,7 +228,7 @@ def test_a_failed_flush_releases_nothing_and_keeps_the_debit(dsn: str,
         ledger._sync((ledger._numbered - 1, ledger._commits))  # (a session replaced since)
     _replace_flusher(ledger, None, "")  # its session broke: the next commit flushes alone
     acc.release(Laplace(0.25), 1.0)
-    assert ledger._flusher is not None and ledger._flusher is not failing  # a new one
+    assert _flusher(ledger) is not None and _flusher(ledger) is not failing  # a new one
     acc.release(Laplace(0.25), 1.0)  # deferred to it
     assert acc.spent().epsilon == pytest.approx(0.75)
     acc.close()
@@ -233,11 +238,11 @@ def _child(acc: Accountant, out: Any) -> None:
     try:
         ledger = acc.ledger
         assert isinstance(ledger, PostgresLedger)
-        parents = id(ledger._flusher)  # (kept alive by the child: the id is not reused)
+        parents = id(_flusher(ledger))  # (kept alive by the child: the id is not reused)
         for _ in range(10):
             acc.release(Laplace(0.01), 1.0)
         # (the child's first commit flushes in its round trip, then opens its own session)
-        ok = ledger._flusher is not None and id(ledger._flusher) != parents and ledger.flushes == 9
+        ok = _flusher(ledger) is not None and id(_flusher(ledger)) != parents and ledger.flushes == 9
         out.put("ok" if ok else f"flushes {ledger.flushes}")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         out.put(f"{type(exc).__name__}: {exc}")
@@ -249,7 +254,7 @@ def test_a_forked_child_flushes_through_its_own_session(dsn: str,
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
     acc.release(Laplace(0.01), 1.0)
-    assert ledger._flusher is not None
+    assert _flusher(ledger) is not None
     before = ledger.flushes
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
@@ -373,7 +378,7 @@ def test_a_flushing_session_the_server_ended_is_not_deferred_to(
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
     acc.release(Laplace(0.1), 1.0)
-    flusher = ledger._flusher
+    flusher = _flusher(ledger)
     assert flusher is not None
     with psycopg.connect(postgres_database, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (flusher.info.backend_pid,))
@@ -382,7 +387,7 @@ def test_a_flushing_session_the_server_ended_is_not_deferred_to(
             break
         threading.Event().wait(0.01)
     acc.release(Laplace(0.1), 1.0)  # not deferred to the dead session: no error
-    assert ledger._flusher is not flusher  # replaced after that commit
+    assert _flusher(ledger) is not flusher  # replaced after that commit
     acc.release(Laplace(0.1), 1.0)  # deferred to the new one
     assert acc.spent().epsilon == pytest.approx(0.3)
     acc.close()

@@ -119,12 +119,6 @@ class PgSync:
         self._synced = (0, 0)  # (session, count): that session's flushes cover commits <= count
         self.flushes = 0  # flushes run on the flushing session
 
-    @property
-    def _flusher(self) -> Any:
-        """The flushing session's connection, if one is open."""
-        fl = self._fl
-        return None if fl is None else fl.conn
-
     def _locks(self) -> tuple[Any, ...]:
         return (self._lock, self._flush_lock)
 

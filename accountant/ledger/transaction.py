@@ -133,10 +133,6 @@ class Transaction:
         return old
 
 
-def _release_all(ledger: Any) -> None:
-    release_fully(ledger._lock)
-
-
 def _release_each(locks: tuple[Any, ...]) -> None:
     """``release_fully`` each of ``locks``, the rest even if one is interrupted."""
     if locks:
@@ -227,7 +223,7 @@ class Scope:
                 self.abandon()
             raise
         finally:
-            _release_all(ledger)
+            release_fully(ledger._lock)
         # On disk before the caller may act on it (draw noise): after the lock, so that other
         # threads' transactions go on meanwhile and one sync covers them all.
         ledger._sync(token)
@@ -245,11 +241,8 @@ class Scope:
         # of the ledger an interrupt left this thread holding (a flush's, after the commit:
         # accountant.ledger.postgres_sync), so that other threads do not wait for it.
         locks = ledger._locks()
-        if not ledger._lock._is_owned():
-            _release_each(locks)
-            return
         try:
-            while True:
+            while ledger._lock._is_owned():
                 try:
                     ledger._rollback()
                     break
