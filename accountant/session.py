@@ -14,10 +14,11 @@ Privacy with Adaptive Privacy-Loss Parameters").
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
-from accountant.errors import WindowEndedError
+from accountant.errors import MechanismExhaustedError, WindowEndedError
 from accountant.receipt import Receipt
 
 __all__ = ["NumericSession", "Session"]
@@ -28,7 +29,9 @@ class Session:
 
     Created by ``Accountant.session`` (never directly). Safe to share between threads: queries are
     answered one at a time, so the cutoff of ``max_positives`` ⊤ answers holds however many
-    threads ask at once.
+    threads ask at once. Not between processes: it answers only in the process that opened it,
+    since a forked child's copy would count its own ⊤ answers (as many again, against the
+    threshold noise the session paid for once).
 
     >>> from accountant import Accountant, Budget
     >>> from mechanisms import AboveThreshold
@@ -49,6 +52,7 @@ class Session:
         # One query at a time: the stream's cutoff counter and its noise generator are not
         # atomic, and threads racing them could pass the cutoff (more ⊤ answers than paid for).
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def test(self, value: Any) -> bool:
         """⊤ (True) when the query's noisy value reaches the noisy threshold, else ⊥ (False).
@@ -57,13 +61,23 @@ class Session:
         does not advance.
 
         Raises:
-            MechanismExhaustedError: the session already gave its c ⊤ answers, or is closed.
+            MechanismExhaustedError: the session already gave its c ⊤ answers, or is closed, or
+                was opened in another process (this is a forked child's copy).
             WindowEndedError: the renewal window the session was opened (and paid) in has ended.
             InvalidArgumentError, InvalidTypeError: the value is not a finite real number.
         """
+        self._check_process()  # (before the lock: a thread of the parent may have held it)
         with self._lock:
             self._check_window()
             return bool(self._stream.test(value))
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():
+            raise MechanismExhaustedError(
+                "this session was opened, and paid for, in another process: a forked child's "
+                "copy answers nothing (its ⊤ answers would come on top of those paid for); "
+                "nothing was drawn. Open a session in this process",
+                int(self._stream.answered), int(self._stream.positives))
 
     def _check_window(self) -> None:
         if self._ends is not None and self._clock() >= self._ends:
@@ -92,7 +106,10 @@ class Session:
         return bool(self._stream.closed)
 
     def close(self) -> None:
-        """Stop answering and record the answer counts in the ledger (idempotent)."""
+        """Stop answering and record the answer counts in the ledger (idempotent). In a forked
+        child it does nothing: the session and its record are the opening process's."""
+        if self._pid != os.getpid():
+            return
         with self._lock:
             if self._stream.closed:
                 return
@@ -115,6 +132,7 @@ class NumericSession(Session):
         Raises:
             MechanismExhaustedError, InvalidArgumentError, InvalidTypeError: as :meth:`test`.
         """
+        self._check_process()  # (before the lock: a thread of the parent may have held it)
         with self._lock:
             self._check_window()
             answer: float | None = self._stream.query(value)

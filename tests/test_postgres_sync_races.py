@@ -25,8 +25,11 @@ class _Psycopg:
 
 
 class _Conn:
-    def __init__(self, name: str) -> None:
-        self.name, self.closed, self.broken, self.flushes = name, False, False, 0
+    """A stand-in connection; ``server``: what a flush on it reports (the server it reaches)."""
+
+    def __init__(self, name: str, server: str = "S") -> None:
+        self.name, self.server = name, server
+        self.closed, self.broken, self.flushes = False, False, 0
 
     def execute(self, sql: str) -> "_Conn":
         if self.closed or self.broken:
@@ -34,8 +37,8 @@ class _Conn:
         self.flushes += 1
         return self
 
-    def fetchall(self) -> list[tuple[int]]:
-        return [(0,)]
+    def fetchall(self) -> list[tuple[str]]:
+        return [(self.server,)]
 
     def close(self) -> None:
         self.closed = True
@@ -61,13 +64,13 @@ def _contended_and_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(postgres_sync, "readable", lambda conn: False)
 
 
-def _at_line(function: str, n: int, action: Any) -> Any:
-    """A tracer that runs ``action`` at the ``n``-th line executed in ``function`` (or in the
-    negative controls' broken variant of it)."""
+def _at_line(functions: tuple[str, ...], n: int, action: Any) -> Any:
+    """A tracer that runs ``action`` at the ``n``-th line executed in ``functions`` (or in the
+    negative controls' broken variant of them)."""
     seen = [0]
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_name not in (function, "broken_variant"):
+        if frame.f_code.co_name not in functions + ("broken_variant",):
             return None
 
         def local(frame: Any, event: str, arg: Any) -> Any:
@@ -98,7 +101,7 @@ def _lost_commit_confirmed(n: int) -> bool:
     after = _Conn("after the restart")
     ledger.opens = [(after, "S")]
     ledger._want_flusher = True
-    sys.settrace(_at_line("_open_flusher", n, _raise))
+    sys.settrace(_at_line(("_open_flusher", "_reopen"), n, _raise))
     try:
         ledger._sync(None)
     except KeyboardInterrupt:
@@ -142,7 +145,7 @@ def _flushed_on_another_server(n: int) -> bool:
     ledger.opens = [(first, "S")]
     ledger._want_flusher = True
     ledger._sync(None)
-    elsewhere = _Conn("on X")
+    elsewhere = _Conn("on X", "X")
 
     def other_thread() -> None:
         first.broken = True
@@ -150,7 +153,7 @@ def _flushed_on_another_server(n: int) -> bool:
         ledger._want_flusher = True
         ledger._open_flusher()
 
-    sys.settrace(_at_line("_defer_to", n, other_thread))
+    sys.settrace(_at_line(("_defer_to",), n, other_thread))
     try:
         session = ledger._defer_to()
     finally:
@@ -187,7 +190,7 @@ def test_a_flusher_on_another_server_is_replaced() -> None:
     """A flushing session on another server than the main session's is not deferred to, and is
     replaced after the next commit (before the review it stayed, and deferral stayed off)."""
     ledger = _Ledger()
-    ledger.opens = [(_Conn("on X"), "X")]
+    ledger.opens = [(_Conn("on X", "X"), "X")]
     ledger._want_flusher = True
     ledger._sync(None)
     assert ledger._defer_to() is None and ledger._want_flusher
@@ -206,3 +209,32 @@ def test_a_child_never_flushes_or_closes_its_parents_session() -> None:
     ledger.opens = [(_Conn("the child's"), "S")]
     ledger._sync(None)
     assert parents.flushes == 0 and not parents.closed
+
+
+def test_a_flush_on_a_restarted_server_behind_a_pooler_confirms_nothing() -> None:
+    """Behind a pooler the client's connection outlives a server restart (never broken), so only
+    the server the flush itself reports can tell that it ran after the restart, which may have
+    lost the commit (found by review)."""
+    ledger = _Ledger()
+    ledger._server = "S started at t0"
+    flusher = _Conn("through a pooler", "S started at t0")
+    ledger.opens = [(flusher, "S started at t0")]
+    ledger._want_flusher = True
+    ledger._sync(None)
+    token = ledger._deferred(ledger._defer_to() or 0)
+    flusher.server = "S started at t1"  # restarted; the pooler reconnected underneath
+    with pytest.raises(LedgerError, match="another server, or one restarted"):
+        ledger._sync(token)
+    assert ledger.flushes == 0 and not ledger._covered(*token)
+
+
+def test_control_the_same_flush_with_no_restart_confirms() -> None:
+    ledger = _Ledger()
+    ledger._server = "S started at t0"
+    flusher = _Conn("through a pooler", "S started at t0")
+    ledger.opens = [(flusher, "S started at t0")]
+    ledger._want_flusher = True
+    ledger._sync(None)
+    token = ledger._deferred(ledger._defer_to() or 0)
+    ledger._sync(token)
+    assert ledger.flushes == 1 and ledger._covered(*token)

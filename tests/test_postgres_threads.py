@@ -194,15 +194,15 @@ def test_a_commit_made_during_a_flush_is_not_covered_by_it(dsn: str,
 
 def test_negative_control_a_flush_that_counts_commits_after_it_began(
         dsn: str, always_contended: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A deliberately broken ``_sync`` that reads the commit count after its flush: it claims
+    """A deliberately broken ``_flush`` that reads the commit count after its flush: it claims
     the commit made during it, which the test above then sees (one flush for two commits)."""
-    source = textwrap.dedent(inspect.getsource(PgSync._sync))
+    source = textwrap.dedent(inspect.getsource(PgSync._flush))
     broken = source.replace("target = self._commits", "target = 0").replace(
         "self.flushes += 1", "self.flushes += 1\n        target = self._commits")
     assert broken != source
     scope: dict[str, Any] = dict(vars(postgres_sync))
-    exec(compile(broken, "<broken _sync>", "exec"), scope)  # noqa: S102 - a test's mutant
-    monkeypatch.setattr(PgSync, "_sync", scope["_sync"])
+    exec(compile(broken, "<broken _flush>", "exec"), scope)  # noqa: S102 - a test's mutant
+    monkeypatch.setattr(PgSync, "_flush", scope["_flush"])
     assert _commit_during_a_flush(PostgresLedger(dsn)) == 1
 
 

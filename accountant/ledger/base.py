@@ -12,7 +12,9 @@ limit (an "account") is kept beside the records, so resuming or debiting costs O
 from __future__ import annotations
 
 import json
+import os
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -41,6 +43,7 @@ class Ledger(ABC):
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock: Any = threading.RLock()  # (a backend may count its waiters: postgres_sync)
+        _LIVE.add(self)
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
@@ -148,6 +151,14 @@ class Ledger(ABC):
         an interrupt, whatever it interrupted (``accountant.ledger.transaction``)."""
         return (self._lock,)
 
+    def _after_fork(self) -> None:
+        """In a child process just forked (one thread: the one that forked): new locks in place
+        of ``_locks()``. A lock another thread of the parent held at the fork is held for good
+        here, since that thread does not exist in the child: the child's first transaction would
+        wait for it forever. What that thread's transaction left half done is the backend's to
+        discard without touching the parent's session (a backend overrides this to do so)."""
+        self._lock = threading.RLock()
+
     # Storage primitives, called with self._lock held.
     @abstractmethod
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
@@ -202,3 +213,16 @@ class Ledger(ABC):
 
 
 EMPTY_HEAD = (0, GENESIS)
+
+# Every ledger object of this process, for ``_after_fork`` (weakly: a ledger no one
+# uses any more is not kept alive by this).
+_LIVE: "weakref.WeakSet[Ledger]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for ledger in list(_LIVE):
+        ledger._after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
+    os.register_at_fork(after_in_child=_after_fork_in_child)

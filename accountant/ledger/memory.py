@@ -2,12 +2,18 @@
 
 For simulations and tests. Concurrent threads are serialised by the base class's lock; changes made
 inside a transaction are staged and applied only on commit.
+
+Only the process that made it may debit it. A forked child holds a copy: debits there would spend a
+copy of the budget that the parent never sees, each child as much again (workers of a
+``multiprocessing`` pool, say). Processes share a budget through a durable ledger.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 
+from accountant.errors import LedgerError
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 
 __all__ = ["MemoryLedger"]
@@ -30,9 +36,16 @@ class MemoryLedger(Ledger):
         self._accounts: dict[str, Account] = {}
         self._staged_entries: list[Entry] = []
         self._staged_accounts: dict[str, Account] = {}
+        self._pid = os.getpid()
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
+        if self._pid != os.getpid():
+            raise LedgerError(
+                "an in-memory ledger can be debited only in the process that made it: in a "
+                "forked child each process would spend its own copy of the budget, unseen by the "
+                "others; nothing was written. Share a budget between processes through a durable "
+                "ledger (sqlite:///path or postgresql://...)")
         self._rollback()
 
     def _commit(self) -> None:

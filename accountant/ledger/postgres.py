@@ -22,6 +22,7 @@ Needs the optional extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 from __future__ import annotations
 
 import math
+import os
 import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -387,6 +388,8 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
             self._spare = self._tx_first  # never sent: a refused debit leaves no gap
         self._tx_first = None
         self._pending, self._tx_read, self._cache, self._tx_lanes = [], None, None, {}
+        if self._pid != os.getpid():
+            return  # a forked child: the session is the parent's, never touched from here
         try:
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:

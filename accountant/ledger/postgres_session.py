@@ -13,7 +13,13 @@ from typing import Any
 from accountant.errors import LedgerError
 from accountant.ledger.entry import Account
 
-__all__ = ["PgSession", "readable"]
+__all__ = ["SERVER", "PgSession", "readable"]
+
+# Which server a session reached: its address, port and start time (a restart changes the last,
+# in a form no session setting changes). A session after a restart, or elsewhere, is another
+# server: it cannot flush this one's commits (``accountant.ledger.postgres_sync``).
+SERVER = ("concat_ws(' ', inet_server_addr(), inet_server_port(), "
+          "extract(epoch FROM pg_postmaster_start_time()))")
 
 
 class PgSession:
@@ -53,8 +59,7 @@ class PgSession:
             conn.execute(f"SET lock_timeout = {ms}")
             if conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
                 raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
-            row = conn.execute("SELECT concat_ws(' ', inet_server_addr(), inet_server_port(), "
-                               "pg_postmaster_start_time())").fetchone()
+            row = conn.execute("SELECT " + SERVER).fetchone()
         except BaseException:
             conn.close()
             raise

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from accountant.errors import LedgerError
-from accountant.ledger.postgres_session import readable
+from accountant.ledger.postgres_session import SERVER, readable
 from accountant.ledger.transaction import release_fully
 
 __all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
@@ -39,6 +39,10 @@ __all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
 # on one row.
 FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING 0")
+# The flushing session's: it also says which server ran it. The client's connection surviving is
+# not enough: a pooler in front of the server keeps it across a restart, and a flush there would
+# confirm a commit the restart lost.
+_FLUSH_ON = FLUSH.replace("RETURNING 0", "RETURNING " + SERVER)
 
 
 class WaitedLock:
@@ -94,11 +98,12 @@ class PgSync:
     COMMIT has returned, ``_deferred(session)`` counts it and gives its token; ``_sync(token)``
     returns once that commit is on disk.
 
-    A flush confirms only commits sent while its session was already open, and only if that
-    session never broke in between: a session opened later could be on a server restarted since
-    (a crash discards an asynchronous commit not yet on disk), or on another host, where its flush
-    would confirm nothing. A commit whose flushing session broke is reported unconfirmed (a typed
-    error; nothing drawn, the budget stays spent)."""
+    A flush confirms only commits sent while its session was already open, only if that session
+    never broke in between, and only if the flush reports the server the session opened on (a
+    pooler can keep a connection across a restart): a session opened later could be on a server
+    restarted since (a crash discards an asynchronous commit not yet on disk), or on another host,
+    where its flush would confirm nothing. A commit whose flushing session broke is reported
+    unconfirmed (a typed error; nothing drawn, the budget stays spent)."""
 
     _psycopg: Any
     _lock: Any
@@ -121,6 +126,14 @@ class PgSync:
 
     def _locks(self) -> tuple[Any, ...]:
         return (self._lock, self._flush_lock)
+
+    def _after_fork(self) -> None:
+        """In a child just forked (``Ledger._after_fork``): new locks, and the transaction a
+        thread of the parent may have had open forgotten (``_rollback`` leaves the parent's
+        session alone in a child)."""
+        self._lock = WaitedLock()
+        self._flush_lock = threading.RLock()
+        self._rollback()  # type: ignore[attr-defined]
 
     def _defer_to(self) -> int | None:
         """Under the object's lock, before the COMMIT is sent: the number of the flushing session
@@ -167,6 +180,12 @@ class PgSync:
         if self._covered(session, count):
             return
         lock = self._flush_lock
+        try:  # (outer: frees the lock if an interrupt lands on the inner ``finally``'s line)
+            self._flush(lock, session, count)
+        finally:
+            release_fully(lock)
+
+    def _flush(self, lock: Any, session: int, count: int) -> None:
         try:  # (acquired inside the try: an interrupt right after it still releases it below)
             if not lock.acquire(timeout=self.timeout):
                 raise LedgerError(_unconfirmed("another thread's flush did not end within the "
@@ -179,12 +198,16 @@ class PgSync:
                 raise LedgerError(_unconfirmed("the session that was to flush it ended"))
             target = self._commits  # read before the flush begins: every one of them precedes it
             try:
-                rows = fl.conn.execute(FLUSH).fetchall()
+                rows = fl.conn.execute(_FLUSH_ON).fetchall()
             except self._psycopg.Error as exc:
                 raise LedgerError(_unconfirmed(str(exc).strip() or type(exc).__name__)) from exc
             if len(rows) != 1:
                 raise LedgerError(_unconfirmed("the flush wrote no row: dpbudget_flush is hidden "
                                                "or refused"))
+            if rows[0][0] != fl.server:
+                raise LedgerError(_unconfirmed(
+                    "the flush ran on another server, or one restarted since the session opened: "
+                    "a connection pooler in between? see docs/postgres-deployment.md"))
             self.flushes += 1
             if self._synced[0] != session or target > self._synced[1]:
                 self._synced = (session, target)
@@ -199,6 +222,12 @@ class PgSync:
         """Open the flushing session, unless one is healthy or busy (best effort: a failure
         only leaves commits flushing in their own round trips)."""
         lock = self._flush_lock
+        try:  # (outer: as in ``_sync``)
+            self._reopen(lock)
+        finally:
+            release_fully(lock)
+
+    def _reopen(self, lock: Any) -> None:
         try:
             if not lock.acquire(blocking=False):
                 return  # in use: alive
@@ -216,6 +245,9 @@ class PgSync:
                 conn, server = self._open_session()
             except (self._psycopg.Error, LedgerError):
                 return
+            if self._conn.closed:  # closed meanwhile (``close`` gave up waiting for this lock)
+                conn.close()
+                return
             self._numbered += 1  # (before publishing: an interrupt here only skips a number)
             self._fl = Flusher(conn, server, os.getpid(), self._numbered)
         finally:
@@ -224,11 +256,20 @@ class PgSync:
     def close(self) -> None:
         super().close()  # type: ignore[misc]
         lock = self._flush_lock
+        try:  # (outer: no transaction's ``abandon`` runs after a close an interrupt cut short)
+            self._close_flusher(lock)
+        finally:
+            release_fully(lock)
+
+    def _close_flusher(self, lock: Any) -> None:
         try:
-            lock.acquire(timeout=self.timeout)  # (not during a flush, if it ends in time)
-            fl, self._fl = self._fl, None
-            if fl is not None and fl.pid == os.getpid():
-                fl.conn.close()  # (a thread still flushing on it gets a typed error: unconfirmed)
+            # Not during a flush, if it ends in time; past the timeout the session is closed under
+            # it, and that flush ends in a typed error (unconfirmed), never in a confirmation.
+            lock.acquire(timeout=self.timeout)
+            fl = self._fl
+            if fl is not None and fl.pid == os.getpid():  # (never a parent's session)
+                fl.conn.close()  # (before it is forgotten: a close cut short, closed again, ends it)
+            self._fl = None
         finally:
             release_fully(lock)
 

@@ -1,0 +1,239 @@
+"""A forked child process never gets more than was paid for, and never hangs on a lock.
+
+Tried as an attacker (or a careless ``multiprocessing`` user) would: fork workers that hold a copy
+of an in-memory ledger, or of an open sparse-vector session, and spend from each copy; fork while
+another thread holds the ledger's lock, or is inside a transaction. Each test has a broken variant
+(the guard bypassed) as its negative control, showing what the guard stops.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from accountant import Accountant, Budget, LedgerError, MechanismExhaustedError
+from accountant.ledger import base
+from mechanisms import AboveThreshold, Laplace
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork only")
+
+_HUNG = -1
+
+
+def _in_child(work: Callable[[], int], seconds: float = 20.0) -> int:
+    """Fork; the child runs ``work`` and exits with its result (a small int); the parent returns
+    it, or ``_HUNG`` if the child did not end within ``seconds`` (then it is killed)."""
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 99
+        try:
+            code = work()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return _HUNG
+
+
+def _spend_all(acc: Accountant) -> int:
+    """Releases of 0.1 until refused: how many were made (exit code 50 + n), or 10 if the first
+    was refused with a LedgerError."""
+    n = 0
+    try:
+        while n < 40:
+            acc.release(Laplace(0.1), 1.0)
+            n += 1
+    except LedgerError:
+        return 10 if n == 0 else 11
+    except BaseException:
+        pass
+    return 50 + n
+
+
+def test_a_forked_child_cannot_spend_a_copy_of_an_in_memory_budget() -> None:
+    acc = Accountant(Budget(1.0))
+    acc.release(Laplace(0.1), 1.0)
+    assert [_in_child(lambda: _spend_all(acc)) for _ in range(3)] == [10, 10, 10]
+    assert acc.spent().epsilon == pytest.approx(0.1)
+    assert _spend_all(acc) == 50 + 9  # the parent still spends what is left, and no more
+
+
+def test_negative_control_an_in_memory_ledger_without_its_guard_spends_again_per_child() -> None:
+    """The guard bypassed (the child takes the ledger as its own): each child spends the whole
+    remaining budget again, and the parent's ledger sees none of it."""
+    acc = Accountant(Budget(1.0))
+    acc.release(Laplace(0.1), 1.0)
+
+    def bypassed() -> int:
+        acc.ledger._pid = os.getpid()  # type: ignore[attr-defined]
+        return _spend_all(acc)
+
+    assert [_in_child(bypassed) for _ in range(3)] == [59, 59, 59]
+    assert acc.spent().epsilon == pytest.approx(0.1)
+
+
+def _positives(session: object, limit: int = 200) -> int:
+    """⊤ answers a session gives to queries far above its threshold (exit code 50 + n), or 10
+    when it refuses the first with MechanismExhaustedError in another process."""
+    n = 0
+    try:
+        for _ in range(limit):
+            if session.test(1e6):  # type: ignore[attr-defined]
+                n += 1
+    except MechanismExhaustedError as exc:
+        if n == 0 and "another process" in str(exc):
+            return 10
+    return 50 + n
+
+
+def test_a_forked_child_gets_no_answer_from_its_parents_session(tmp_path: Path) -> None:
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1)
+    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
+    records = acc.ledger.head()[0]
+    assert _in_child(lambda: _positives(session)) == 10
+    assert _in_child(lambda: (session.close(), 0)[1]) == 0
+    assert acc.ledger.head()[0] == records  # the child's close wrote nothing
+    assert _positives(session) == 50 + 1  # the parent's session: its one ⊤, as paid
+    session.close()
+    acc.close()
+
+
+def test_negative_control_a_session_without_its_guard_answers_again_in_each_child(
+        tmp_path: Path) -> None:
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1)
+    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
+
+    def bypassed() -> int:
+        session._pid = os.getpid()
+        return _positives(session)
+
+    assert [_in_child(bypassed) for _ in range(2)] == [51, 51]  # one more ⊤ per child
+    session.close()
+    acc.close()
+
+
+def _held_by_another_thread(acc: Accountant,
+                            inside: bool) -> tuple[threading.Event, Callable[[], None]]:
+    """Another thread holds the ledger's lock (``inside``: inside a begun transaction) until
+    ``done()``; returns once it does."""
+    holding, go = threading.Event(), threading.Event()
+    ledger = acc.ledger
+
+    def hold() -> None:
+        if inside:
+            scope = ledger.transaction()
+            scope.begin()
+            holding.set()
+            go.wait(30)
+            scope.abandon()
+        else:
+            with ledger._lock:
+                holding.set()
+                go.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert holding.wait(30)
+
+    def done() -> None:
+        go.set()
+        thread.join(30)
+    return holding, done
+
+
+def _one_release(acc: Accountant) -> int:
+    acc.release(Laplace(0.1), 1.0)
+    return 0
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
+        tmp_path: Path, inside: bool) -> None:
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    _, done = _held_by_another_thread(acc, inside)
+    # The parent's thread lets go a moment after the fork: inside a transaction it holds the
+    # file's write lock too, which the child (another process) must then wait for, not skip.
+    later = threading.Timer(1.0, done)
+    later.start()
+    try:
+        assert _in_child(lambda: _one_release(acc)) == 0
+    finally:
+        later.join()
+    acc.release(Laplace(0.1), 1.0)
+    assert acc.spent().epsilon == pytest.approx(0.2)
+    acc.close()
+
+
+def test_negative_control_without_new_locks_the_child_waits_forever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    monkeypatch.setattr(base, "_LIVE", type(base._LIVE)())  # the at-fork hook then sees no ledger
+    _, done = _held_by_another_thread(acc, False)
+    try:
+        assert _in_child(lambda: _one_release(acc), seconds=3.0) == _HUNG
+    finally:
+        done()
+    acc.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
+        postgres_database: str) -> None:
+    """Another thread's debit is between its statements and its COMMIT at the fork. The child
+    neither waits for the parent's lock nor touches the parent's session (a ROLLBACK sent there
+    from the child would end that transaction under it, and free its lanes' locks): it opens its
+    own session and waits, on the server, for the parent's lane lock like any other writer; the
+    parent's debit then commits."""
+    from accountant.ledger.postgres import PostgresLedger
+    from tests.conftest import _fresh_schema
+
+    acc = Accountant(Budget(10.0), ledger=PostgresLedger(_fresh_schema(postgres_database)))
+    ledger = acc.ledger
+    commit, holding, go = ledger._commit, threading.Event(), threading.Event()  # type: ignore[attr-defined]
+    holder: list[int] = []
+    optimistic: list[bool] = []
+
+    def held_commit() -> object:
+        if threading.get_ident() in holder:
+            optimistic.append(ledger.optimistic)  # (False: its transaction is open on the server)
+            holding.set()
+            go.wait(30)
+        return commit()
+
+    ledger._commit = held_commit  # type: ignore[attr-defined]
+    outcome: list[object] = []
+
+    def debit() -> None:
+        holder.append(threading.get_ident())
+        try:
+            outcome.append(acc.release(Laplace(0.1), 1.0))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=debit)
+    thread.start()
+    assert holding.wait(30)
+    later = threading.Timer(1.0, go.set)
+    later.start()
+    try:
+        assert _in_child(lambda: _one_release(acc)) == 0
+    finally:
+        later.join()
+        thread.join(30)
+    assert optimistic == [False]
+    assert len(outcome) == 1 and isinstance(outcome[0], float), outcome
+    acc.release(Laplace(0.1), 1.0)  # the parent's session is intact
+    assert acc.spent().epsilon == pytest.approx(0.3)
+    acc.close()
