@@ -154,25 +154,31 @@ def _held_by_another_thread(acc: Accountant,
 
 
 def _one_release(acc: Accountant) -> int:
-    acc.release(Laplace(0.1), 1.0)
+    """0: released; 10: refused with a LedgerError."""
+    try:
+        acc.release(Laplace(0.1), 1.0)
+    except LedgerError:
+        return 10
     return 0
 
 
 @pytest.mark.parametrize("inside", [False, True])
 def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
         tmp_path: Path, inside: bool) -> None:
+    """Holding the ledger object's lock only: the child (with new locks and a connection of its
+    own) releases. Inside a begun SQLite transaction: SQLite's copy of it in the child claims the
+    file's write lock for good, so the child is refused at once with a typed error, never left
+    waiting; the parent is unaffected either way."""
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
     _, done = _held_by_another_thread(acc, inside)
-    # The parent's thread lets go a moment after the fork: inside a transaction it holds the
-    # file's write lock too, which the child (another process) must then wait for, not skip.
-    later = threading.Timer(1.0, done)
+    later = threading.Timer(1.0, done)  # (the parent's thread lets go a moment after the fork)
     later.start()
     try:
-        assert _in_child(lambda: _one_release(acc)) == 0
+        assert _in_child(lambda: _one_release(acc)) == (10 if inside else 0)
     finally:
         later.join()
     acc.release(Laplace(0.1), 1.0)
-    assert acc.spent().epsilon == pytest.approx(0.2)
+    assert acc.spent().epsilon == pytest.approx(0.1 if inside else 0.2)
     acc.close()
 
 
@@ -237,3 +243,167 @@ def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
     acc.release(Laplace(0.1), 1.0)  # the parent's session is intact
     assert acc.spent().epsilon == pytest.approx(0.3)
     acc.close()
+
+
+def _switching_wal_descriptor(self: object) -> int:
+    """The broken variant (as before): a WAL file with another identity is taken as the one to
+    sync, and synced."""
+    wal = f"{self.path}-wal"  # type: ignore[attr-defined]
+    fd = self._wal  # type: ignore[attr-defined]
+    if fd is None or os.fstat(fd).st_ino != os.stat(wal).st_ino:
+        fd = self._wal = os.open(wal, os.O_RDONLY)  # type: ignore[attr-defined]
+    return fd
+
+
+def _child_after_the_parent_closed(tmp_path: Path) -> tuple[int, float]:
+    """A child forked with the parent's SQLite accountant debits after the parent closed it (the
+    last connection SQLite knows of: it deleted the WAL file) and another process opened the
+    ledger again (a new WAL). The child's connection, carried across the fork, still writes the
+    old, unlinked WAL. Returns the child's outcome (0: answer released, 10: LedgerError) and the
+    spend a fresh reader then sees."""
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    acc = Accountant(Budget(10.0), ledger=url)
+    acc.release(Laplace(0.1), 1.0)
+    go = tmp_path / "go"
+
+    def child() -> int:
+        for _ in range(1500):
+            if go.exists():
+                break
+            time.sleep(0.01)
+        try:
+            acc.release(Laplace(0.1), 1.0)
+            return 0
+        except LedgerError:
+            return 10
+
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            code = child()
+        finally:
+            os._exit(code)
+    acc.close()
+    again = Accountant(Budget(10.0), ledger=url)
+    again.release(Laplace(0.1), 1.0)
+    go.touch()
+    _, status = os.waitpid(pid, 0)
+    spent = Accountant(Budget(10.0), ledger=url).spent().epsilon
+    again.close()
+    return os.waitstatus_to_exitcode(status), spent
+
+
+def test_a_child_whose_wal_was_replaced_confirms_nothing(tmp_path: Path) -> None:
+    code, spent = _child_after_the_parent_closed(tmp_path)
+    assert code == 10  # refused: nothing drawn
+    assert spent == pytest.approx(0.2)
+
+
+def test_negative_control_a_sync_of_the_new_wal_releases_a_lost_debit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accountant.ledger.sqlite import SqliteLedger
+
+    monkeypatch.setattr(SqliteLedger, "_wal_descriptor", _switching_wal_descriptor)
+    code, spent = _child_after_the_parent_closed(tmp_path)
+    assert code == 0  # the answer was released...
+    assert spent == pytest.approx(0.2)  # ...and its debit is in no ledger anyone can read
+
+
+def _fork_during_the_debit() -> tuple[int, float]:
+    """A handler of the ``dpbudget.ledger`` logger (which runs inside the debit's commit, before
+    the draw) forks. Returns the child's outcome (0: it drew an answer; 10: LedgerError) and
+    what the parent's ledger spent. (Found by review.)"""
+    import logging
+
+    acc = Accountant(Budget(0.5))
+    forked: list[int] = []
+
+    class Forking(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not forked:
+                forked.append(os.fork())
+
+    log = logging.getLogger("dpbudget.ledger")
+    handler, level = Forking(), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        try:
+            acc.release(Laplace(0.5), 0.0)
+            code = 0
+        except LedgerError:
+            code = 10
+        if forked and forked[0] == 0:
+            os._exit(code)
+    finally:
+        if not (forked and forked[0] == 0):
+            log.removeHandler(handler)
+            log.setLevel(level)
+    assert code == 0  # the parent drew its answer
+    _, status = os.waitpid(forked[0], 0)
+    return os.waitstatus_to_exitcode(status), acc.spent().epsilon
+
+
+def test_a_process_forked_during_a_debit_draws_nothing() -> None:
+    child, spent = _fork_during_the_debit()
+    assert child == 10 and spent == pytest.approx(0.5)
+
+
+def test_negative_control_without_the_check_both_processes_draw(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import inspect
+    import textwrap
+
+    from accountant.ledger import transaction
+
+    source = textwrap.dedent(inspect.getsource(transaction.Scope.commit))
+    broken = source.replace("if writer.pid != os.getpid():", "if False:")
+    assert broken != source
+    scope = dict(vars(transaction))
+    exec(compile(broken, "<broken commit>", "exec"), scope)  # noqa: S102 - a test's mutant
+    monkeypatch.setattr(transaction.Scope, "commit", scope["commit"])
+    child, spent = _fork_during_the_debit()
+    assert child == 0 and spent == pytest.approx(0.5)  # two answers on one debit
+
+
+_SLOW = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
+         "SELECT count(*) FROM c")
+
+
+def _child_during_a_statement(tmp_path: Path, seconds: float) -> int:
+    """Another thread of the parent is inside a statement on the ledger's connection (SQLite's
+    mutex of that connection held, in the child for good) when the main thread forks; the
+    child's outcome (``_HUNG`` if it did not end within ``seconds``). (Found by review.)"""
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    ledger = acc.ledger
+    started = threading.Event()
+
+    def slow_statement() -> None:
+        with ledger._lock:  # type: ignore[attr-defined]
+            started.set()
+            ledger._execute(_SLOW).fetchone()  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=slow_statement)
+    thread.start()
+    assert started.wait(10)
+    time.sleep(0.2)  # inside sqlite3_step now
+    try:
+        return _in_child(lambda: _one_release(acc), seconds=seconds)
+    finally:
+        thread.join(60)
+        acc.release(Laplace(0.1), 1.0)  # the parent is unaffected
+        acc.close()
+
+
+def test_a_child_forked_during_another_threads_statement_uses_its_own_connection(
+        tmp_path: Path) -> None:
+    assert _child_during_a_statement(tmp_path, 20.0) == 0
+
+
+def test_negative_control_a_child_on_its_parents_connection_hangs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from accountant.ledger.sqlite import SqliteLedger
+
+    monkeypatch.setattr(SqliteLedger, "_own_connection", lambda self: None)
+    assert _child_during_a_statement(tmp_path, 6.0) == _HUNG

@@ -387,9 +387,19 @@ def test_an_interrupt_at_any_line_of_a_deferred_postgres_debit_frees_both_locks(
 @pytest.mark.postgres
 def test_negative_control_abandon_that_frees_only_the_object_lock(
         postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without ``Scope.abandon`` freeing the flush lock too, an interrupt as the flush lock is
-    released leaves it held: the test above can fail."""
+    """Without either guard — ``Scope.abandon`` freeing the flush lock too, and ``_sync``'s
+    outer ``finally`` — an interrupt as the flush lock is released leaves it held: the test
+    above can fail."""
     from accountant.ledger.postgres import PostgresLedger
 
+    def one_finally(self: Any, token: Any) -> None:  # ``_sync`` with only ``_flush``'s own
+        if token is None:
+            if self._want_flusher:
+                self._open_flusher()
+            return
+        if not self._covered(*token):
+            self._flush(self._flush_lock, *token)
+
     monkeypatch.setattr(PostgresLedger, "_locks", lambda self: (self._lock,))
+    monkeypatch.setattr(PostgresLedger, "_sync", one_finally)
     assert _deferred_debits_interrupted(postgres_database, monkeypatch, check=False)

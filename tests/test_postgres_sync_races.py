@@ -34,11 +34,15 @@ class _Conn:
     def execute(self, sql: str) -> "_Conn":
         if self.closed or self.broken:
             raise _Error("the session ended")
-        self.flushes += 1
+        if "dpbudget_flush" in sql:
+            self.flushes += 1
         return self
 
     def fetchall(self) -> list[tuple[str]]:
         return [(self.server,)]
+
+    def fetchone(self) -> tuple[str]:
+        return (self.server,)
 
     def close(self) -> None:
         self.closed = True
@@ -129,7 +133,7 @@ def test_negative_control_a_flusher_published_before_its_number(
         if old is not None:
             old.conn.close()
         conn, server = self._open_session()
-        self._fl = Flusher(conn, server, os.getpid(), self._numbered)
+        self._fl = Flusher(conn, server, os.getpid(), self._numbered, conn.server)
         self._fl = self._fl._replace(number=self._numbered + 1)
         self._numbered += 1
 
@@ -202,7 +206,7 @@ def test_a_flusher_on_another_server_is_replaced() -> None:
 def test_a_child_never_flushes_or_closes_its_parents_session() -> None:
     ledger = _Ledger()
     parents = _Conn("the parent's")
-    ledger._fl = Flusher(parents, "S", os.getpid() + 1, 1)  # (as if opened by another process)
+    ledger._fl = Flusher(parents, "S", os.getpid() + 1, 1, "S")  # (as if opened by another process)
     assert ledger._defer_to() is None
     with pytest.raises(LedgerError, match="unconfirmed|did not confirm"):
         ledger._sync((1, 0 + ledger._commits + 1))
@@ -211,30 +215,31 @@ def test_a_child_never_flushes_or_closes_its_parents_session() -> None:
     assert parents.flushes == 0 and not parents.closed
 
 
-def test_a_flush_on_a_restarted_server_behind_a_pooler_confirms_nothing() -> None:
-    """Behind a pooler the client's connection outlives a server restart (never broken), so only
-    the server the flush itself reports can tell that it ran after the restart, which may have
-    lost the commit (found by review)."""
+def _deferred_through_a_pooler() -> tuple[_Ledger, _Conn, tuple[int, int]]:
+    """A commit deferred to a flushing session opened on server S (started at t0)."""
     ledger = _Ledger()
     ledger._server = "S started at t0"
-    flusher = _Conn("through a pooler", "S started at t0")
+    flusher = _Conn("through a pooler", "S started at t0, backend 1")
     ledger.opens = [(flusher, "S started at t0")]
     ledger._want_flusher = True
     ledger._sync(None)
-    token = ledger._deferred(ledger._defer_to() or 0)
-    flusher.server = "S started at t1"  # restarted; the pooler reconnected underneath
-    with pytest.raises(LedgerError, match="another server, or one restarted"):
+    return ledger, flusher, ledger._deferred(ledger._defer_to() or 0)
+
+
+@pytest.mark.parametrize("after", ["S started at t1", "S started at t0, backend 2"])
+def test_a_flush_on_a_restarted_server_behind_a_pooler_confirms_nothing(after: str) -> None:
+    """Behind a pooler the client's connection outlives a server restart, or a recovery from a
+    crashed backend (which keeps the server's start time), never broken: only the server and
+    backend the flush itself reports can tell that it ran after the restart, which may have lost
+    the commit (found by review)."""
+    ledger, flusher, token = _deferred_through_a_pooler()
+    flusher.server = after  # the pooler reconnected underneath
+    with pytest.raises(LedgerError, match="another server or backend"):
         ledger._sync(token)
     assert ledger.flushes == 0 and not ledger._covered(*token)
 
 
 def test_control_the_same_flush_with_no_restart_confirms() -> None:
-    ledger = _Ledger()
-    ledger._server = "S started at t0"
-    flusher = _Conn("through a pooler", "S started at t0")
-    ledger.opens = [(flusher, "S started at t0")]
-    ledger._want_flusher = True
-    ledger._sync(None)
-    token = ledger._deferred(ledger._defer_to() or 0)
+    ledger, _, token = _deferred_through_a_pooler()
     ledger._sync(token)
     assert ledger.flushes == 1 and ledger._covered(*token)

@@ -151,8 +151,10 @@ def _replace_flusher(ledger: PostgresLedger, flusher: Any, server: str) -> None:
     if _flusher(ledger) is not None:
         _flusher(ledger).close()
     ledger._numbered += 1
+    reached = "" if flusher is None else str(getattr(flusher, "conn", flusher).execute(
+        "SELECT " + postgres_sync._REACHED).fetchone()[0])
     ledger._fl = None if flusher is None else Flusher(flusher, server, os.getpid(),
-                                                      ledger._numbered)
+                                                      ledger._numbered, reached)
 
 
 def _commit_during_a_flush(ledger: PostgresLedger) -> int:

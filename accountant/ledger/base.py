@@ -221,7 +221,10 @@ _LIVE: "weakref.WeakSet[Ledger]" = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for ledger in list(_LIVE):
-        ledger._after_fork()
+        try:
+            ledger._after_fork()
+        except Exception:  # (one half built when the parent forked; its locks were replaced first)
+            continue  # the others must still get theirs; a fork hook has no caller to tell
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against

@@ -324,6 +324,9 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
                 have) but the server did not confirm that it is on disk: the debit may stand, and
                 nothing may be drawn on it.
         """
+        if self._pid != os.getpid():  # (forked inside the transaction: it is the parent's)
+            raise LedgerError("PostgreSQL ledger: this transaction was begun in the process "
+                              "that forked this one; nothing was sent from here")
         statements, writes = self._pending, self._writes
         staged, self._tx_entry = self._tx_entry, None
         read, self._tx_read = self._tx_read, None

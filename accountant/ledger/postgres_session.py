@@ -13,13 +13,19 @@ from typing import Any
 from accountant.errors import LedgerError
 from accountant.ledger.entry import Account
 
-__all__ = ["SERVER", "PgSession", "readable"]
+__all__ = ["BACKEND", "SERVER", "PgSession", "readable"]
 
 # Which server a session reached: its address, port and start time (a restart changes the last,
 # in a form no session setting changes). A session after a restart, or elsewhere, is another
 # server: it cannot flush this one's commits (``accountant.ledger.postgres_sync``).
 SERVER = ("concat_ws(' ', inet_server_addr(), inet_server_port(), "
           "extract(epoch FROM pg_postmaster_start_time()))")
+# Which backend serves a session: its process and when it started. A server that recovers from a
+# crashed backend keeps its start time (the postmaster lives on: ``restart_after_crash``) but ends
+# every session and loses what was not on disk; a session a pooler opens after that has a new
+# backend, so a session's flush checks this too (``accountant.ledger.postgres_sync``).
+BACKEND = ("concat_ws(' ', pg_backend_pid(), (SELECT extract(epoch FROM backend_start) FROM "
+           "pg_stat_activity WHERE pid = pg_backend_pid()))")
 
 
 class PgSession:

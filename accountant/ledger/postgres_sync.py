@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from accountant.errors import LedgerError
-from accountant.ledger.postgres_session import SERVER, readable
+from accountant.ledger.postgres_session import BACKEND, SERVER, readable
 from accountant.ledger.transaction import release_fully
 
 __all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
@@ -39,10 +39,11 @@ __all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
 # on one row.
 FLUSH = ("INSERT INTO dpbudget_flush AS f VALUES (mod(pg_backend_pid(), 64), 1) "
          "ON CONFLICT (slot) DO UPDATE SET n = f.n + 1 RETURNING 0")
-# The flushing session's: it also says which server ran it. The client's connection surviving is
-# not enough: a pooler in front of the server keeps it across a restart, and a flush there would
-# confirm a commit the restart lost.
-_FLUSH_ON = FLUSH.replace("RETURNING 0", "RETURNING " + SERVER)
+# The flushing session's: it also says which server and backend ran it. The client's connection
+# surviving is not enough: a pooler in front of the server keeps it across a restart (or a recovery
+# from a crashed backend), and a flush there would confirm a commit the restart lost.
+_REACHED = f"concat_ws(' ', {SERVER}, {BACKEND})"
+_FLUSH_ON = FLUSH.replace("RETURNING 0", "RETURNING " + _REACHED)
 
 
 class WaitedLock:
@@ -204,10 +205,10 @@ class PgSync:
             if len(rows) != 1:
                 raise LedgerError(_unconfirmed("the flush wrote no row: dpbudget_flush is hidden "
                                                "or refused"))
-            if rows[0][0] != fl.server:
+            if rows[0][0] != fl.reached:
                 raise LedgerError(_unconfirmed(
-                    "the flush ran on another server, or one restarted since the session opened: "
-                    "a connection pooler in between? see docs/postgres-deployment.md"))
+                    "the flush ran on another server or backend than the session opened on (a "
+                    "restart, or a connection pooler in between: see docs/postgres-deployment.md)"))
             self.flushes += 1
             if self._synced[0] != session or target > self._synced[1]:
                 self._synced = (session, target)
@@ -245,11 +246,18 @@ class PgSync:
                 conn, server = self._open_session()
             except (self._psycopg.Error, LedgerError):
                 return
+            try:
+                reached = str(conn.execute("SELECT " + _REACHED).fetchone()[0])
+            except BaseException as exc:
+                conn.close()
+                if isinstance(exc, self._psycopg.Error):
+                    return
+                raise
             if self._conn.closed:  # closed meanwhile (``close`` gave up waiting for this lock)
                 conn.close()
                 return
             self._numbered += 1  # (before publishing: an interrupt here only skips a number)
-            self._fl = Flusher(conn, server, os.getpid(), self._numbered)
+            self._fl = Flusher(conn, server, os.getpid(), self._numbered, reached)
         finally:
             release_fully(lock)
 
@@ -276,13 +284,15 @@ class PgSync:
 
 class Flusher(NamedTuple):
     """A flushing session: its connection, the server it reached (address, port, start time),
-    the process that opened it, and its number (tokens name it; a session opened later, maybe
-    after a restart that lost a commit, has another)."""
+    the process that opened it, its number (tokens name it; a session opened later, maybe
+    after a restart that lost a commit, has another), and the server and backend it reached
+    (what each of its flushes must report again)."""
 
     conn: Any
     server: str
     pid: int
     number: int
+    reached: str
 
 
 def _unconfirmed(why: str) -> str:

@@ -19,6 +19,7 @@ one (https://www.sqlite.org/pragma.html#pragma_synchronous).
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
@@ -51,6 +52,9 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
 _FAILED_SYNCS: dict[str, str] = {}
 _AFTER_FAILURE = ("After a failed disk write this process refuses every further debit on this "
                   "ledger: check the disk, restart, and audit the ledger")
+# Connections inherited through fork(): kept referenced, so that a child never closes (or
+# finalises) one, which could wait for ever on a mutex of a thread that is not in the child.
+_INHERITED: list[sqlite3.Connection] = []
 
 
 class SqliteLedger(SqlLedger):
@@ -74,17 +78,17 @@ class SqliteLedger(SqlLedger):
         self._commits = 0  # commits by this object; ``_synced``: how many are known on disk
         self._synced = 0
         self._wal: int | None = None  # a descriptor of the WAL file, for ``_sync``
-        self._old_wals: list[int] = []
         self._changes = 0  # the connection's total_changes when the transaction began
         self._closed = False
+        self._timeout = timeout
+        self._pid = os.getpid()  # the process whose connection ``_conn`` is
         # Absolute: the identity check must find the same file after the caller's chdir.
         self.path = Path(path).absolute()
         self.url = f"sqlite:///{self.path}"
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
         try:
-            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                         check_same_thread=False)
+            self._conn = self._connect()
             if not create and self._conn.execute(
                     "SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'entries', "
                     "'accounts')").fetchone()[0] != 3:
@@ -96,8 +100,44 @@ class SqliteLedger(SqlLedger):
             self._conn.executescript(_SCHEMA)
             self._check_format()
             self._identity = self._file_identity()
+            try:  # (now: the WAL this connection writes, which ``_sync`` must find again)
+                self._wal_descriptor()
+            except OSError:
+                pass  # (opened at the first sync)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None,
+                               check_same_thread=False)
+
+    def _own_connection(self) -> None:
+        """In a forked child, before its first use of the ledger: a connection of its own.
+        SQLite does not support a connection carried across ``fork`` (https://www.sqlite.org/
+        howtocorrupt.html, section 2.6): a thread of the parent may have been inside it at the
+        fork, and its mutex stays held for good in the child. The parent's is never used here.
+
+        Raises:
+            LedgerError: another thread of the parent was inside a debit at the fork. SQLite's
+                copy of it here claims the write lock for good (its state is the process's, not
+                the connection's), so no connection of this process could write the file."""
+        if self._pid == os.getpid():
+            return
+        if not any(c is self._conn for c in _INHERITED):
+            _INHERITED.append(self._conn)
+        if self._conn.in_transaction:  # (a flag read: takes no mutex)
+            raise LedgerError(
+                f"SQLite ledger {str(self.path)!r}: this process was forked while another thread "
+                "was inside a debit on it, and SQLite cannot be used across such a fork "
+                "(https://www.sqlite.org/howtocorrupt.html); nothing was written. Fork when no "
+                "debit runs, or start workers with multiprocessing's spawn or forkserver method")
+        try:
+            conn = self._connect()
+            conn.execute("PRAGMA synchronous=NORMAL")  # (per connection; WAL is the file's)
+        except sqlite3.Error as exc:
+            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r} in this forked "
+                              f"process: {exc}") from exc
+        self._conn, self._pid = conn, os.getpid()
 
     def _set_wal(self, timeout: float) -> None:
         # Switching to WAL needs a moment without other writers and, unlike ordinary statements,
@@ -117,6 +157,7 @@ class SqliteLedger(SqlLedger):
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
+        self._own_connection()
         self._rollback()  # a transaction an interrupt left open: it never committed
         failed = _FAILED_SYNCS.get(str(self.path))
         if failed is not None:
@@ -139,6 +180,9 @@ class SqliteLedger(SqlLedger):
 
     def _commit(self) -> int:
         """Commit; the number of this commit for ``_sync`` (0 when it wrote nothing)."""
+        if self._pid != os.getpid():
+            raise LedgerError(f"SQLite ledger {str(self.path)!r}: this transaction was begun in "
+                              "the process that forked this one; nothing was written here")
         wrote = self._conn.total_changes != self._changes
         self._execute("COMMIT")
         if not wrote:
@@ -178,21 +222,29 @@ class SqliteLedger(SqlLedger):
                 + _AFTER_FAILURE)
 
     def _wal_descriptor(self) -> int:
-        """A descriptor of the current WAL file (a new one if the file was replaced; the old one
-        stays open until ``close``, as another thread may be syncing through it)."""
+        """A descriptor of the WAL file this ledger's connection writes, opened once.
+
+        While a connection is open SQLite never replaces its WAL file, so one with another
+        identity means that this connection's commits may be in the old one, unlinked: a process
+        that forked this one, sharing the connection, closed the ledger last and deleted it (SQLite
+        does not support a connection carried across ``fork``), or the files were replaced. A sync
+        of the new one would confirm nothing of ours: an error (``OSError``), never a switch."""
         wal = f"{self.path}-wal"
         fd = self._wal
-        if fd is None or os.fstat(fd).st_ino != os.stat(wal).st_ino:
-            fd = os.open(wal, os.O_RDONLY if os.name == "posix" else os.O_RDWR)
-            if os.name == "posix":  # the file's name must be on disk as well as its content
-                directory = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(directory)
-                finally:
-                    os.close(directory)
-            if self._wal is not None:
-                self._old_wals.append(self._wal)
-            self._wal = fd
+        if fd is not None:
+            if os.fstat(fd).st_ino != os.stat(wal).st_ino:
+                raise OSError(errno.ESTALE, "the WAL file was replaced while this ledger had it "
+                              "open (a ledger carried across fork() whose other process closed "
+                              "it, or files replaced under it)")
+            return fd
+        fd = os.open(wal, os.O_RDONLY if os.name == "posix" else os.O_RDWR)
+        if os.name == "posix":  # the file's name must be on disk as well as its content
+            directory = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        self._wal = fd
         return fd
 
     def _file_identity(self) -> tuple[int, int]:
@@ -200,10 +252,13 @@ class SqliteLedger(SqlLedger):
         return (st.st_dev, st.st_ino)
 
     def _rollback(self) -> None:
+        if self._pid != os.getpid():
+            return  # a forked child: the transaction, and the connection, are the parent's
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        self._own_connection()
         try:
             return self._conn.execute(sql, args)
         except sqlite3.Error as exc:
@@ -220,9 +275,9 @@ class SqliteLedger(SqlLedger):
                 except LedgerError:
                     pass  # that thread's sync reports it
             self._closed = True
-            self._conn.close()
-            for fd in [*self._old_wals, self._wal]:
-                if fd is not None:
-                    os.close(fd)
-            self._wal, self._old_wals = None, []
+            if self._pid == os.getpid():  # (a child never closes its parent's)
+                self._conn.close()
+            if self._wal is not None:
+                os.close(self._wal)
+            self._wal = None
 

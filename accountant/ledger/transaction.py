@@ -224,6 +224,9 @@ class Scope:
             raise
         finally:
             release_fully(ledger._lock)
+        if writer.pid != os.getpid():  # (a log handler, say, forked during the debit)
+            raise LedgerError("this process was forked during a debit: the process that began "
+                              "it paid for one answer, and draws it; this one draws nothing")
         # On disk before the caller may act on it (draw noise): after the lock, so that other
         # threads' transactions go on meanwhile and one sync covers them all.
         ledger._sync(token)
