@@ -15,6 +15,11 @@ other processes and threads commit meanwhile, and one sync covers every commit b
 whose frames a checkpoint has already copied into the database file is on disk too: SQLite syncs
 the WAL before a checkpoint and the database after it, and reuses the WAL only after a complete
 one (https://www.sqlite.org/pragma.html#pragma_synchronous).
+
+Processes: each opens the file itself. A file a ledger had open when a process forked is refused
+in the child, carried or opened anew (``SqliteLedger._in_this_process``): SQLite keeps its locks per
+process, and a child's connection would hold none of those that keep the parent's close from
+deleting the WAL file the child writes, or another process from writing at once.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ _AFTER_FAILURE = ("After a failed disk write this process refuses every further 
 # Connections inherited through fork(): kept referenced, so that a child never closes (or
 # finalises) one, which could wait for ever on a mutex of a thread that is not in the child.
 _INHERITED: list[sqlite3.Connection] = []
+# Files (device, inode) that a ledger had open when this process, or one it descends from, was
+# forked: no ledger of this process uses them (``SqliteLedger._forked_file``).
+_FORKED_FILES: set[tuple[int, int]] = set()
 
 
 class SqliteLedger(SqlLedger):
@@ -80,7 +88,6 @@ class SqliteLedger(SqlLedger):
         self._wal: int | None = None  # a descriptor of the WAL file, for ``_sync``
         self._changes = 0  # the connection's total_changes when the transaction began
         self._closed = False
-        self._timeout = timeout
         self._pid = os.getpid()  # the process whose connection ``_conn`` is
         # Absolute: the identity check must find the same file after the caller's chdir.
         self.path = Path(path).absolute()
@@ -88,7 +95,13 @@ class SqliteLedger(SqlLedger):
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
         try:
-            self._conn = self._connect()
+            if self._file_identity() in _FORKED_FILES:
+                raise LedgerError(self._forked_file())
+        except OSError:
+            pass  # (no such file yet: created below)
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                         check_same_thread=False)
             if not create and self._conn.execute(
                     "SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'entries', "
                     "'accounts')").fetchone()[0] != 3:
@@ -101,43 +114,36 @@ class SqliteLedger(SqlLedger):
             self._check_format()
             self._identity = self._file_identity()
             try:  # (now: the WAL this connection writes, which ``_sync`` must find again)
-                self._wal_descriptor()
+                if create:  # (a reader never syncs)
+                    self._wal_descriptor()
             except OSError:
                 pass  # (opened at the first sync)
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None,
-                               check_same_thread=False)
-
-    def _own_connection(self) -> None:
-        """In a forked child, before its first use of the ledger: a connection of its own.
-        SQLite does not support a connection carried across ``fork`` (https://www.sqlite.org/
-        howtocorrupt.html, section 2.6): a thread of the parent may have been inside it at the
-        fork, and its mutex stays held for good in the child. The parent's is never used here.
-
-        Raises:
-            LedgerError: another thread of the parent was inside a debit at the fork. SQLite's
-                copy of it here claims the write lock for good (its state is the process's, not
-                the connection's), so no connection of this process could write the file."""
+    def _in_this_process(self) -> None:
+        """Refuse a ledger carried into a forked child: SQLite does not support a connection
+        carried across ``fork``, and its locks and lock bookkeeping belong to the whole process,
+        so that even a new connection here would take none of the locks that keep a closing
+        parent from deleting the WAL file it writes, or another process from writing at once."""
         if self._pid == os.getpid():
             return
         if not any(c is self._conn for c in _INHERITED):
             _INHERITED.append(self._conn)
-        if self._conn.in_transaction:  # (a flag read: takes no mutex)
-            raise LedgerError(
-                f"SQLite ledger {str(self.path)!r}: this process was forked while another thread "
-                "was inside a debit on it, and SQLite cannot be used across such a fork "
-                "(https://www.sqlite.org/howtocorrupt.html); nothing was written. Fork when no "
-                "debit runs, or start workers with multiprocessing's spawn or forkserver method")
-        try:
-            conn = self._connect()
-            conn.execute("PRAGMA synchronous=NORMAL")  # (per connection; WAL is the file's)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r} in this forked "
-                              f"process: {exc}") from exc
-        self._conn, self._pid = conn, os.getpid()
+        raise LedgerError(self._forked_file())
+
+    def _forked_file(self) -> str:
+        return (f"SQLite ledger {str(self.path)!r}: it was open in a process this one was forked "
+                "from, and SQLite cannot be used on such a file in a forked child (its locks are "
+                "kept per process: https://www.sqlite.org/howtocorrupt.html, section 2.6); "
+                "nothing was read or written. Open SQLite ledgers only after forking, or start "
+                "workers with multiprocessing's spawn or forkserver method (a PostgreSQL ledger "
+                "can be shared with forked children)")
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        if not self._closed and hasattr(self, "_identity"):
+            _FORKED_FILES.add(self._identity)
 
     def _set_wal(self, timeout: float) -> None:
         # Switching to WAL needs a moment without other writers and, unlike ordinary statements,
@@ -157,7 +163,7 @@ class SqliteLedger(SqlLedger):
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
-        self._own_connection()
+        self._in_this_process()
         self._rollback()  # a transaction an interrupt left open: it never committed
         failed = _FAILED_SYNCS.get(str(self.path))
         if failed is not None:
@@ -258,24 +264,26 @@ class SqliteLedger(SqlLedger):
             self._conn.execute("ROLLBACK")
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        self._own_connection()
+        self._in_this_process()
         try:
             return self._conn.execute(sql, args)
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
     def _reader(self) -> "closing[sqlite3.Connection]":
+        self._in_this_process()
         return closing(sqlite3.connect(self.path, isolation_level=None))
 
     def close(self) -> None:
         with self._lock:
-            if not self._closed and self._synced < self._commits:
+            mine = self._pid == os.getpid()  # (a child never syncs or closes its parent's)
+            if not self._closed and self._synced < self._commits and mine:
                 try:  # a commit whose own sync has not run yet (another thread's)
                     self._sync(self._commits)
                 except LedgerError:
                     pass  # that thread's sync reports it
             self._closed = True
-            if self._pid == os.getpid():  # (a child never closes its parent's)
+            if mine:
                 self._conn.close()
             if self._wal is not None:
                 os.close(self._wal)

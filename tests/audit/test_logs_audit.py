@@ -175,11 +175,14 @@ def test_records_name_a_new_writer_in_a_forked_child(tmp_path):
     url = f"sqlite:///{tmp_path / 'l.db'}"
     acc = Accountant(Budget(10.0), ledger=url, rng=1)
     acc.release(Laplace(0.1), 1.0, dataset="d")
+    acc.close()  # (a SQLite file open at a fork is refused in the child: tests/test_fork.py)
     child = multiprocessing.get_context("fork").Process(
-        target=lambda: acc.release(Laplace(0.1), 1.0, dataset="d"))
+        target=lambda: Accountant(Budget(10.0), ledger=url, rng=1).release(
+            Laplace(0.1), 1.0, dataset="d"))
     child.start()
     child.join(30)
     assert child.exitcode == 0
+    acc = Accountant(Budget(10.0), ledger=url, rng=1)  # the same process: the same writer
     acc.release(Laplace(0.1), 1.0, dataset="d")
     acc.close()
     with open_ledger(url) as ledger:
