@@ -29,11 +29,11 @@ import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from contextlib import closing
 from typing import Any
 from pathlib import Path
 
 from accountant.errors import LedgerError
+from accountant.ledger import sqlite_fork
 from accountant.ledger.sql import SqlLedger
 
 __all__ = ["SqliteLedger"]
@@ -57,12 +57,6 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
 _FAILED_SYNCS: dict[str, str] = {}
 _AFTER_FAILURE = ("After a failed disk write this process refuses every further debit on this "
                   "ledger: check the disk, restart, and audit the ledger")
-# Connections inherited through fork(): kept referenced, so that a child never closes (or
-# finalises) one, which could wait for ever on a mutex of a thread that is not in the child.
-_INHERITED: list[sqlite3.Connection] = []
-# Files (device, inode) that a ledger had open when this process, or one it descends from, was
-# forked: no ledger of this process uses them (``SqliteLedger._forked_file``).
-_FORKED_FILES: set[tuple[int, int]] = set()
 
 
 class SqliteLedger(SqlLedger):
@@ -94,56 +88,49 @@ class SqliteLedger(SqlLedger):
         self.url = f"sqlite:///{self.path}"
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
-        try:
-            if self._file_identity() in _FORKED_FILES:
-                raise LedgerError(self._forked_file())
-        except OSError:
-            pass  # (no such file yet: created below)
+        try:  # (created empty first: its identity is registered before SQLite opens it)
+            if create and not self.path.exists():
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o666))
+            self._identity = self._file_identity()
+        except OSError as exc:
+            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: "
+                              f"{exc.strerror}") from None
+        if sqlite_fork.forked(self._identity):
+            raise LedgerError(sqlite_fork.refusal(self.path))
+        self._token = sqlite_fork.opening(self._identity)
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
-            if not create and self._conn.execute(
-                    "SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'entries', "
-                    "'accounts')").fetchone()[0] != 3:
+            sqlite_fork.opened(self._token, self._conn)
+            self._open(create, timeout)
+        except BaseException as exc:
+            if hasattr(self, "_conn"):
                 self._conn.close()
-                raise LedgerError(f"{str(self.path)!r} is an SQLite file but not a dpbudget "
-                                  "ledger (nothing was changed)")
-            self._set_wal(timeout)
-            self._conn.execute("PRAGMA synchronous=NORMAL")  # + ``_sync`` (module docstring)
-            self._conn.executescript(_SCHEMA)
-            self._check_format()
-            self._identity = self._file_identity()
-            try:  # (now: the WAL this connection writes, which ``_sync`` must find again)
-                if create:  # (a reader never syncs)
-                    self._wal_descriptor()
-            except OSError:
-                pass  # (opened at the first sync)
-        except sqlite3.Error as exc:
-            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+            sqlite_fork.closed(self._token)
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+            raise
+
+    def _open(self, create: bool, timeout: float) -> None:
+        if not create and self._conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'entries', "
+                "'accounts')").fetchone()[0] != 3:
+            raise LedgerError(f"{str(self.path)!r} is an SQLite file but not a dpbudget "
+                              "ledger (nothing was changed)")
+        self._set_wal(timeout)
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # + ``_sync`` (module docstring)
+        self._conn.executescript(_SCHEMA)
+        self._check_format()
+        try:  # (now: the WAL this connection writes, which ``_sync`` must find again)
+            if create:  # (a reader never syncs)
+                self._wal_descriptor()
+        except OSError:
+            pass  # (opened at the first sync)
 
     def _in_this_process(self) -> None:
-        """Refuse a ledger carried into a forked child: SQLite does not support a connection
-        carried across ``fork``, and its locks and lock bookkeeping belong to the whole process,
-        so that even a new connection here would take none of the locks that keep a closing
-        parent from deleting the WAL file it writes, or another process from writing at once."""
-        if self._pid == os.getpid():
-            return
-        if not any(c is self._conn for c in _INHERITED):
-            _INHERITED.append(self._conn)
-        raise LedgerError(self._forked_file())
-
-    def _forked_file(self) -> str:
-        return (f"SQLite ledger {str(self.path)!r}: it was open in a process this one was forked "
-                "from, and SQLite cannot be used on such a file in a forked child (its locks are "
-                "kept per process: https://www.sqlite.org/howtocorrupt.html, section 2.6); "
-                "nothing was read or written. Open SQLite ledgers only after forking, or start "
-                "workers with multiprocessing's spawn or forkserver method (a PostgreSQL ledger "
-                "can be shared with forked children)")
-
-    def _after_fork(self) -> None:
-        super()._after_fork()
-        if not self._closed and hasattr(self, "_identity"):
-            _FORKED_FILES.add(self._identity)
+        """Refuse a ledger carried into a forked child (``accountant.ledger.sqlite_fork``)."""
+        if self._pid != os.getpid():
+            raise LedgerError(sqlite_fork.refusal(self.path))
 
     def _set_wal(self, timeout: float) -> None:
         # Switching to WAL needs a moment without other writers and, unlike ordinary statements,
@@ -270,9 +257,9 @@ class SqliteLedger(SqlLedger):
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def _reader(self) -> "closing[sqlite3.Connection]":
+    def _reader(self) -> sqlite_fork.Reader:
         self._in_this_process()
-        return closing(sqlite3.connect(self.path, isolation_level=None))
+        return sqlite_fork.Reader(self.path, self._identity)
 
     def close(self) -> None:
         with self._lock:
@@ -285,6 +272,7 @@ class SqliteLedger(SqlLedger):
             self._closed = True
             if mine:
                 self._conn.close()
+                sqlite_fork.closed(self._token)  # (only now: a fork during the close refuses)
             if self._wal is not None:
                 os.close(self._wal)
             self._wal = None
