@@ -193,11 +193,9 @@ def test_negative_control_a_child_on_its_parents_connection_hangs(
     assert _child_during_a_statement(tmp_path, 6.0) == _HUNG
 
 
-def test_a_child_is_refused_a_file_its_parent_reads_after_closing_the_ledger(
-        tmp_path: Path) -> None:
-    """An ``entries()`` read keeps a connection of its own open, even after the ledger is
-    closed: the file is still open in the parent at the fork (whose last connection, closing,
-    would delete the WAL under a child's debits)."""
+def _child_while_a_read_is_open(tmp_path: Path) -> int:
+    """The parent reads ``entries()`` on, on a connection of its own, after closing the ledger,
+    and forks meanwhile: the child's outcome opening the file anew (10: refused)."""
     url = f"sqlite:///{tmp_path / 'l.db'}"
     acc = Accountant(Budget(10.0), ledger=url)
     acc.release(Laplace(0.1), 1.0)
@@ -205,25 +203,24 @@ def test_a_child_is_refused_a_file_its_parent_reads_after_closing_the_ledger(
     next(reading)
     acc.close()
     try:
-        assert _in_child(lambda: _open_and_release(url), seconds=10) == 10
+        return _in_child(lambda: _open_and_release(url), seconds=10)
     finally:
         reading.close()
+
+
+def test_a_child_is_refused_a_file_its_parent_reads_after_closing_the_ledger(
+        tmp_path: Path) -> None:
+    """The file is still open in the parent at the fork (and its last connection, closing, would
+    delete the WAL under a child's debits)."""
+    assert _child_while_a_read_is_open(tmp_path) == 10
+    url = f"sqlite:///{tmp_path / 'l.db'}"
     assert _in_child(lambda: _open_and_release(url), seconds=10) == 0  # closed before this fork
 
 
 def test_negative_control_untracked_readers_let_the_child_in(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(10.0), ledger=url)
-    acc.release(Laplace(0.1), 1.0)
     monkeypatch.setattr(sqlite_fork, "opening", lambda identity: object())  # (not registered)
-    reading = acc.ledger.entries()
-    next(reading)
-    acc.close()
-    try:
-        assert _in_child(lambda: _open_and_release(url), seconds=10) == 0
-    finally:
-        reading.close()
+    assert _child_while_a_read_is_open(tmp_path) == 0
 
 
 def test_a_read_begun_in_the_parent_does_not_go_on_in_the_child(tmp_path: Path) -> None:
