@@ -219,7 +219,7 @@ def test_a_child_is_refused_a_file_its_parent_reads_after_closing_the_ledger(
 
 def test_negative_control_untracked_readers_let_the_child_in(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_fork, "opening", lambda identity: object())  # (not registered)
+    monkeypatch.setattr(sqlite_fork, "opening", lambda identity, holder: object())  # (not registered)
     assert _child_while_a_read_is_open(tmp_path) == 0
 
 
@@ -274,3 +274,40 @@ def test_a_fork_while_the_ledger_closes_or_opens_refuses_the_file(
     monkeypatch.setattr(SqliteLedger, "_check_format", forking)
     Accountant(Budget(10.0), ledger=url).close()
     assert outcome == [10, 10]
+
+
+def test_a_new_ledger_file_is_not_group_or_world_writable(tmp_path: Path) -> None:
+    """Created before SQLite opens it (so that it is registered first), with SQLite's own mode
+    (0644 less the umask), never wider: a writable ledger file is a rewritable budget."""
+    import stat
+
+    old = os.umask(0o002)
+    try:
+        Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}").close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "l.db").st_mode) & 0o022 == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
+def test_a_ledger_dropped_without_close_releases_its_files(tmp_path: Path) -> None:
+    """The registry holds connections weakly: a ledger nobody closes is collected, its
+    connection closed and its WAL descriptor too, as before the registry (found by review)."""
+    import gc
+
+    def open_files() -> int:
+        names = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                names.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sum(str(tmp_path) in name for name in names)
+
+    for i in range(20):
+        Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / f'{i}.db'}").release(
+            Laplace(0.1), 1.0)
+    gc.collect()
+    assert open_files() == 0
+    ours = {(st.st_dev, st.st_ino) for st in (os.stat(tmp_path / f"{i}.db") for i in range(20))}
+    assert not ours & set(sqlite_fork._OPEN.values())  # (and none still counts as open)

@@ -28,6 +28,7 @@ import errno
 import os
 import sqlite3
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 from pathlib import Path
@@ -80,6 +81,7 @@ class SqliteLedger(SqlLedger):
         self._commits = 0  # commits by this object; ``_synced``: how many are known on disk
         self._synced = 0
         self._wal: int | None = None  # a descriptor of the WAL file, for ``_sync``
+        self._wal_closer: Any = None  # closes it once: on ``close``, or when this is collected
         self._changes = 0  # the connection's total_changes when the transaction began
         self._closed = False
         self._pid = os.getpid()  # the process whose connection ``_conn`` is
@@ -90,18 +92,17 @@ class SqliteLedger(SqlLedger):
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
         try:  # (created empty first: its identity is registered before SQLite opens it)
             if create and not self.path.exists():
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o666))
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o644))  # (SQLite's)
             self._identity = self._file_identity()
         except OSError as exc:
             raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: "
                               f"{exc.strerror}") from None
         if sqlite_fork.forked(self._identity):
             raise LedgerError(sqlite_fork.refusal(self.path))
-        self._token = sqlite_fork.opening(self._identity)
+        self._token = sqlite_fork.opening(self._identity, self)
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
-            sqlite_fork.opened(self._token, self._conn)
             self._open(create, timeout)
         except BaseException as exc:
             if hasattr(self, "_conn"):
@@ -238,6 +239,7 @@ class SqliteLedger(SqlLedger):
             finally:
                 os.close(directory)
         self._wal = fd
+        self._wal_closer = weakref.finalize(self, os.close, fd)
         return fd
 
     def _file_identity(self) -> tuple[int, int]:
@@ -273,7 +275,7 @@ class SqliteLedger(SqlLedger):
             if mine:
                 self._conn.close()
                 sqlite_fork.closed(self._token)  # (only now: a fork during the close refuses)
-            if self._wal is not None:
-                os.close(self._wal)
+            if self._wal_closer is not None:
+                self._wal_closer()
             self._wal = None
 

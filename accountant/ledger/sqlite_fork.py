@@ -17,31 +17,33 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import weakref
 from pathlib import Path
 from typing import Any
 
 from accountant.errors import LedgerError
 
-__all__ = ["Reader", "closed", "forked", "opened", "opening", "refusal"]
+__all__ = ["Reader", "closed", "forked", "opening", "refusal"]
 
-# token -> (file, its connection once open): the connections this process has open.
-_OPEN: dict[object, tuple[tuple[int, int], Any]] = {}
+# token -> file: the connections this process has open (or is opening, or closing).
+_OPEN: dict[object, tuple[int, int]] = {}
+# What holds each of them (as ``_conn``): weakly, so that a ledger dropped without ``close`` is
+# still collected, and its connection closed, as before.
+_HOLDERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # Files open in a process this one was forked from (or one before it): never used here.
 _FORKED: set[tuple[int, int]] = set()
 # Connections inherited through fork(): referenced for good, never closed here.
 _INHERITED: list[Any] = []
 
 
-def opening(identity: tuple[int, int]) -> object:
-    """Register a connection about to be opened on the file ``identity``; its token."""
+def opening(identity: tuple[int, int], holder: Any) -> object:
+    """Register a connection about to be opened on the file ``identity``, to be kept as
+    ``holder._conn``; its token. Unregistered by ``closed``, or when ``holder`` is collected."""
     token = object()
-    _OPEN[token] = (identity, None)
+    _OPEN[token] = identity
+    _HOLDERS.add(holder)
+    weakref.finalize(holder, closed, token)
     return token
-
-
-def opened(token: object, conn: Any) -> None:
-    if token in _OPEN:
-        _OPEN[token] = (_OPEN[token][0], conn)
 
 
 def closed(token: object) -> None:
@@ -64,8 +66,9 @@ def refusal(path: Path) -> str:
 
 
 def _after_fork_in_child() -> None:
-    for identity, conn in list(_OPEN.values()):
-        _FORKED.add(identity)
+    _FORKED.update(_OPEN.values())
+    for holder in list(_HOLDERS):
+        conn = getattr(holder, "_conn", None)
         if conn is not None:
             _INHERITED.append(conn)
     _OPEN.clear()  # (the parent's: closing them is the parent's business)
@@ -81,13 +84,17 @@ class Reader:
 
     def __init__(self, path: Path, identity: tuple[int, int]) -> None:
         self._path, self._pid = path, os.getpid()
-        self._token = opening(identity)
+        try:  # (the file the path names now, which may not be the ledger's any more)
+            st = os.stat(path)
+            identity = (st.st_dev, st.st_ino)
+        except OSError:
+            pass
+        self._token = opening(identity, self)
         try:
             self._conn = sqlite3.connect(path, isolation_level=None)
         except BaseException:
             closed(self._token)
             raise
-        opened(self._token, self._conn)
 
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         if self._pid != os.getpid():
