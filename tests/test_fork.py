@@ -124,10 +124,9 @@ def test_negative_control_a_session_without_its_guard_answers_again_in_each_chil
     acc.close()
 
 
-def _held_by_another_thread(acc: Accountant,
-                            inside: bool) -> tuple[threading.Event, Callable[[], None]]:
-    """Another thread holds the ledger's lock (``inside``: inside a begun transaction) until
-    ``done()``; returns once it does."""
+def _held_by_another_thread(acc: Accountant, inside: bool) -> Callable[[], None]:
+    """Another thread holds the ledger's lock (``inside``: inside a begun transaction) from
+    before this returns until ``done()``, which this returns."""
     holding, go = threading.Event(), threading.Event()
     ledger = acc.ledger
 
@@ -150,7 +149,7 @@ def _held_by_another_thread(acc: Accountant,
     def done() -> None:
         go.set()
         thread.join(30)
-    return holding, done
+    return done
 
 
 def _one_release(acc: Accountant) -> int:
@@ -168,7 +167,7 @@ def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
     """The child gets new locks, so it is never left waiting for the parent's thread; the SQLite
     ledger it carried is then refused at once (a typed error); the parent is unaffected."""
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
-    _, done = _held_by_another_thread(acc, inside)
+    done = _held_by_another_thread(acc, inside)
     later = threading.Timer(1.0, done)  # (the parent's thread lets go a moment after the fork)
     later.start()
     try:
@@ -184,7 +183,7 @@ def test_negative_control_without_new_locks_the_child_waits_forever(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
     monkeypatch.setattr(base, "_LIVE", type(base._LIVE)())  # the at-fork hook then sees no ledger
-    _, done = _held_by_another_thread(acc, False)
+    done = _held_by_another_thread(acc, False)
     try:
         assert _in_child(lambda: _one_release(acc), seconds=3.0) == _HUNG
     finally:

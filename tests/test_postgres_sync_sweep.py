@@ -19,9 +19,10 @@ import pytest
 
 from accountant import LedgerError
 from accountant.ledger import postgres_sync
-from accountant.ledger.postgres_sync import PgSync, WaitedLock
+from accountant.ledger.postgres_sync import WaitedLock
 from accountant.ledger.transaction import Scope, release_fully
-from tests.test_postgres_sync_races import _Conn, _Psycopg
+from tests.test_postgres_sync_races import _Conn
+from tests.test_postgres_sync_races import _Ledger as RacesLedger
 
 _FILES = ("accountant/ledger/postgres_sync.py", "accountant/ledger/transaction.py")
 
@@ -31,14 +32,9 @@ class _Closing:
         self._conn.close()  # type: ignore[attr-defined]
 
 
-class _Ledger(PgSync, _Closing):
-    def __init__(self) -> None:
-        self._psycopg = _Psycopg
-        self._lock = WaitedLock()
-        self._conn = _Conn("main")
-        self._server = "S"
-        self.timeout = 0.5
-        self._init_sync()
+class _Ledger(RacesLedger, _Closing):
+    """The races' stand-in ledger, closable (``PgSync.close`` calls ``super().close``), whose
+    every flushing session opens on server S."""
 
     def _open_session(self) -> tuple[Any, str]:
         return _Conn("flusher"), "S"

@@ -173,10 +173,8 @@ class SqliteLedger(SqlLedger):
                               "in use; nothing was written (reopen it, and audit it)")
 
     def _commit(self) -> int:
-        """Commit; the number of this commit for ``_sync`` (0 when it wrote nothing)."""
-        if self._pid != os.getpid():
-            raise LedgerError(f"SQLite ledger {str(self.path)!r}: this transaction was begun in "
-                              "the process that forked this one; nothing was written here")
+        """Commit; the number of this commit for ``_sync`` (0 when it wrote nothing). In a
+        child forked inside the transaction ``_execute`` refuses the COMMIT: it is the parent's."""
         wrote = self._conn.total_changes != self._changes
         self._execute("COMMIT")
         if not wrote:
@@ -219,17 +217,17 @@ class SqliteLedger(SqlLedger):
         """A descriptor of the WAL file this ledger's connection writes, opened once.
 
         While a connection is open SQLite never replaces its WAL file, so one with another
-        identity means that this connection's commits may be in the old one, unlinked: a process
-        that forked this one, sharing the connection, closed the ledger last and deleted it (SQLite
-        does not support a connection carried across ``fork``), or the files were replaced. A sync
-        of the new one would confirm nothing of ours: an error (``OSError``), never a switch."""
+        identity means that the files were replaced under it (or deleted by another process's
+        SQLite that did not see this connection: one sharing it across ``fork``, which
+        ``accountant.ledger.sqlite_fork`` prevents), and this connection's commits may be in the
+        old, unlinked one. A sync of the new one would confirm nothing of ours: an error
+        (``OSError``), never a switch."""
         wal = f"{self.path}-wal"
         fd = self._wal
         if fd is not None:
             if os.fstat(fd).st_ino != os.stat(wal).st_ino:
                 raise OSError(errno.ESTALE, "the WAL file was replaced while this ledger had it "
-                              "open (a ledger carried across fork() whose other process closed "
-                              "it, or files replaced under it)")
+                              "open")
             return fd
         fd = os.open(wal, os.O_RDONLY if os.name == "posix" else os.O_RDWR)
         if os.name == "posix":  # the file's name must be on disk as well as its content
