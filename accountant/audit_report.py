@@ -7,14 +7,25 @@ of problem found (so each kind is distinct and combinations are readable):
 ====  ============  ==================================================================
 bit   kind          meaning
 ====  ============  ==================================================================
-4     head          the last record is not the expected head (a truncated tail)
-8     chain         a record was edited, deleted, inserted or reordered
-16    malformed     a record or line could not be read (garbled)
+1     time          a record's time runs backwards, or a windowed or block account a
+                    record charges does not contain the record's time
+4     policy        a policy record is unsigned or its signature does not verify under
+                    the owner's key pinned in the ledger's first record
+8     chain         a record was edited, deleted, inserted or reordered; the last record
+                    is not the expected head (kind ``head``: a truncated tail); a record
+                    or line could not be read (kind ``malformed``: garbled)
+16    release       a release record claims what it cannot be: seeded noise on a ledger
+                    not created for simulation, or a custom mechanism recorded under a
+                    library mechanism's name
 32    state         a stored state disagrees with the replay
 64    limit         a release was admitted that its limit should have refused
 128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
                     records where a key is required)
 ====  ============  ==================================================================
+
+An exit status has eight bits and 2 is the command line's own: ``head`` and ``malformed`` share
+the ``chain`` bit (each is a record that is not the one written), and their problems keep their
+own kind in the report.
 
 (2 is the command line's own status for bad usage or an unreadable source.)
 """
@@ -29,9 +40,10 @@ from accountant.ledger.record import GENESIS
 
 __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "ProblemKind", "Tally"]
 
-ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth"]
-EXIT_BITS: dict[str, int] = {"head": 4, "chain": 8, "malformed": 16, "state": 32, "limit": 64,
-                             "auth": 128}
+ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth", "time", "policy",
+                      "release"]
+EXIT_BITS: dict[str, int] = {"time": 1, "policy": 4, "head": 8, "chain": 8, "malformed": 8,
+                             "release": 16, "state": 32, "limit": 64, "auth": 128}
 
 
 SECURE_NOISE = "exact-csprng"

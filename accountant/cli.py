@@ -237,9 +237,12 @@ def _demo(args: argparse.Namespace) -> int:
 _EXIT_HELP = """exit status:
   0    the chain verifies, replay and stored state agree, no limit was exceeded
   otherwise the sum of one bit per kind of problem found:
-  4    head       the last record is not the expected head (a truncated tail)
-  8    chain      a record was edited, deleted, inserted or reordered
-  16   malformed  a record or line could not be read
+  1    time       a record's time runs backwards, or falls outside a window or block it charges
+  4    policy     a policy record unsigned, or not signed by the owner's pinned key
+  8    chain      a record was edited, deleted, inserted or reordered, the tail was cut (not
+                  the expected head), or a record or line could not be read
+  16   release    seeded noise on a ledger not created for simulation, or a custom mechanism
+                  recorded under a library mechanism's name
   32   state      a stored state disagrees with the replay
   64   limit      a release was admitted that its limit should have refused
   128  auth       records not verifiable as HMAC-keyed (missing key, or unkeyed)
