@@ -239,8 +239,9 @@ _EXIT_HELP = """exit status:
   otherwise the sum of one bit per kind of problem found:
   1    time       a record's time runs backwards, or falls outside a window or block it charges
   4    policy     a policy record unsigned, or not signed by the owner's pinned key
-  8    chain      a record was edited, deleted, inserted or reordered, the tail was cut (not
-                  the expected head), or a record or line could not be read
+  8    chain      a record was edited, deleted, inserted or reordered; also head (the tail
+                  was cut: not the expected head) and malformed (a record or line could not
+                  be read)
   16   release    seeded noise on a ledger not created for simulation, or a custom mechanism
                   recorded under a library mechanism's name
   32   state      a stored state disagrees with the replay
