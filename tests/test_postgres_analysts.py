@@ -103,10 +103,11 @@ def _take_everything(acc: Accountant, names: list[str | None]) -> float:
 def test_alice_cannot_spend_under_other_names(analysts: Analysts, tmp_path: Path, deny: bool,
                                                on_main: float) -> None:
     policy = analysts.policy(deny)
-    # Negative control: where the caller's name stands (SQLite), the figure.
-    with Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0) as acc:
-        assert acc.ledger.authenticated_analyst is None
-        assert _take_everything(acc, analysts.names()) == pytest.approx(on_main)
+    # Negative control: where the caller's name stands (SQLite, memory), the figure.
+    for url in (f"sqlite:///{tmp_path / 'l.db'}", "memory://"):
+        with Accountant.from_policy(policy, ledger=url, rng=0) as acc:
+            assert acc.ledger.authenticated_analyst is None
+            assert _take_everything(acc, analysts.names()) == pytest.approx(on_main)
     # On PostgreSQL, logged in as alice: her quota, and nothing more, whatever she names.
     Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner)).close()
     with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
