@@ -185,7 +185,7 @@ def _record_as(conn: psycopg.Connection[Any], analyst: str | None) -> tuple[int,
     text = conn.execute("SELECT record FROM dpbudget_entries WHERE record::jsonb->>'kind' = "
                         "'release' ORDER BY seq DESC LIMIT 1").fetchone()[0]  # type: ignore[index]
     record = json.loads(text)
-    record["seq"] = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()[0]  # type: ignore[index]
+    (record["seq"],) = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()  # type: ignore[misc]
     for lane in record["links"]:
         head = conn.execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
                             (lane,)).fetchone()
