@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from accountant.budget import Budget
 from accountant.charge import Charge
 from accountant.errors import (
+    AnalystMismatchError,
     BudgetExceededError,
     InvalidArgumentError,
     InvalidDataError,
@@ -65,7 +66,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "RULES", "Accountant", "Budget", "BudgetExceededError", "Charge", "CompositionRule",
+    "RULES", "Accountant", "AnalystMismatchError", "Budget", "BudgetExceededError", "Charge",
+    "CompositionRule",
     "InvalidArgumentError", "InvalidDataError", "InvalidDataTypeError", "InvalidTypeError",
     "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",

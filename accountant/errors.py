@@ -19,6 +19,7 @@ __all__ = [
     "InvalidDataTypeError",
     "UnknownDatasetError",
     "UnknownAnalystError",
+    "AnalystMismatchError",
     "PolicyError",
     "BudgetExceededError",
     "MechanismNotAllowedError",
@@ -162,6 +163,23 @@ class UnknownAnalystError(InvalidArgumentError):
         super().__init__(
             "analyst", analyst, f"one of the analysts {where} lists {list(known)}",
             f'{where} sets other_analysts = "deny"; nothing was drawn and nothing was debited.')
+
+
+class AnalystMismatchError(UnknownAnalystError):
+    """The ledger authenticated the analyst (on PostgreSQL, the role its session logged in as),
+    and the request names someone else: a release is charged to the analyst the ledger knows,
+    never to a name the caller chooses. Nothing was drawn and nothing was debited.
+
+    Attributes:
+        authenticated: the analyst the ledger authenticated.
+    """
+
+    def __init__(self, analyst: str, authenticated: str) -> None:
+        self.authenticated = authenticated
+        InvalidArgumentError.__init__(
+            self, "analyst", analyst, f"None or {authenticated!r}, the role this ledger's "
+            "session logged in as", "A release is charged to the analyst the ledger "
+            "authenticated; nothing was drawn and nothing was debited.")
 
 
 class PolicyError(PrivacyError, ValueError):

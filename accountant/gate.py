@@ -148,6 +148,7 @@ class Gate:
                 label: Any) -> None:
         """Log a refused request for security review (``accountant.refusals``); never spend."""
         dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where[:2]
+        analyst = self.planner.analyst or analyst  # (who asked: the ledger's analyst, if it knows)
         log_refusal(error, name, cost, dataset, analyst, label)
 
     def afford(self, mechanism: Mechanism, where: Where) -> bool:

@@ -124,7 +124,8 @@ class Opening:
         gate = self._gate
         change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
         self._policy, self._default = new, None
-        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler, gate.clock)
+        self._gate = Gate(gate.ledger, Planner(new, None, gate.planner.analyst), gate.sampler,
+                          gate.clock)
         self._gate.policy_seq = change.seq
         return change
 
@@ -136,6 +137,7 @@ class Opening:
         planner = Planner(policy, default)
         sampler = Sampler(rng)
         opened = open_ledger(ledger)
+        planner.analyst = opened.authenticated_analyst  # (read once: not the caller's to name)
         self._gate = Gate(opened, planner, sampler, clock or time.time)
         self._default = default
         try:

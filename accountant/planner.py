@@ -9,6 +9,10 @@ per (dataset, analyst) in a bounded cache; a pipeline's plan is derived from its
 
 Who is held to what:
 
+- The analyst is the one the ledger authenticated (``Ledger.authenticated_analyst``: on
+  PostgreSQL the session's role), which ``analyst=None`` names; any other name is refused
+  (``AnalystMismatchError``). On SQLite and in memory the caller's name stands (quotas against
+  mistakes, not against an analyst who lies: docs/threat-model.md).
 - ``analyst=None``, or an analyst a dataset does not list: only the dataset-level (and
   global) limits apply — unless the dataset sets ``other_analysts = "deny"``, which
   refuses them (``UnknownAnalystError``). The same holds for the top-level
@@ -34,6 +38,7 @@ from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
 from accountant.errors import (
+    AnalystMismatchError,
     InvalidArgumentError,
     InvalidTypeError,
     UnknownAnalystError,
@@ -149,8 +154,10 @@ class Planner:
         UnknownDatasetError, UnknownAnalystError, InvalidArgumentError, InvalidTypeError.
     """
 
-    def __init__(self, policy: Policy, default: DatasetLimit | None) -> None:
+    def __init__(self, policy: Policy, default: DatasetLimit | None,
+                 analyst: str | None = None) -> None:
         self.policy = policy
+        self.analyst = analyst  # the ledger's authenticated analyst: every plan's (None: any)
         # A policy file admits datasets it does not list only through its own other_datasets.
         self.default = default if default is not None else getattr(policy, "other_datasets", None)
         self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
@@ -163,7 +170,9 @@ class Planner:
 
     def plan(self, dataset: Any, analyst: str | None, blocks: Any = None) -> Plan:
         """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
-        join) by ``analyst``, reading ``blocks`` of a dataset divided into blocks."""
+        join) by ``authenticated(analyst)``, reading ``blocks`` of a dataset divided into blocks."""
+        if self.analyst is not None and analyst is not self.analyst:
+            analyst = self.authenticated(analyst)
         if blocks is not None:
             return self._block_plan(dataset, analyst, blocks)
         if type(dataset) is list:  # a join given as a list: the same plan as the tuple
@@ -177,6 +186,15 @@ class Planner:
             self._plans.clear()  # bounded: arbitrary (dataset, analyst) pairs must not pile up
         self._plans[(dataset, analyst)] = plan
         return plan
+
+    def authenticated(self, analyst: Any) -> str | None:
+        """Who a release naming ``analyst`` is charged to: the caller's name, unless the ledger
+        authenticated the analyst (``None`` names it; another name: ``AnalystMismatchError``)."""
+        if self.analyst is None or analyst is None:
+            return self.analyst if analyst is None else analyst
+        if _validate.text("analyst", analyst) != self.analyst:
+            raise AnalystMismatchError(analyst, self.analyst)
+        return self.analyst
 
     def limit(self, dataset: str) -> DatasetLimit:
         """The limit declared for ``dataset``.

@@ -392,7 +392,9 @@ def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Gene
     acc.release(Laplace(0.5), 0.0)
     before = snapshot(acc.ledger, rng)
     assert acc.can_afford(Laplace(0.5))
-    assert acc.can_afford(Laplace(0.5), analyst="bob")
+    # (A ledger that authenticates its analyst — PostgreSQL, the session's role — takes no other
+    # name: tests/test_postgres_analysts.py.)
+    assert acc.can_afford(Laplace(0.5), analyst=ledger.authenticated_analyst or "bob")
     assert not acc.can_afford(Laplace(0.6))
     assert not acc.can_afford(AnalyticGaussian(0.1, 1e-5))
     assert acc.can_afford(AnalyticGaussian(0.1, 1e-6))
@@ -406,12 +408,13 @@ def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Gene
 def test_last_receipt(ledger: Ledger) -> None:
     acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=SEED)
     assert acc.last_receipt is None
-    acc.release(Laplace(0.25), 3.0, dataset="adult", analyst="ann", label="q1")
+    ann = ledger.authenticated_analyst or "ann"  # (on PostgreSQL, the session's role)
+    acc.release(Laplace(0.25), 3.0, dataset="adult", analyst=ann, label="q1")
     r = acc.last_receipt
     assert isinstance(r, Receipt)
     first = release_entries(acc.ledger)[0]
     assert (r.seq, r.hash) == acc.ledger.head() == (first.seq, first.hash)
-    assert (r.dataset, r.analyst, r.label, r.mechanism) == ("adult", "ann", "q1", "Laplace")
+    assert (r.dataset, r.analyst, r.label, r.mechanism) == ("adult", ann, "q1", "Laplace")
     assert r.cost == Budget(0.25)
     assert r.spent == Budget(0.25) and r.remaining == Budget(0.75, 1e-6)
     d = r.as_dict()
@@ -559,13 +562,15 @@ def test_threads_never_overspend(ledger: Ledger) -> None:
     m = Laplace(0.01)
     barrier = threading.Barrier(8)
     admitted, refused, errors = [0] * 8, [0] * 8, []
+    # One analyst per thread, where the caller names them; on PostgreSQL, the session's role.
+    names = [ledger.authenticated_analyst or f"t{i}" for i in range(8)]
 
     def work(i: int) -> None:
         try:
             barrier.wait()
             for _ in range(50):
                 try:
-                    acc.release(m, 1.0, dataset="adult", analyst=f"t{i}")
+                    acc.release(m, 1.0, dataset="adult", analyst=names[i])
                     admitted[i] += 1
                 except BudgetExceededError:
                     refused[i] += 1

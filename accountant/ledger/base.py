@@ -68,6 +68,14 @@ class Ledger(ABC):
         """True when new records are chained with HMAC-SHA256 under a secret key."""
         return self._key is not None
 
+    @property
+    def authenticated_analyst(self) -> str | None:
+        """The analyst the ledger's storage itself authenticated, read once when it opened: every
+        release through this ledger is charged to it, whatever name the caller passes
+        (``accountant.planner``). None where the storage authenticates no one (SQLite, memory):
+        there the ``analyst=`` a caller passes stands (docs/threat-model.md)."""
+        return None
+
     def transaction(self) -> "Scope":
         """An exclusive read-check-append unit (a context manager yielding a ``Transaction``);
         committed when the block ends, rolled back if it raises."""

@@ -119,6 +119,16 @@ BEGIN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: only the ledger''s owner writes '
             'policy records', NEW.seq USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- A record is the analyst's who logged in (session_user: SET ROLE changes only current_user,
+    -- and SET SESSION AUTHORIZATION needs a superuser's login), never a name the client chose;
+    -- only the owner writes records of others (an import). A simple expression unless it differs.
+    IF v_rec->'analyst' IS DISTINCT FROM to_jsonb(session_user::text) THEN
+        IF NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID),
+                'MEMBER') THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: its analyst is not the role that '
+                'logged in (%)', NEW.seq, session_user USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
     CASE coalesce(v_rec->>'auth', 'sha256')
         WHEN 'sha256' THEN
             IF NEW.hash <> encode(sha256(convert_to(NEW.record, 'UTF8')), 'hex') THEN

@@ -37,20 +37,45 @@ class PgSession:
     _lock: Any
     _tx_read: dict[str, Account | None] | None
     _server: str
+    _role: str | None = None  # the role the first session logged in as (``_connect``)
     dsn: str
     timeout: float
 
     def _connect(self) -> None:
         """A new session: durable commits, and no wait without end. ``lock_timeout`` bounds the
         wait for another writer's lock; ``tcp_user_timeout`` and keepalives bound a wait on a
-        server that stopped answering (a frozen server), where a server-side timeout cannot."""
-        self._conn, self._server = self._open_session()
+        server that stopped answering (a frozen server), where a server-side timeout cannot.
+
+        The role it logged in as is read with the server's identity (no round trip of its own),
+        once: a session replaced later must be the same role's, or the releases planned for the
+        first would be recorded as someone else's (the server refuses them; this says why).
+        """
+        conn, server, role = self._session()
+        if self._role is not None and role != self._role:
+            conn.close()
+            raise LedgerError("PostgreSQL ledger: the new session logged in as another role than "
+                              "the one this ledger opened as; nothing was written. Open the "
+                              "ledger again")
+        self._conn, self._server, self._role = conn, server, role
         self._pid = os.getpid()
+
+    @property
+    def authenticated_analyst(self) -> str | None:
+        """The role this ledger's session logged in as (``session_user``): the analyst every
+        release through it is charged to (``Ledger.authenticated_analyst``). ``session_user``, not
+        ``current_user``: ``SET ROLE`` (which any member of a role may run) changes only the
+        latter, and ``SET SESSION AUTHORIZATION`` needs a superuser's login."""
+        return self._role
 
     def _open_session(self) -> tuple[Any, str]:
         """A connection with the settings above (also the flushing session's,
         ``accountant.ledger.postgres_sync``), and which server it reached: its address, port and
         start time (a session elsewhere, or after a restart, cannot flush this one's commits)."""
+        conn, server, _ = self._session()
+        return conn, server
+
+    def _session(self) -> tuple[Any, str, str]:
+        """``_open_session``'s, and the role the session logged in as."""
         ms = max(1, int(self.timeout * 1000))
         conn = self._psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(2, math.ceil(self.timeout)),
@@ -65,11 +90,11 @@ class PgSession:
             conn.execute(f"SET lock_timeout = {ms}")
             if conn.info.encoding != "utf-8":  # pragma: no cover - the SET above failed
                 raise LedgerError("PostgreSQL ledger: the session does not speak UTF-8")
-            row = conn.execute("SELECT " + SERVER).fetchone()
+            row = conn.execute("SELECT " + SERVER + ", session_user").fetchone()
         except BaseException:
             conn.close()
             raise
-        return conn, str(row[0])
+        return conn, str(row[0]), str(row[1])
 
     def _usable(self) -> None:
         """Make sure the session is this process's and alive, before a transaction or a read

@@ -1,0 +1,248 @@
+"""Analysts are authenticated where the ledger can authenticate them (issue 28).
+
+On PostgreSQL a release is charged to the role its ledger's session logged in as
+(``session_user``), never to the ``analyst=`` the caller passes: the client refuses another name
+(``AnalystMismatchError``, nothing drawn or debited), and the server itself refuses a record whose
+analyst is not the session's role, whoever wrote it. The attack is the issue's: alice, with a
+quota of 0.3 on a dataset of 1.0, released under other names (a colleague's, a variant of her
+own, none) and got ε = 1.0 (0.6 with ``other_analysts = "deny"``). On SQLite and in memory the
+caller's name still stands (docs/threat-model.md): the same attack there is the negative control.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from accountant import (
+    Accountant,
+    AnalystMismatchError,
+    Budget,
+    BudgetExceededError,
+    LedgerError,
+    UnknownAnalystError,
+)
+from accountant.audit import audit
+from accountant.ledger.postgres import PostgresLedger
+from accountant.ledger.record import canonical, record_hash
+from accountant.refusals import REFUSAL_LOGGER
+from mechanisms import Laplace
+from policies.policy import Policy
+from tests.support import snapshot
+from tests.test_postgres_roles import Deployment
+
+pytestmark = pytest.mark.postgres
+
+
+class Analysts(Deployment):
+    """The deployment guide's roles, plus one login role per analyst (alice, bob), each granted
+    the writer role; the policy names them. Role names carry a tag: roles are the server's."""
+
+    def __init__(self, database: str) -> None:
+        super().__init__(database)
+        tag = self.schema.removeprefix("ledger_")
+        self.alice, self.bob = f"alice_{tag}", f"bob_{tag}"
+        with psycopg.connect(database, autocommit=True) as conn:
+            for role in (self.alice, self.bob):
+                conn.execute(f'CREATE ROLE "{role}" LOGIN IN ROLE "{self.writer}"')
+
+    def policy(self, deny: bool) -> Policy:
+        """The issue's: a dataset of ε = 1.0, alice's and bob's quotas of 0.3 on it."""
+        adult: dict[str, Any] = {"limit": {"epsilon": 1.0}, "analysts": {
+            self.alice: {"limit": {"epsilon": 0.3}}, self.bob: {"limit": {"epsilon": 0.3}}}}
+        if deny:
+            adult["other_analysts"] = "deny"
+        return Policy.model_validate({"datasets": {"adult": adult}})
+
+    def names(self) -> list[str | None]:
+        """What alice tries: her name, a colleague's, a variant of hers, and none."""
+        return [self.alice, self.bob, self.alice.capitalize(), None]
+
+    def drop(self) -> None:
+        with psycopg.connect(self.superuser, autocommit=True) as conn:
+            for role in (self.alice, self.bob):
+                conn.execute(f'DROP OWNED BY "{role}"')
+                conn.execute(f'DROP ROLE "{role}"')
+        super().drop()
+
+
+@pytest.fixture
+def analysts(postgres_database: str) -> Iterator[Analysts]:
+    made = Analysts(postgres_database)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+def _take_everything(acc: Accountant, names: list[str | None]) -> float:
+    """The attack: ε = 0.1 at a time under each name in turn, until it is refused; returns the
+    ε obtained (each release's receipt)."""
+    got = 0.0
+    for name in names:
+        for _ in range(20):
+            try:
+                acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=name)
+            except (BudgetExceededError, UnknownAnalystError):  # (AnalystMismatchError is one)
+                break
+            receipt = acc.last_receipt
+            assert receipt is not None
+            got += receipt.cost.epsilon
+    return got
+
+
+@pytest.mark.parametrize(("deny", "on_main"), [(False, 1.0), (True, 0.6)])
+def test_alice_cannot_spend_under_other_names(analysts: Analysts, tmp_path: Path, deny: bool,
+                                               on_main: float) -> None:
+    policy = analysts.policy(deny)
+    # Negative control: where the caller's name stands (SQLite, memory), the issue's figure.
+    for url in (f"sqlite:///{tmp_path / 'l.db'}", "memory://"):
+        with Accountant.from_policy(policy, ledger=url, rng=0) as acc:
+            assert acc.ledger.authenticated_analyst is None
+            assert _take_everything(acc, analysts.names()) == pytest.approx(on_main)
+    # On PostgreSQL, logged in as alice: her quota, and nothing more, whatever she names.
+    Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner)).close()
+    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+        assert acc.ledger.authenticated_analyst == analysts.alice
+        assert _take_everything(acc, analysts.names()) == pytest.approx(0.3)
+        for other in analysts.names()[1:3]:
+            with pytest.raises(AnalystMismatchError, match="the role this ledger's session"):
+                acc.can_afford(Laplace(1e-6), dataset="adult", analyst=other)
+    releases = [json.loads(r[2]) for r in analysts.rows()[0]]
+    releases = [r for r in releases if r["kind"] == "release"]
+    assert len(releases) == 3 and {r["analyst"] for r in releases} == {analysts.alice}
+    report = audit(analysts.dsn(analysts.auditor))
+    assert report.ok, [p.message for p in report.problems]
+    spent = {a.account: a.spent["epsilon"] for a in report.accounts}
+    assert spent[f"dataset:adult/analyst:{analysts.alice}"] == pytest.approx(0.3)
+    assert f"dataset:adult/analyst:{analysts.bob}" not in spent
+
+
+def test_another_name_is_refused_before_anything_is_drawn_or_debited(
+        analysts: Analysts, caplog: pytest.LogCaptureFixture) -> None:
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    rng = np.random.default_rng(0)
+    with Accountant.open(analysts.dsn(analysts.alice), rng=rng) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult")  # None names alice
+        receipt = acc.last_receipt
+        assert receipt is not None and receipt.analyst == analysts.alice
+        before = snapshot(acc.ledger, rng)
+        with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
+            for other in (analysts.bob, analysts.alice.upper(), analysts.writer):
+                with pytest.raises(AnalystMismatchError) as info:
+                    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+                assert info.value.authenticated == analysts.alice
+                with pytest.raises(AnalystMismatchError):
+                    with acc.pipeline("p", dataset="adult", analyst=other, budget=Budget(0.1)):
+                        pass
+        assert snapshot(acc.ledger, rng) == before
+        assert acc.remaining("adult", analyst=analysts.alice).epsilon == pytest.approx(0.2)
+        refused = [r.dpbudget_refusal for r in caplog.records if r.name == REFUSAL_LOGGER]
+        assert len(refused) == 6  # three releases, three pipelines
+        assert {(r["analyst"], r["reason"]) for r in refused} == {
+            (analysts.alice, "AnalystMismatchError")}
+
+
+def _client_check_bypassed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client as it was: the ledger authenticates no one, so the caller's name stands."""
+    monkeypatch.setattr(PostgresLedger, "authenticated_analyst", property(lambda self: None))
+
+
+@pytest.mark.parametrize("name", ["bob", "Alice", None])
+def test_the_server_refuses_a_record_under_another_name(
+        analysts: Analysts, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str) -> None:
+    policy = analysts.policy(False)
+    other = {"bob": analysts.bob, "Alice": analysts.alice.capitalize(), None: None}[name]
+    _client_check_bypassed(monkeypatch)
+    # Negative control: with the client check bypassed, nothing else on the client stops it.
+    with Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+        assert acc.last_receipt is not None and acc.last_receipt.analyst == other
+    Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner)).close()
+    rng = np.random.default_rng(0)
+    with Accountant.open(analysts.dsn(analysts.alice), rng=rng) as acc:
+        assert acc.ledger.authenticated_analyst is None  # (bypassed)
+        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=analysts.alice)
+        before = snapshot(acc.ledger, rng)
+        with pytest.raises(LedgerError, match="its analyst is not the role that logged in"):
+            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+        assert snapshot(acc.ledger, rng) == before
+        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=analysts.alice)  # still works
+    assert audit(analysts.dsn(analysts.auditor)).ok
+
+
+def _record_as(conn: psycopg.Connection[Any], analyst: str | None) -> tuple[int, str, str]:
+    """A copy of the last release, well formed and linked as the gate would link it (a number
+    from the ledger's sequence, each lane's last record), naming ``analyst``."""
+    text = conn.execute("SELECT record FROM dpbudget_entries WHERE record::jsonb->>'kind' = "
+                        "'release' ORDER BY seq DESC LIMIT 1").fetchone()[0]  # type: ignore[index]
+    record = json.loads(text)
+    (record["seq"],) = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()  # type: ignore[misc]
+    for lane in record["links"]:
+        head = conn.execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
+                            (lane,)).fetchone()
+        assert head is not None
+        record["links"][lane] = [head[0], head[1]]
+    record["analyst"] = analyst
+    text = canonical(record)
+    return record["seq"], record_hash(text), text
+
+
+@pytest.mark.parametrize("set_role", [False, True])
+def test_raw_sql_under_another_name_is_refused_even_after_set_role(
+        analysts: Analysts, set_role: bool) -> None:
+    """alice bypasses dpbudget: her own name is accepted (the control: the record is otherwise
+    well formed), any other — the writer role she can SET ROLE to included — is not."""
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult")
+    before = analysts.rows()
+    insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
+    for name in (analysts.bob, analysts.writer, None, analysts.alice):
+        with psycopg.connect(analysts.dsn(analysts.alice)) as conn:  # one transaction each
+            if set_role:
+                conn.execute(f'SET ROLE "{analysts.writer}"')
+                assert conn.execute("SELECT current_user").fetchone() == (analysts.writer,)
+            if name == analysts.alice:
+                conn.execute(insert, _record_as(conn, name))  # accepted
+            else:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                                   match="its analyst is not the role that logged in"):
+                    conn.execute(insert, _record_as(conn, name))
+            conn.rollback()
+    assert analysts.rows() == before
+
+
+def test_the_owner_may_write_others_records(analysts: Analysts) -> None:
+    """An import (records of many analysts, written by the tables' owner) is the owner's."""
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult")
+    with psycopg.connect(analysts.dsn(analysts.owner)) as conn:
+        conn.execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
+                     _record_as(conn, analysts.bob))
+        conn.rollback()
+
+
+def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> None:
+    """The role is read once, when the ledger opens; a session replaced later (a lost
+    connection) must be the same role's, or the plans made for the first would be refused."""
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+        ledger = acc.ledger
+        assert isinstance(ledger, PostgresLedger)
+        before = analysts.rows()
+        ledger.dsn = analysts.dsn(analysts.bob)  # (what a changed credential would do)
+        ledger._conn.close()
+        with pytest.raises(LedgerError, match="logged in as another role"):
+            acc.release(Laplace(0.1), 1.0, dataset="adult")
+        assert ledger.authenticated_analyst == analysts.alice
+        assert analysts.rows() == before
