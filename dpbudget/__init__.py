@@ -33,7 +33,7 @@ for _module, _names in {
         "dp_sgd", "noise_for_steps", "noisy_gradient_descent",
         "PrivacyError", "BudgetExceededError", "InvalidArgumentError", "InvalidDataError",
         "InvalidDataTypeError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
-        "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError",
+        "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "OwnerKeyError",
         "PolicyChangedError", "PolicyError", "UnknownAnalystError", "UnknownDatasetError",
         "WindowEndedError",
     ],
