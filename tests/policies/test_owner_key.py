@@ -260,3 +260,22 @@ def test_a_keyed_ledger_without_cryptography_says_what_to_install(
         acc.release(Laplace(0.5), 1.0)
     with Accountant.open(plain) as acc:
         assert acc.remaining() == Budget(0.5)
+
+
+def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DPBUDGET_OWNER_KEY", raising=False)
+    policy = tmp_path / "one.toml"
+    policy.write_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n")
+    key = tmp_path / "owner.pem"
+    public = new_key_file(key)
+    url = _url(tmp_path)
+    assert cli(["policy", "apply", str(policy), url, "--init"]) == 2  # no key: nothing created
+    assert not (tmp_path / "l.db").exists()
+    assert cli(["policy", "apply", str(policy), url, "--init", "--owner-key", str(key)]) == 0
+    assert public in capsys.readouterr().out and _record(url, 1)["owner"] == public
+    assert cli(["policy", "apply", str(policy), url, "--init", "--owner-key", str(key)]) == 2
+    with Accountant.open(url) as acc:
+        assert acc.remaining("people") == Budget(1.0)
+    with pytest.raises(SystemExit):  # a change still needs its reason
+        cli(["policy", "apply", str(policy), url, "--owner-key", str(key)])
