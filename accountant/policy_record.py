@@ -133,8 +133,8 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
                     "this ledger stores other limits than the ones given: "
                     + "; ".join(diffs[:20]) + ("; ..." if len(diffs) > 20 else "")
                     + ". Open it with Accountant.open(ledger) to use the stored policy, or "
-                    "change the policy with Accountant.apply_policy / `dpbudget policy apply`; "
-                    "nothing was written")
+                    "change the policy with Accountant.apply_policy / `dpbudget policy apply` "
+                    "and the owner key; nothing was written")
         scope.commit()
     except BaseException:
         scope.abandon()
@@ -164,11 +164,6 @@ def apply(ledger: Ledger, doc: Any, *, by: str, reason: str, owner: OwnerKey | N
     scope = ledger.transaction()
     try:
         tx = scope.begin((POLICY_KEY,))  # (in a ledger of lanes: every debit waits for it)
-        pin = owner_key.pinned(_first(ledger)[0])
-        if pin is None:
-            raise OwnerKeyError("this ledger pins no owner key (it was created without one): its "
-                                "policy cannot change; nothing was written. Create a ledger with "
-                                "owner_key= to be able to change its policy")
         _same_owner(ledger, owner)
         check()
         stored = _read(tx.account(POLICY_KEY), ledger)
@@ -243,12 +238,14 @@ def _same_owner(ledger: Ledger, owner: OwnerKey | None) -> None:
     if owner is None:
         return
     pin = owner_key.pinned(_first(ledger)[0])
+    if pin is None:
+        raise OwnerKeyError("this ledger pins no owner key (it was created without one): its "
+                            "policy cannot change, and no key can be added later; nothing was "
+                            "written. Create a ledger with owner_key= to be able to change its "
+                            "policy")
     if pin != owner.public:
-        raise OwnerKeyError(
-            "owner_key: " + ("this ledger pins no owner key (created without one; a key cannot "
-                             "be added later)" if pin is None else
-                             "not the key this ledger's first record pins")
-            + "; nothing was written")
+        raise OwnerKeyError("owner_key: not the key this ledger's first record pins; nothing "
+                            "was written")
 
 
 def _first(ledger: Ledger) -> tuple[dict[str, Any] | None, str | None]:

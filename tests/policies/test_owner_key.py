@@ -279,3 +279,26 @@ def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
         assert acc.remaining("people") == Budget(1.0)
     with pytest.raises(SystemExit):  # a change still needs its reason
         cli(["policy", "apply", str(policy), url, "--owner-key", str(key)])
+
+
+def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_path: Path) -> None:
+    from accountant.transfer import export_jsonl, import_jsonl
+
+    memory = Accountant(Budget(1.0), rng=0)  # records no policy: like a ledger from before them
+    memory.release(Laplace(0.5), 1.0, dataset="people")
+    jsonl = tmp_path / "old.jsonl"
+    export_jsonl(memory.ledger, jsonl)
+    url = _url(tmp_path)
+    with open_ledger(url) as ledger:
+        import_jsonl(jsonl, ledger)
+    with pytest.raises(OwnerKeyError, match="pins no owner key"):  # record 1 pins none
+        Accountant(Budget(1.0), ledger=url, owner_key=OWNER)
+    with Accountant(Budget(1.0), ledger=url) as acc:  # adopts its recorded limits (record 2)
+        with pytest.raises(OwnerKeyError, match="pins no owner key"):
+            acc.apply_policy(HUNDRED, by="owner", reason="more", owner_key=OWNER)
+    with Accountant.open(url) as acc:
+        assert acc.remaining("people") == Budget(0.5)
+    assert _forge(url, HUNDRED) == 3  # a second policy record, unsigned: refused, flagged
+    with pytest.raises(LedgerCorruptedError, match="policy record 3"):
+        Accountant.open(url)
+    assert [p.seq for p in audit(url).problems if p.kind == "policy"] == [3]
