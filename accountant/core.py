@@ -8,6 +8,7 @@ forwards every request to them; pipelines and sessions hold the same gate, never
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from accountant.composition import make_rule
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger import Ledger
 from accountant.opening import Opening
+from accountant.owner_key import OwnerKey
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
 from accountant.planner import dataset_limits
 from accountant.receipt import Receipt
@@ -71,7 +73,8 @@ class Accountant(Opening):
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
                  order: float | None = None, ledger: Ledger | str | None = None,
-                 rng: Any = None, owner_key: Any = None) -> None:
+                 rng: Any = None,
+                 owner_key: OwnerKey | str | os.PathLike[str] | None = None) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
         make_rule(composition, limit, per_query, order=order)  # validated before anything opens

@@ -140,7 +140,8 @@ class Opening:
         return change
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
-               clock: Callable[[], float] | None, owner_key: Any = None) -> None:
+               clock: Callable[[], float] | None,
+               owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None) -> None:
         if clock is not None and not callable(clock):
             raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
         owner = None if owner_key is None else owner_keys.load(owner_key)

@@ -68,6 +68,11 @@ def _record(url: str, seq: int) -> dict[str, Any]:
         return json.loads(entry.text)  # type: ignore[no-any-return]
 
 
+def _texts(url: str) -> list[str]:
+    with open_ledger(url, create=False) as ledger:
+        return [e.text for e in ledger.entries()]
+
+
 def _other_key() -> OwnerKey:
     return OwnerKey(Ed25519PrivateKey.generate())
 
@@ -98,13 +103,13 @@ def test_policy_apply_on_the_command_line_needs_the_owners_key_file(
     hundred = tmp_path / "hundred.toml"
     hundred.write_text("[datasets.people]\nlimit = { epsilon = 100.0 }\n")
     monkeypatch.delenv("DPBUDGET_OWNER_KEY", raising=False)
-    before = [e.text for e in open_ledger(url, create=False).entries()]
+    before = _texts(url)
     assert cli(["policy", "apply", str(hundred), url, "--reason", "more"]) == 2
     stranger = tmp_path / "stranger.pem"
     new_key_file(stranger)
     assert cli(["policy", "apply", str(hundred), url, "--reason", "more",
                 "--owner-key", str(stranger)]) == 2
-    assert [e.text for e in open_ledger(url, create=False).entries()] == before
+    assert _texts(url) == before
     owner = tmp_path / "owner.pem"  # negative control: the owner's key file, named by the env
     public = new_key_file(owner)
     keyed = _url(tmp_path, "k.db")
