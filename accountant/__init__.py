@@ -32,6 +32,7 @@ from accountant.errors import (
     LedgerError,
     MechanismExhaustedError,
     MechanismNotAllowedError,
+    OwnerKeyError,
     PolicyChangedError,
     PolicyError,
     PrivacyError,
@@ -71,7 +72,7 @@ __all__ = [
     "InvalidArgumentError", "InvalidDataError", "InvalidDataTypeError", "InvalidTypeError",
     "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",
-    "NumericSession", "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt",
+    "NumericSession", "OwnerKeyError", "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt",
     "Session", "TrainingResult", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
     "dp_sgd", "noise_for_steps", "noisy_gradient_descent", "plan_order",
 ]

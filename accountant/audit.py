@@ -17,7 +17,7 @@ from typing import Any
 
 from accountant._numeric import within_budget
 from accountant.audit_chain import ChainCheck
-from accountant.audit_policy import InForce
+from accountant.audit_policy import InForce, PolicyRecords
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
@@ -110,6 +110,7 @@ class _Replay:
         self.over: set[str] = set()
         self.over_in_force: set[str] = set()
         self.in_force: InForce | None = None  # from the ledger's own policy records
+        self.policies = PolicyRecords()
         self.diverged: dict[str, int] = {}
         # Running counters as plain attributes (pydantic assignment is slow); copied into the
         # report at the end.
@@ -136,6 +137,8 @@ class _Replay:
                 continue
             self.records += 1
             record = self.chain.check(item)
+            if record is not None and record.get("seq") == 1:
+                self.policies.first_record(record, item.hash)
             if record is not None:
                 self.head_table = record.get("table")
                 try:
@@ -160,6 +163,9 @@ class _Replay:
         self.last_time = when
         if record.get("kind") == "policy":
             self.last_seq[POLICY_KEY] = seq
+            why = self.policies.read(record, seq, self.in_force)
+            if why is not None:
+                self.problem("policy", why, seq)
             self.in_force = InForce(seq, record["policy"])
             return
         accounts = record.get("accounts") or {}
@@ -331,6 +337,7 @@ class _Replay:
                 releases=n, epsilon=e, delta=d, inside_releases=n2, inside_epsilon=e2,
                 inside_delta=d2) for name, (n, e, d, n2, e2, d2) in rows.items()})
         out.expected_head = expected_head
+        out.owner, out.policies = self.policies.owner, self.policies.listed
         if expected_head is not None and expected_head != out.head_hash:
             self.problem("head", f"the ledger ends at record {out.head_seq} with hash "
                          f"{out.head_hash}, not at the expected head {expected_head} "

@@ -5,21 +5,27 @@ be admitted (declared, or under the default limit; not denied), its mechanism al
 within the per-query caps, and every account's replayed spend within the limit in force — whatever
 limits the record itself carries. A writer that kept an older policy (or wrote records by hand)
 shows up here, record by record.
+
+Each policy record is listed (``PolicyRecords``: when, who, why, what it grants more than the
+one before) and checked to be the owner's (``accountant.owner_key``): signed in its place by the
+key the first record pins, or — in a ledger that pins none — the ledger's first policy record.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from accountant import owner_key
 from accountant._numeric import within_budget
+from accountant.audit_report import PolicyRecordReport
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
-from accountant.errors import PrivacyError
+from accountant.errors import OwnerKeyError, PrivacyError
 from accountant.planner import Planner
 from policies.accounts import PolicyLimits
-from policies.stored import from_document
+from policies.stored import from_document, raised
 
-__all__ = ["InForce"]
+__all__ = ["InForce", "PolicyRecords"]
 
 
 class InForce:
@@ -27,7 +33,7 @@ class InForce:
 
     def __init__(self, seq: int, document: Any) -> None:
         policy, default = from_document(document)
-        self.seq = seq
+        self.seq, self.document = seq, document
         self.limits = PolicyLimits(policy, default)
         self.planner = Planner(policy, default)
 
@@ -84,3 +90,38 @@ class InForce:
         if within_budget(spent, declared):
             return None
         return f"{key} has spent {spent}, over the limit in force {declared}"
+
+
+class PolicyRecords:
+    """The policy records read so far, listed, and the owner key the first record pins."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, Any] | None = None  # record 1, once read (a log may lack it)
+        self.identity: str | None = None  # its hash: the ledger's identity, signed with each
+        self.listed: list[PolicyRecordReport] = []
+
+    def first_record(self, record: dict[str, Any], digest: str | None) -> None:
+        self.first, self.identity = record, digest
+
+    @property
+    def owner(self) -> str | None:
+        return owner_key.pinned(self.first)
+
+    def read(self, record: dict[str, Any], seq: int, before: InForce | None) -> str | None:
+        """List policy record ``seq`` (``before``: the policy it replaces); return why it is not
+        the owner's, or None (also when record 1 is not in the source: nothing to check with)."""
+        self.listed.append(PolicyRecordReport(
+            seq=seq, time=record.get("time"), by=str(record.get("by")),
+            reason=str(record.get("reason")), signed=isinstance(record.get("sig"), str),
+            raised=[] if before is None else raised(before.document, record["policy"])))
+        if self.first is None:
+            return None
+        pin = self.owner
+        if pin is None:
+            return None if before is None else (
+                f"policy record {seq} changes the policy of a ledger that pins no owner key "
+                f"(policy record {before.seq} was its policy for good)")
+        try:
+            return owner_key.verify(record, seq, pin, None if seq == 1 else self.identity)
+        except OwnerKeyError as exc:  # cryptography missing: unverified is reported, not passed
+            return f"policy record {seq} cannot be verified: {exc}"

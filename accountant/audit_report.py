@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict
 
 from accountant.ledger.record import GENESIS
 
-__all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "ProblemKind", "Tally"]
+__all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "PolicyRecordReport", "Problem",
+           "ProblemKind", "Tally"]
 
 ProblemKind = Literal["head", "chain", "malformed", "state", "limit", "auth", "time", "policy",
                       "release"]
@@ -92,6 +93,18 @@ class AccountReport(BaseModel):
     series: list[tuple[str, float, float]] | None = None
 
 
+class PolicyRecordReport(BaseModel):
+    """One policy record: when, who (``by``), why, whether it is signed, and each way it grants
+    more than the policy it replaces (``policies.stored.raised``; empty for the first)."""
+
+    seq: int
+    time: str | None
+    by: str
+    reason: str
+    signed: bool
+    raised: list[str] = []
+
+
 class AuditReport(BaseModel):
     """Everything the audit found. JSON-serialisable (``model_dump_json``)."""
 
@@ -105,6 +118,10 @@ class AuditReport(BaseModel):
     first_time: str | None = None
     last_time: str | None = None
     accounts: list[AccountReport] = []
+    #: The owner key the first record pins (None: none, or record 1 not in the source).
+    owner: str | None = None
+    #: Every policy record, in order.
+    policies: list[PolicyRecordReport] = []
     by_dataset: dict[str, Tally] = {}
     by_analyst: dict[str, Tally] = {}
     by_mechanism: dict[str, Tally] = {}

@@ -74,6 +74,13 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
         lines.append(f"  {a.account:<34} {a.rule:<9} {a.releases:>7} releases  spent "
                      f"ε={a.spent['epsilon']:.6g} δ={a.spent['delta']:.3g}  ({limit}{agrees})"
                      f"{flag}")
+    if report.policies:
+        lines.append("\npolicy records (" + (f"owner key {report.owner}" if report.owner else
+                                               "no owner key pinned") + "):")
+        for p in report.policies:
+            lines.append(f"  record {p.seq} {p.time or ''} by {p.by}: {p.reason}"
+                         + ("" if p.signed or not report.owner else " (unsigned)"))
+            lines += [f"    grants more: {r}" for r in p.raised]
     for title, table in (("dataset", report.by_dataset), ("analyst", report.by_analyst),
                          ("mechanism", report.by_mechanism),
                          ("pipeline", report.by_pipeline), ("label", report.by_label)):

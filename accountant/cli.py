@@ -1,5 +1,5 @@
 """The ``dpbudget`` command line: ``demo``, ``status``, ``audit``, ``export``, ``import``,
-``policy check``, ``policy apply``, ``policy schema``.
+``policy check``, ``policy apply``, ``policy schema``, ``keys new``.
 
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
 with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
@@ -163,12 +163,24 @@ def _mechanism_names() -> set[str]:
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
-    from accountant import policy_record
+    from accountant import owner_key, policy_record
+    from policies.stored import document
 
     policy = load_policy(args.file)
+    owner = owner_key.from_env() if args.owner_key is None else owner_key.load(args.owner_key)
+    if args.init:  # a new ledger whose first record pins the owner key
+        if owner is None:
+            raise PrivacyError("--init needs the owner key (--owner-key, or DPBUDGET_OWNER_KEY)")
+        with open_ledger(args.ledger) as ledger:
+            if ledger.head()[0]:
+                raise PrivacyError(f"--init: {args.ledger!r} is not a new, empty ledger")
+            policy_record.enforce(ledger, document(policy, None), owner=owner,
+                                  by=args.by or policy_record.actor())
+        print(f"{args.ledger}: created; its first record pins the owner key {owner.public}")
+        return 0
     with _open_existing(args.ledger) as ledger:  # a typo must not create a new ledger
         change = policy_record.replace(ledger, policy, by=args.by or policy_record.actor(),
-                                       reason=args.reason)
+                                       reason=args.reason, owner=owner)
     print(f"{args.ledger}: policy record {change.seq} written, {len(change.changes)} change(s)")
     for line in change.changes:
         print(f"  {line}")
@@ -177,6 +189,15 @@ def _policy_apply(args: argparse.Namespace) -> int:
               "privacy guarantee of everything released under this ledger:")
         for line in change.raised:
             print(f"  {line}")
+    return 0
+
+
+def _keys_new(args: argparse.Namespace) -> int:
+    from accountant.owner_key import new_key_file
+
+    public = new_key_file(args.file)  # the private key goes to the file only, never to output
+    print(f"{args.file}: new owner key written (mode 0600; keep it off the analysts' machines "
+          f"and out of the ledger's directory)\npublic key: {public}")
     return 0
 
 
@@ -329,10 +350,23 @@ def main(argv: list[str] | None = None) -> int:
         "naming who and why (lowering always works; raising is recorded as a weaker guarantee)")
     apply_.add_argument("file", help="policy file (.toml or .json)")
     apply_.add_argument("ledger", help="the ledger (file or URL)")
-    apply_.add_argument("--reason", required=True, help="why the policy changes (recorded)")
+    apply_.add_argument("--reason", help="why the policy changes (recorded; required but with "
+                        "--init)")
     apply_.add_argument("--by", help="who changes it (recorded; default: DPBUDGET_ACTOR or the "
                         "OS user)")
+    apply_.add_argument("--owner-key", metavar="FILE", help="the ledger owner's private key file "
+                        "(`dpbudget keys new`), whose public key the ledger's first record pins; "
+                        "default: the file DPBUDGET_OWNER_KEY names")
+    apply_.add_argument("--init", action="store_true", help="create LEDGER (new, empty) with "
+                        "FILE as its policy, pinning the owner key: only policy records signed "
+                        "with it can change the policy later")
     apply_.set_defaults(func=_policy_apply)
+    keys = sub.add_parser("keys", help="the ledger owner's signing key")
+    new = keys.add_subparsers(dest="keys_command", required=True).add_parser(
+        "new", help="write a new owner key (Ed25519, PEM) to FILE, mode 0600, never overwritten "
+        "and never printed, and print its public key (needs dpbudget[owner])")
+    new.add_argument("file", help="where to write the private key (must not exist)")
+    new.set_defaults(func=_keys_new)
     schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files")
     schema.set_defaults(func=_policy_schema)
     args, rest = parser.parse_known_args(argv)
@@ -340,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         args.demo_args = rest
     elif rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if getattr(args, "policy_command", "") == "apply" and not args.init and not args.reason:
+        parser.error("policy apply: the following arguments are required: --reason")
     try:
         return int(args.func(args))
     except PrivacyError as exc:

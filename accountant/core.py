@@ -8,6 +8,7 @@ forwards every request to them; pipelines and sessions hold the same gate, never
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from accountant.composition import make_rule
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.ledger import Ledger
 from accountant.opening import Opening
+from accountant.owner_key import OwnerKey
 from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
 from accountant.planner import dataset_limits
 from accountant.receipt import Receipt
@@ -44,10 +46,15 @@ class Accountant(Opening):
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int
             for tests and reproducible examples only.
+        owner_key: the ledger owner's private key (its file, from ``dpbudget keys new``, or an
+            ``OwnerKey``), for a new ledger: its first record pins the public key, and only that
+            key can change the policy later (``apply_policy``). ``None``: the ledger's first
+            policy is its policy for good (``accountant.owner_key``).
 
     Raises:
         InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng.
         LedgerConflictError: the ledger holds a dataset under a different composition rule.
+        OwnerKeyError: ``owner_key`` cannot be read, or the ledger pins another key or none.
 
     ``Accountant.from_policy(path)`` builds one from a policy file instead (per-dataset,
     per-analyst, global limits, caps, allowed mechanisms); ``pipeline``/``budgeted`` open child
@@ -66,7 +73,8 @@ class Accountant(Opening):
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
                  order: float | None = None, ledger: Ledger | str | None = None,
-                 rng: Any = None) -> None:
+                 rng: Any = None,
+                 owner_key: OwnerKey | str | os.PathLike[str] | None = None) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
         make_rule(composition, limit, per_query, order=order)  # validated before anything opens
@@ -78,7 +86,7 @@ class Accountant(Opening):
         # the policy file's syntax here).
         policy = Policy.model_construct(
             datasets=dataset_limits(limits, composition, per_query, order))
-        self._setup(policy, default, ledger, rng, None)
+        self._setup(policy, default, ledger, rng, None, owner_key)
 
     # -- releasing ---------------------------------------------------------------------------
 

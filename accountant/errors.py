@@ -278,6 +278,13 @@ class LedgerConflictError(LedgerError):
     ones this accountant was given; rules cannot change mid-stream."""
 
 
+class OwnerKeyError(LedgerError):
+    """A policy change without the ledger owner's key: none given, another key than the one the
+    ledger's first record pins, or a ledger that pins none (its policy cannot change); or an
+    owner key that cannot be used (its file, or the ``cryptography`` package, missing). Nothing
+    was written (``accountant.owner_key``)."""
+
+
 class PolicyChangedError(LedgerConflictError):
     """The policy stored in the ledger changed after this accountant opened it: it refuses
     rather than enforce limits that are no longer in force. Open the ledger again."""

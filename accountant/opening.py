@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from accountant import owner_key as owner_keys
 from accountant import policy_record
 from accountant.continuity import refuse_raised
 from accountant.errors import InvalidTypeError
@@ -36,7 +37,9 @@ class Opening:
     @classmethod
     def from_policy(cls, path: "str | os.PathLike[str] | Policy", *,
                     ledger: Ledger | str | None = None, rng: Any = None,
-                    clock: Callable[[], float] | None = None) -> Any:
+                    clock: Callable[[], float] | None = None,
+                    owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None
+                    ) -> Any:
         """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
 
         Every release is checked, before anything is drawn, against: the datasets' allowed
@@ -53,6 +56,8 @@ class Opening:
             rng: as for ``Accountant``.
             clock: seconds since the epoch (default ``time.time``); decides the renewal window.
                 Tests inject one.
+            owner_key: as for ``Accountant``: the owner's private key file, for a new ledger
+                whose policy ``apply_policy`` may change later.
 
         Raises:
             PolicyError: a malformed policy file, naming the key path; nothing was opened.
@@ -79,7 +84,7 @@ class Opening:
         """
         policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
         acc = cls.__new__(cls)
-        acc._setup(policy, None, ledger, rng, clock)
+        acc._setup(policy, None, ledger, rng, clock, owner_key)
         return acc
 
     @classmethod
@@ -108,21 +113,27 @@ class Opening:
         return acc
 
     def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
-                     reason: str) -> policy_record.PolicyChange:
+                     reason: str, owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None"
+                     = None) -> policy_record.PolicyChange:
         """Replace the limits stored in this accountant's ledger with ``policy``'s (a policy file
-        or ``Policy``), as one audited record naming ``by`` and ``reason``, and enforce them from
-        now on. Lowering a limit always works; a change that grants more (``raised`` in the
-        result is non-empty) weakens the guarantee and is recorded as such. Spend already
-        recorded stays: a limit below it simply refuses every further release.
+        or ``Policy``), as one audited record naming ``by`` and ``reason``, signed with
+        ``owner_key`` (the private key file whose public key the ledger's first record pins: a
+        ledger created with ``owner_key=``), and enforce them from now on. Lowering a limit
+        always works; a change that grants more (``raised`` in the result is non-empty) weakens
+        the guarantee and is recorded as such. Spend already recorded stays: a limit below it
+        simply refuses every further release.
 
         Raises:
+            OwnerKeyError: no owner key, another key than the pinned one, or a ledger created
+                without one (its policy cannot change); nothing was written.
             PolicyError: a malformed policy file; nothing was written.
             LedgerConflictError: the new policy gives an account another composition rule or
                 renewal window than its recorded spend; nothing was written.
         """
         new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
         gate = self._gate
-        change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
+        owner = None if owner_key is None else owner_keys.load(owner_key)
+        change = policy_record.replace(gate.ledger, new, by=by, reason=reason, owner=owner)
         self._policy, self._default = new, None
         self._gate = Gate(gate.ledger, Planner(new, None, gate.planner.analyst), gate.sampler,
                           gate.clock)
@@ -130,9 +141,11 @@ class Opening:
         return change
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
-               clock: Callable[[], float] | None) -> None:
+               clock: Callable[[], float] | None,
+               owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None) -> None:
         if clock is not None and not callable(clock):
             raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+        owner = None if owner_key is None else owner_keys.load(owner_key)
         self._policy = policy
         planner = Planner(policy, default)
         sampler = Sampler(rng)
@@ -143,11 +156,11 @@ class Opening:
         try:
             self._gate.check_ledger()
             # An in-memory ledger cannot be reopened by anyone else: it records a policy only
-            # when asked to (apply_policy), and is then held to it like any other.
-            if opened.durable or opened.account(POLICY_KEY) is not None:
+            # when given an owner key, and is then held to it like any other.
+            if opened.durable or owner is not None or opened.account(POLICY_KEY) is not None:
                 self._gate.policy_seq = policy_record.enforce(
                     opened, document(policy, default), by=policy_record.actor(),
-                    adopting=lambda: refuse_raised(opened, planner))
+                    adopting=lambda: refuse_raised(opened, planner), owner=owner)
         except BaseException:
             if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
                 opened.close()

@@ -5,7 +5,9 @@ ledger row ``policy`` (``policies.stored.POLICY_KEY``) points at that record, so
 O(1), and the record's own hash is re-checked when it is read (a hand-edited limit is refused,
 not enforced). ``enforce`` runs when an accountant opens a ledger: the first opener writes the
 policy record, every later one must bring the same limits or none (``Accountant.open``).
-``apply`` is the one explicit way to change them.
+``apply`` is the one explicit way to change them, and only with the ledger owner's key: a policy
+record is enforced only if it is the ledger's first, or is signed in its place by the owner key
+the first record pins (``accountant.owner_key``); a ledger that pins none keeps its first policy.
 
 Invariant: the read, the comparison and the append happen in one ledger transaction, so two
 processes creating the same ledger at once write one policy record, and a process with other
@@ -20,17 +22,19 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from accountant import _validate
+from accountant import _validate, owner_key
 from accountant.errors import (
     InvalidArgumentError,
     LedgerConflictError,
     LedgerCorruptedError,
     LedgerError,
+    OwnerKeyError,
 )
 from accountant.continuity import check_ledger
-from accountant.ledger import Account, Ledger, open_ledger, record_hash
+from accountant.ledger import Account, Entry, Ledger, open_ledger, record_hash
 from accountant.ledger.base import Transaction
 from accountant.ledger.record import ZERO_COST, canonical
+from accountant.owner_key import OwnerKey
 from accountant.planner import Planner
 from policies.limits import DatasetLimit
 from policies.policy import Policy
@@ -88,14 +92,16 @@ def stored_policy(ledger: Ledger | str) -> tuple[Policy, DatasetLimit | None]:
 
 
 def enforce(ledger: Ledger, doc: Any, *, by: str,
-            adopting: Callable[[], None] = lambda: None) -> int:
+            adopting: Callable[[], None] = lambda: None, owner: OwnerKey | None = None) -> int:
     """Write ``doc`` as the ledger's first policy record, or check it equals the stored one;
     return the seq of the policy record in force. ``adopting`` runs (inside the transaction)
     before a ledger that has records but no policy record adopts ``doc``: it refuses limits
-    above the ones its accounts were recorded under.
+    above the ones its accounts were recorded under. ``owner``: the key a new ledger pins (and
+    signs its first record with); an existing ledger must pin that same key.
 
     Raises:
         LedgerConflictError: the ledger stores other limits; the message names each difference.
+        OwnerKeyError: ``owner`` given for a ledger that pins another key or none.
     """
     _check_document(doc)
     # The common case (opening a ledger with its own policy) reads without a lock: a change made
@@ -103,18 +109,21 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
     pointer = ledger.account(POLICY_KEY)
     stored = _read(pointer, ledger)
     if pointer is not None and stored is not None and not differences(stored, doc):
+        _same_owner(ledger, owner)
         return pointer.seq
     scope = ledger.transaction()
     try:
         tx = scope.begin((POLICY_KEY,))
         pointer = tx.account(POLICY_KEY)
         stored = _read(pointer, ledger)
+        if not tx.empty:
+            _same_owner(ledger, owner)  # (a key cannot be pinned after the first record)
         if stored is None:
             if not tx.empty:
                 _no_policy_record(ledger)  # O(records), but only on a ledger without a pointer
                 adopting()
-            seq = _append(tx, doc, by, "created" if tx.empty else
-                          "adopted: the first policy recorded in this ledger")
+            seq = _append(tx, ledger, doc, by, "created" if tx.empty else
+                          "adopted: the first policy recorded in this ledger", owner)
         else:
             assert pointer is not None  # a stored policy was read through it
             seq = pointer.seq
@@ -124,8 +133,8 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
                     "this ledger stores other limits than the ones given: "
                     + "; ".join(diffs[:20]) + ("; ..." if len(diffs) > 20 else "")
                     + ". Open it with Accountant.open(ledger) to use the stored policy, or "
-                    "change the policy with Accountant.apply_policy / `dpbudget policy apply`; "
-                    "nothing was written")
+                    "change the policy with Accountant.apply_policy / `dpbudget policy apply` "
+                    "and the owner key; nothing was written")
         scope.commit()
     except BaseException:
         scope.abandon()
@@ -133,26 +142,35 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
     return seq
 
 
-def apply(ledger: Ledger, doc: Any, *, by: str, reason: str,
+def apply(ledger: Ledger, doc: Any, *, by: str, reason: str, owner: OwnerKey | None,
           check: Callable[[], None] = lambda: None) -> PolicyChange:
-    """Append a policy record replacing the stored policy with ``doc`` (an explicit, audited act).
-    ``check`` runs inside the transaction, before the append: that the recorded accounts can
-    continue under the new rules, checked where no release can slip in between.
+    """Append a policy record replacing the stored policy with ``doc`` (an explicit, audited act),
+    signed with ``owner``, the key the ledger's first record pins. ``check`` runs inside the
+    transaction, before the append: that the recorded accounts can continue under the new
+    rules, checked where no release can slip in between.
 
     Raises:
         InvalidArgumentError: an empty ``by`` or ``reason``.
+        OwnerKeyError: no ``owner``, another key than the pinned one, or a ledger that pins none
+            (its policy cannot change); nothing was written.
     """
     _validate.text("by", by)
     _validate.text("reason", reason)
     _check_document(doc)
+    if owner is None:
+        raise OwnerKeyError("owner_key: a policy change needs the ledger owner's private key "
+                            "(owner_key=, or `dpbudget policy apply --owner-key FILE`); nothing "
+                            "was written")
     scope = ledger.transaction()
     try:
         tx = scope.begin((POLICY_KEY,))  # (in a ledger of lanes: every debit waits for it)
+        _same_owner(ledger, owner)
         check()
         stored = _read(tx.account(POLICY_KEY), ledger)
-        changes = ["(no stored policy)"] if stored is None else differences(stored, doc)
-        grants = [] if stored is None else raised(stored, doc)
-        seq = _append(tx, doc, by, reason)
+        if stored is None:  # its first record is a policy record: the pointer was deleted
+            _no_policy_record(ledger)
+        changes, grants = differences(stored, doc), raised(stored, doc)
+        seq = _append(tx, ledger, doc, by, reason, owner)
         scope.commit()
     except BaseException:
         scope.abandon()
@@ -160,17 +178,17 @@ def apply(ledger: Ledger, doc: Any, *, by: str, reason: str,
     return PolicyChange(seq, changes, grants)
 
 
-def replace(ledger: Ledger, policy: Policy, *, by: str, reason: str) -> PolicyChange:
+def replace(ledger: Ledger, policy: Policy, *, by: str, reason: str,
+            owner: OwnerKey | None) -> PolicyChange:
     """``apply`` for a ``Policy``, checking inside the transaction that every recorded account
     can continue under the new policy's rules and windows (``Accountant.apply_policy`` and
-    ``dpbudget policy apply``; also the explicit way to record a first policy in a ledger from
-    before stored policies, limits above its recorded ones included).
+    ``dpbudget policy apply``), signed with ``owner``.
 
     Raises:
         LedgerConflictError: an account cannot continue under the new rules; nothing written.
     """
     planner = Planner(policy, None)
-    return apply(ledger, document(policy, None), by=by, reason=reason,
+    return apply(ledger, document(policy, None), by=by, reason=reason, owner=owner,
                  check=lambda: check_ledger(ledger, planner))
 
 
@@ -198,11 +216,83 @@ def _no_policy_record(ledger: Ledger) -> None:
                 "missing (deleted outside dpbudget); nothing was written; run `dpbudget audit`")
 
 
-def _append(tx: Transaction, doc: Any, by: str, reason: str) -> int:
+def _append(tx: Transaction, ledger: Ledger, doc: Any, by: str, reason: str,
+            owner: OwnerKey | None) -> int:
     fields = {"kind": '"policy"', "policy": canonical(doc), "by": canonical(by),
               "reason": canonical(reason), "cost": ZERO_COST,
               "accounts": canonical({POLICY_KEY: {"rule": "policy", "state": {}}})}
-    return tx.append(fields, [Account(POLICY_KEY, "policy", {}, {}, 0)]).seq
+    seq = tx.next_seq
+    if owner is not None:  # signed in its place: this seq, this ledger (its first record's hash)
+        if seq == 1:
+            fields["owner"] = canonical(owner.public)
+        signed = {"by": by, "reason": reason, "policy": json.loads(fields["policy"])}
+        fields["sig"] = canonical(owner.sign(owner_key.signed_text(
+            signed, seq, owner.public, None if seq == 1 else _first(ledger)[1])))
+    entry = tx.append(fields, [Account(POLICY_KEY, "policy", {}, {}, 0)])
+    assert entry.seq == seq  # (the transaction holds the lock it writes under)
+    return entry.seq
+
+
+def _same_owner(ledger: Ledger, owner: OwnerKey | None) -> None:
+    """Refuse ``owner`` for a ledger that pins another key, or none."""
+    if owner is None:
+        return
+    pin = owner_key.pinned(_first(ledger)[0])
+    if pin is None:
+        raise OwnerKeyError("this ledger pins no owner key (it was created without one): its "
+                            "policy cannot change, and no key can be added later; nothing was "
+                            "written. Create a ledger with owner_key= to be able to change its "
+                            "policy")
+    if pin != owner.public:
+        raise OwnerKeyError("owner_key: not the key this ledger's first record pins; nothing "
+                            "was written")
+
+
+def _first(ledger: Ledger) -> tuple[dict[str, Any] | None, str | None]:
+    """The ledger's first record, hash-checked, and its hash (the ledger's identity); ``(None,
+    None)`` for an empty ledger."""
+    entry = ledger.entry(1)
+    if entry is None:
+        return None, None
+    try:
+        return _verified(entry, ledger), entry.hash
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LedgerCorruptedError(f"the ledger's first record cannot be trusted ({exc}); "
+                                   "nothing was written; run `dpbudget audit` on it") from None
+
+
+def _verified(entry: Entry, ledger: Ledger) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(entry.text)
+    keyed = record.get("auth") == "hmac-sha256"
+    if ledger._key is not None and not keyed:
+        raise ValueError("its record is not HMAC-keyed although the ledger is")
+    if record_hash(entry.text, ledger._key if keyed else None) != entry.hash:
+        raise ValueError("its record does not match its hash")
+    return record
+
+
+def _not_the_owners(ledger: Ledger, record: dict[str, Any], seq: int) -> str | None:
+    """Why policy record ``seq`` is not one to enforce, or None: it must verify under the key the
+    first record pins, in its place; in a ledger that pins none, be its first policy record."""
+    first, identity = (record, None) if seq == 1 else _first(ledger)
+    pin = owner_key.pinned(first)
+    if pin is not None:
+        return owner_key.verify(record, seq, pin, identity)
+    if seq == 1:
+        return None
+    # A ledger from before stored policies adopted one at some later record: none may precede
+    # it (read only when such a ledger is opened; a new ledger's first record is its policy).
+    first_policy = (first or {}).get("kind") == "policy" or any(
+        '"kind":"policy"' in e.text for e in _before(ledger, seq))
+    return (f"policy record {seq} changes the policy of a ledger that pins no owner key (its "
+            "first policy is its policy for good)") if first_policy else None
+
+
+def _before(ledger: Ledger, seq: int) -> Any:
+    for entry in ledger.entries():
+        if entry.seq >= seq:
+            return
+        yield entry
 
 
 def _read(row: Account | None, ledger: Ledger) -> Any:
@@ -212,14 +302,12 @@ def _read(row: Account | None, ledger: Ledger) -> Any:
     try:
         if entry is None:
             raise ValueError("the record it points at is missing")
-        record = json.loads(entry.text)
-        keyed = record.get("auth") == "hmac-sha256"
-        if ledger._key is not None and not keyed:
-            raise ValueError("its record is not HMAC-keyed although the ledger is")
-        if record_hash(entry.text, ledger._key if keyed else None) != entry.hash:
-            raise ValueError("its record does not match its hash")
+        record = _verified(entry, ledger)
         if record.get("kind") != "policy":
             raise ValueError("it points at a record that is not a policy record")
+        why = _not_the_owners(ledger, record, row.seq)
+        if why is not None:
+            raise ValueError(why)
         return record["policy"]
     except (ValueError, KeyError, TypeError) as exc:
         raise LedgerCorruptedError(f"the ledger's stored policy cannot be trusted ({exc}); "

@@ -34,7 +34,7 @@ for _module, _names in {
         "PrivacyError", "AnalystMismatchError", "BudgetExceededError", "InvalidArgumentError",
         "InvalidDataError",
         "InvalidDataTypeError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
-        "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError",
+        "LedgerError", "MechanismExhaustedError", "MechanismNotAllowedError", "OwnerKeyError",
         "PolicyChangedError", "PolicyError", "UnknownAnalystError", "UnknownDatasetError",
         "WindowEndedError",
     ],

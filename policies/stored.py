@@ -107,9 +107,11 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
         out.append(f"{path}: {old!r} -> {new!r}")
     elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
         out.append(f"{path}: removed")
-    elif (leaf in ("composition", "conversion_share", "order") or path.endswith("blocks.by")) \
-            and old != new:
+    elif leaf in ("composition", "conversion_share", "order") and old != new:
         out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
+    elif path.endswith("blocks.by") and old != new:
+        out.append(f"{path}: {old!r} -> {new!r} (blocks of another length: each gets its "
+                   "budget again, the spent ones' time included)")
     elif path.endswith("blocks.first") and old != new and (new is None or (
             old is not None and new < old)):
         out.append(f"{path}: {old!r} -> {new!r} (earlier blocks get a budget)")

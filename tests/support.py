@@ -82,3 +82,18 @@ def assert_chain(ledger: Ledger) -> int:
 def release_entries(ledger: Ledger) -> list[Any]:
     """The ledger's entries other than policy records."""
     return [e for e in ledger.entries() if json.loads(e.text).get("kind") != "policy"]
+
+
+def __getattr__(name: str) -> Any:
+    """``OWNER``: the ledger owner key (``accountant.owner_key.OwnerKey``) of the tests' ledgers
+    whose policy a test changes: the same in every process (a test's child processes open the
+    ledgers its parent created), made on first use (needs ``cryptography``)."""
+    if name != "OWNER":
+        raise AttributeError(name)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from accountant.owner_key import OwnerKey
+
+    seed = hashlib.sha256(b"dpbudget tests: the ledger owner").digest()
+    globals()["OWNER"] = key = OwnerKey(Ed25519PrivateKey.from_private_bytes(seed))
+    return key

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("policies", [["policies"]]),
     ("gate", [["accountant.planner", "accountant.receipt", "accountant.session",
                "accountant.refusals", "accountant.step", "accountant.continuity",
+               "accountant.owner_key",
                "accountant.policy_record", "accountant.gate", "accountant.pipeline",
                "accountant.opening", "accountant.core"]]),
     ("training", [["accountant.training", "accountant.estimator"]]),

@@ -25,6 +25,7 @@ from mechanisms import Laplace
 from policies import Policy
 from tests.conftest import _fresh_schema
 from tests.support import assert_chain
+from tests.support import OWNER
 
 pytestmark = pytest.mark.postgres
 
@@ -38,7 +39,8 @@ def dsn(postgres_database: str) -> str:
 
 def _accountant(dsn: str, policy: dict[str, Any] = TWO, timeout: float = 0.5) -> Accountant:
     return Accountant.from_policy(Policy.model_validate(policy),
-                                  ledger=PostgresLedger(dsn, timeout=timeout), rng=0)
+                                  ledger=PostgresLedger(dsn, timeout=timeout), rng=0,
+                                  owner_key=OWNER)
 
 
 @contextlib.contextmanager
@@ -92,8 +94,8 @@ def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
         lower = Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.5}},
                                                     "b": {"limit": {"epsilon": 0.5}}}})
         with pytest.raises(LedgerError, match="lock timeout"):
-            owner.apply_policy(lower, by="owner", reason="lower")
-    owner.apply_policy(lower, by="owner", reason="lower")
+            owner.apply_policy(lower, by="owner", reason="lower", owner_key=OWNER)
+    owner.apply_policy(lower, by="owner", reason="lower", owner_key=OWNER)
     assert audit(acc.ledger).ok
     owner.close()
     acc.close()
@@ -397,7 +399,7 @@ def test_an_audit_reads_the_records_and_the_rows_at_one_moment(dsn: str) -> None
     acc.release(Laplace(0.1), 1.0, dataset="a")  # committed meanwhile
     acc.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
                                                          "b": {"limit": {"epsilon": 1.0}}}}),
-                     by="owner", reason="lower a")
+                     by="owner", reason="lower a", owner_key=OWNER)
     seen = [first, *records]
     rows = {a.key: a for a in ledger.audited_accounts()}
     assert rows["dataset:a"].state["epsilon"] == pytest.approx(0.1)  # as of the snapshot
@@ -445,7 +447,7 @@ def test_a_policy_change_comes_after_every_debit_that_read_the_policy_before_it(
     b.release(Laplace(0.1), 1.0, dataset="b")  # numbered after a's spare, reading the policy
     a.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
                                                        "b": {"limit": {"epsilon": 0.9}}}}),
-                   by="owner", reason="lower")
+                   by="owner", reason="lower", owner_key=OWNER)
     report = audit(a.ledger)
     assert report.ok, [p.message for p in report.problems]
     assert assert_chain(a.ledger) == 3

@@ -14,6 +14,7 @@ from accountant.ledger.postgres import PostgresLedger
 from mechanisms import Laplace
 from policies.policy import Policy
 from tests.conftest import _fresh_schema
+from tests.support import OWNER
 
 
 
@@ -21,7 +22,7 @@ from tests.conftest import _fresh_schema
 @pytest.fixture
 def two(postgres_database: str) -> tuple[Accountant, Accountant]:
     dsn = _fresh_schema(postgres_database)
-    Accountant(Budget(1.0), ledger=dsn).close()
+    Accountant(Budget(1.0), ledger=dsn, owner_key=OWNER).close()
     a, b = Accountant.open(dsn, rng=1), Accountant.open(dsn, rng=2)
     yield a, b
     a.close()
@@ -73,7 +74,7 @@ def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accounta
     a, b = two
     a.release(Laplace(0.1), 1.0)
     b.apply_policy(Policy.model_validate({"datasets": {"default": {"limit": {"epsilon": 0.5}}}}),
-                   by="owner", reason="lower the limit")
+                   by="owner", reason="lower the limit", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
         a.release(Laplace(0.1), 1.0)
 

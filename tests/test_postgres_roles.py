@@ -20,6 +20,7 @@ from accountant.ledger.postgres import PostgresLedger
 from accountant.ledger.postgres_schema import grant_statements
 from accountant.ledger.record import canonical, record_hash
 from mechanisms import Laplace
+from tests.support import OWNER
 
 pytestmark = pytest.mark.postgres
 
@@ -69,7 +70,8 @@ class Deployment:
 @pytest.fixture
 def deployment(postgres_database: str) -> Iterator[Deployment]:
     made = Deployment(postgres_database)
-    Accountant(Budget(10.0), ledger=made.dsn(made.owner)).close()  # the owner sets the policy
+    # The owner sets the policy, pinning the owner key (policy changes are signed with it).
+    Accountant(Budget(10.0), ledger=made.dsn(made.owner), owner_key=OWNER).close()
     acc = Accountant(Budget(10.0), ledger=made.dsn(made.writer), rng=0)
     for _ in range(3):
         acc.release(Laplace(0.5), 1.0)
@@ -332,13 +334,13 @@ def test_the_owner_applies_a_new_policy_and_writers_follow_it(deployment: Deploy
 
     with Accountant.open(deployment.dsn(deployment.writer), rng=0) as stale:
         with Accountant.open(deployment.dsn(deployment.owner)) as owner:
-            owner.apply_policy(policy(2.0), by="owner", reason="lower")
+            owner.apply_policy(policy(2.0), by="owner", reason="lower", owner_key=OWNER)
         with pytest.raises(PolicyChangedError):
             stale.release(Laplace(0.5), 1.0)
     with Accountant.open(deployment.dsn(deployment.writer), rng=0) as acc:
         assert acc.remaining("default") == Budget(0.5)  # 1.5 of 2.0 spent
         with pytest.raises(LedgerError, match="owner writes policy"):
-            acc.apply_policy(policy(9.0), by="writer", reason="raise it")
+            acc.apply_policy(policy(9.0), by="writer", reason="raise it", owner_key=OWNER)
     assert audit(deployment.dsn(deployment.auditor)).ok
 
 

@@ -16,6 +16,7 @@ from accountant.errors import LedgerCorruptedError
 from accountant.ledger import open_ledger, record_hash, table_sum
 from mechanisms import Laplace
 from tests.policies.test_policy_attacks import load_policy_text
+from tests.support import OWNER
 
 
 def _spent_ledger(tmp_path: Path) -> tuple[str, Path]:
@@ -51,9 +52,9 @@ def test_an_account_row_rewound_to_an_earlier_record_is_refused(tmp_path: Path) 
 def test_a_policy_pointer_rewound_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "p.db"
     url = f"sqlite:///{path}"
-    with Accountant(Budget(10.0), ledger=url) as acc:
+    with Accountant(Budget(10.0), ledger=url, owner_key=OWNER) as acc:
         acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n"),
-                         by="o", reason="lower")
+                         by="o", reason="lower", owner_key=OWNER)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE accounts SET seq = 1 WHERE key = 'policy'")
     with pytest.raises(LedgerCorruptedError, match="accounts table"):

@@ -22,6 +22,7 @@ from mechanisms import AboveThreshold, Laplace, SubsampledGaussian
 from policies.blocks import Blocks, block_names, block_of, block_start
 from tests.policies.conftest import DAY, T0
 from tests.support import snapshot
+from tests.support import OWNER
 
 # T0 is 2026-11-21 10:00 UTC.
 DAILY = """
@@ -143,10 +144,10 @@ def test_a_join_or_a_dataset_without_blocks_cannot_name_them(make) -> None:
 
 def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    acc = Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0)
+    acc = Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     weekly = DAILY.replace('by = "day"', 'by = "week"').replace('first = "2026-11-15"\n', '')
-    change = acc.apply_policy(write(weekly), by="admin", reason="test")
+    change = acc.apply_policy(write(weekly), by="admin", reason="test", owner_key=OWNER)
     assert any("blocks.by" in r for r in change.raised)
     acc.close()
 

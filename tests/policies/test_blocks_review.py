@@ -10,6 +10,7 @@ from accountant.audit import audit
 from accountant.errors import InvalidArgumentError, PolicyError, PrivacyError
 from mechanisms import Laplace
 from policies.blocks import Blocks, block_names, rows_in_blocks
+from tests.support import OWNER
 
 WEEKLY = """
     [datasets.events]
@@ -39,12 +40,13 @@ def test_a_week_has_one_name_only(make) -> None:
 
 def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
         make, write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", clock=clock, rng=0)
+    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 owner_key=OWNER)
     spelled = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W\u0664\u0660"')  # week 40
     with pytest.raises(PolicyError, match="week block name"):  # only ASCII names exist
-        acc.apply_policy(write(spelled), by="admin", reason="test")
+        acc.apply_policy(write(spelled), by="admin", reason="test", owner_key=OWNER)
     earlier = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W40"')
-    change = acc.apply_policy(write(earlier), by="admin", reason="test")
+    change = acc.apply_policy(write(earlier), by="admin", reason="test", owner_key=OWNER)
     assert any("blocks.first" in r for r in change.raised)
     acc.close()
 
@@ -61,10 +63,11 @@ def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock) -> None:
 
 # 3. Privacy (unflagged raise): dropping [datasets.X.blocks] removes every per-block limit.
 def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0)
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 owner_key=OWNER)
     acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
     plain = "[datasets.events]\nlimit = { epsilon = 100.0 }\n"
-    change = acc.apply_policy(write(plain), by="admin", reason="test")
+    change = acc.apply_policy(write(plain), by="admin", reason="test", owner_key=OWNER)
     acc.release(Laplace(1.0), 1.0, dataset="events")  # reads 2026-11-20 again, unflagged
     assert change.raised, "per-block limits removed without a raise being reported"
     acc.close()
@@ -73,14 +76,15 @@ def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
 # 4. Robustness: apply_policy (and opening) never check recorded block accounts' rules.
 def test_a_block_rule_change_under_recorded_spend_is_refused_by_apply_policy(
         write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0)
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     advanced = DAILY.replace('by = "day"\n    limit = { epsilon = 1.0 }',
                              'by = "day"\n    composition = "advanced"\n'
                              '    limit = { epsilon = 1.0, delta = 1e-6 }')
     assert "advanced" in advanced
     with pytest.raises(LedgerConflictError):  # as for any other account (docstring's promise)
-        acc.apply_policy(write(advanced), by="admin", reason="test")
+        acc.apply_policy(write(advanced), by="admin", reason="test", owner_key=OWNER)
     acc.close()
 
 
@@ -143,9 +147,9 @@ def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(write, tm
     """Found by the review of issue 15 (older than blocks): a dataset removed from a policy that
     admits unlisted datasets is not refused afterwards but held to the default limit."""
     acc = Accountant.from_policy(write(WEEKLY + "\n[other_datasets]\nlimit = { epsilon = 1.0 }\n"),
-                                 ledger=tmp_path / "l.db", clock=clock, rng=0)
+                                 ledger=tmp_path / "l.db", clock=clock, rng=0, owner_key=OWNER)
     change = acc.apply_policy(write("[datasets.other]\nlimit = { epsilon = 1.0 }\n"
                                     "[other_datasets]\nlimit = { epsilon = 5.0 }\n"),
-                              by="admin", reason="test")
+                              by="admin", reason="test", owner_key=OWNER)
     assert any("policy.datasets.events: removed" in r for r in change.raised)
     acc.close()

@@ -38,6 +38,8 @@ from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
 from policies.policy import Policy
 from policies.stored import raised
+from accountant.owner_key import new_key_file
+from tests.support import OWNER
 
 CANARY = 4_918_273.5
 
@@ -56,10 +58,10 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
     url = _url(tmp_path)
     p10 = _policy(tmp_path, "p10.toml", "[datasets.people]\nlimit = { epsilon = 10.0 }\n")
     p1 = _policy(tmp_path, "p1.toml", "[datasets.people]\nlimit = { epsilon = 1.0 }\n")
-    stale = Accountant.from_policy(p10, ledger=url, rng=0)
+    stale = Accountant.from_policy(p10, ledger=url, rng=0, owner_key=OWNER)
     stale.release(Laplace(0.5), 1.0, dataset="people")
     with Accountant.open(url) as owner:
-        owner.apply_policy(p1, by="owner", reason="lower it")
+        owner.apply_policy(p1, by="owner", reason="lower it", owner_key=OWNER)
     before = audit(url).records
     with pytest.raises(PolicyChangedError, match="Accountant.open"):
         stale.release(Laplace(1.0), 1.0, dataset="people")
@@ -76,9 +78,9 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
 
 def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    acc = Accountant(Budget(2.0), ledger=url, rng=0)
+    acc = Accountant(Budget(2.0), ledger=url, rng=0, owner_key=OWNER)
     acc.apply_policy(Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}}),
-                     by="owner", reason="declare it")
+                     by="owner", reason="declare it", owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="people")
     assert acc.remaining("people") == Budget(0.5)
     acc.close()
@@ -101,11 +103,14 @@ def test_a_ledger_without_a_policy_record_does_not_adopt_higher_limits(tmp_path:
 
 def test_raising_explicitly_records_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = _url(tmp_path)
+    key = tmp_path / "owner.pem"
+    new_key_file(key)
     Accountant.from_policy(_policy(tmp_path, "a.toml", "[datasets.people]\nlimit = "
-                                   "{ epsilon = 1.0 }\n"), ledger=url).close()
+                                   "{ epsilon = 1.0 }\n"), ledger=url, owner_key=key).close()
     bigger = _policy(tmp_path, "b.toml", "[datasets.people]\nlimit = { epsilon = 3.0 }\n"
                      'composition = "advanced"\n')
-    assert cli(["policy", "apply", str(bigger), url, "--reason", "more", "--by", "o"]) == 0
+    assert cli(["policy", "apply", str(bigger), url, "--reason", "more", "--by", "o",
+                "--owner-key", str(key)]) == 0
     out = capsys.readouterr().out
     assert "WARNING" in out and "epsilon: 1.0 -> 3.0" in out and "another rule" in out
 
@@ -131,7 +136,7 @@ def test_a_policy_that_would_not_read_back_is_never_written(tmp_path: Path) -> N
                                     other_analysts="maybe", limit=None)
     before = audit(url).records
     with pytest.raises(InvalidArgumentError, match="nothing was written"):
-        acc.apply_policy(broken, by="o", reason="r")
+        acc.apply_policy(broken, by="o", reason="r", owner_key=OWNER)
     assert audit(url).records == before
     acc.close()
     Accountant.open(url).close()  # still opens
@@ -146,14 +151,14 @@ def test_policy_apply_on_a_mistyped_ledger_creates_nothing(tmp_path: Path) -> No
 
 def test_a_memory_ledger_with_a_policy_record_is_held_to_it() -> None:
     ledger = MemoryLedger()
-    owner = Accountant(Budget(100.0), ledger=ledger)
+    owner = Accountant(Budget(100.0), ledger=ledger, owner_key=OWNER)
     owner.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n"),
-                       by="o", reason="declare it")
+                       by="o", reason="declare it", owner_key=OWNER)
     with pytest.raises(LedgerConflictError):
         Accountant(Budget(100.0), ledger=ledger)
     other = Accountant.open(ledger)
     owner.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.5 }\n"),
-                       by="o", reason="lower it")
+                       by="o", reason="lower it", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
         other.release(Laplace(0.1), 1.0, dataset="people")
 
@@ -176,9 +181,9 @@ def test_data_passed_as_a_name_is_described_never_shown(where: str) -> None:
 def test_the_audit_reports_a_policy_pointer_rolled_back(tmp_path: Path) -> None:
     url = _url(tmp_path)
     path = tmp_path / "l.db"
-    with Accountant(Budget(10.0), ledger=url) as acc:
+    with Accountant(Budget(10.0), ledger=url, owner_key=OWNER) as acc:
         acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 1.0 }\n"),
-                         by="o", reason="lower")
+                         by="o", reason="lower", owner_key=OWNER)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE accounts SET seq = 1 WHERE key = 'policy'")
     report = audit(url)
@@ -228,9 +233,9 @@ def _stale_gate(url: str) -> Iterator[Gate]:
     """A ledger created under STALE whose owner then applied IN_FORCE, and a gate of an older
     version (no policy check in its debit) still planning under STALE."""
     stale_policy = load_policy_text(STALE)
-    Accountant.from_policy(stale_policy, ledger=url).close()
+    Accountant.from_policy(stale_policy, ledger=url, owner_key=OWNER).close()
     with Accountant.open(url) as owner:
-        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten")
+        owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten", owner_key=OWNER)
     with open_ledger(url) as ledger:
         stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
         stale._check_policy = lambda pointer: None  # type: ignore[method-assign]
@@ -269,10 +274,10 @@ def test_status_reports_against_the_policy_in_force(tmp_path: Path,
     import json
 
     url = _url(tmp_path)
-    with Accountant(Budget(10.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(10.0), ledger=url, rng=0, owner_key=OWNER) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="people")
         acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.4 }\n"),
-                         by="o", reason="lower it below the spend")
+                         by="o", reason="lower it below the spend", owner_key=OWNER)
     capsys.readouterr()
     assert cli(["status", url, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -332,20 +337,21 @@ def test_a_document_written_before_a_member_existed_still_matches() -> None:
 def test_a_policy_applied_to_a_shared_memory_ledger_stops_the_other_accountant() -> None:
     ledger = MemoryLedger()
     a = Accountant(Budget(10.0), ledger=ledger)
-    b = Accountant(Budget(10.0), ledger=ledger)  # neither records a policy (in memory)
+    # a records no policy (in memory, no owner key); b, with one, records its first policy
+    b = Accountant(Budget(10.0), ledger=ledger, owner_key=OWNER)
     b.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
-                   by="o", reason="r")
+                   by="o", reason="r", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
         a.release(Laplace(2.0), 1.0)
-    assert audit(ledger).records == 1  # the policy record only
+    assert audit(ledger).records == 2  # the policy records only
 
 
 def test_reads_of_what_is_left_say_the_policy_changed(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    stale = Accountant(Budget(10.0), ledger=url)
+    stale = Accountant(Budget(10.0), ledger=url, owner_key=OWNER)
     with Accountant.open(url) as owner:
         owner.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
-                           by="o", reason="r")
+                           by="o", reason="r", owner_key=OWNER)
     for read in (lambda: stale.remaining(), lambda: stale.spent(),
                  lambda: stale.can_afford(Laplace(0.5)), lambda: stale.max_releases(Laplace(0.5))):
         with pytest.raises(PolicyChangedError):

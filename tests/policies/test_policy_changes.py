@@ -11,6 +11,7 @@ from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictEr
 from accountant.report import budget_rows
 from mechanisms import Laplace
 from policies import load_policy
+from tests.support import OWNER
 
 ORIGINAL = """
     limit = { epsilon = 5.0 }
@@ -27,7 +28,7 @@ ORIGINAL = """
 def used(write, tmp_path):
     """An SQLite ledger on which alice spent 0.8 and bob 0.2 on adult under ORIGINAL."""
     db = tmp_path / "budget.db"
-    with Accountant.from_policy(write(ORIGINAL), ledger=db, rng=0) as acc:
+    with Accountant.from_policy(write(ORIGINAL), ledger=db, rng=0, owner_key=OWNER) as acc:
         acc.release(Laplace(0.8), 1.0, dataset="adult", analyst="alice")
         acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="bob")
     return db
@@ -39,7 +40,7 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
     with pytest.raises(LedgerConflictError, match="datasets.adult.limit.epsilon: stored 2.0"):
         Accountant.from_policy(lowered, ledger=used, rng=rng)  # other limits: refused
     acc = Accountant.open(used, rng=rng)
-    change = acc.apply_policy(lowered, by="test", reason="lower adult")
+    change = acc.apply_policy(lowered, by="test", reason="lower adult", owner_key=OWNER)
     assert change.raised == [] and change.changes
     RNGS[id(acc)] = rng
     assert acc.remaining("adult") == Budget(0.0)
@@ -58,7 +59,7 @@ def test_lowering_an_analyst_limit(write, used):
     alice = "[datasets.adult.analysts.alice]\n    limit = { epsilon = "
     lowered = write(ORIGINAL.replace(alice + "1.0 }", alice + "0.5 }"))
     with Accountant.open(used, rng=0) as acc:
-        acc.apply_policy(lowered, by="test", reason="lower alice")
+        acc.apply_policy(lowered, by="test", reason="lower alice", owner_key=OWNER)
         with pytest.raises(BudgetExceededError) as info:
             acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="alice")
         assert info.value.account == "dataset:adult/analyst:alice"
@@ -68,7 +69,7 @@ def test_lowering_an_analyst_limit(write, used):
 def test_raising_a_limit_resumes_from_the_recorded_spend(write, used):
     raised = write(ORIGINAL.replace("limit = { epsilon = 2.0 }", "limit = { epsilon = 3.0 }"))
     with Accountant.open(used, rng=0) as acc:
-        change = acc.apply_policy(raised, by="test", reason="raise adult")
+        change = acc.apply_policy(raised, by="test", reason="raise adult", owner_key=OWNER)
         assert change.raised == ["policy.datasets.adult.limit.epsilon: 2.0 -> 3.0"]
         assert acc.spent("adult").epsilon == pytest.approx(1.0)
         assert acc.remaining("adult").epsilon == pytest.approx(2.0)

@@ -28,6 +28,8 @@ from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
 from policies.policy import Policy
 from tests.support import assert_chain
+from accountant.owner_key import new_key_file
+from tests.support import OWNER
 
 POLICY = """
 [datasets.people]
@@ -97,11 +99,11 @@ def test_apply_policy_is_one_audited_record_and_says_when_it_weakens(tmp_path: P
     p = tmp_path / "p.toml"
     p.write_text(POLICY)
     monkeypatch.setenv("DPBUDGET_ACTOR", "owner")
-    with Accountant.from_policy(p, ledger=url, rng=0) as acc:
+    with Accountant.from_policy(p, ledger=url, rng=0, owner_key=OWNER) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
         lower = tmp_path / "lower.toml"
         lower.write_text(POLICY.replace("epsilon = 1.0", "epsilon = 0.6"))
-        change = acc.apply_policy(lower, by="carol", reason="alice's quota cut")
+        change = acc.apply_policy(lower, by="carol", reason="alice's quota cut", owner_key=OWNER)
         assert change.raised == []
         assert change.changes == [
             "policy.datasets.people.analysts.alice.limit.epsilon: stored 1.0, given 0.6"]
@@ -109,7 +111,7 @@ def test_apply_policy_is_one_audited_record_and_says_when_it_weakens(tmp_path: P
             acc.release(Laplace(0.2), 1.0, dataset="people", analyst="alice")
         higher = tmp_path / "higher.toml"
         higher.write_text(POLICY.replace("epsilon = 2.0", "epsilon = 3.0"))
-        change = acc.apply_policy(higher, by="carol", reason="more queries")
+        change = acc.apply_policy(higher, by="carol", reason="more queries", owner_key=OWNER)
         assert change.raised == ["policy.datasets.people.analysts.alice.limit.epsilon: 0.6 -> 1.0",
                                  "policy.datasets.people.limit.epsilon: 2.0 -> 3.0"]
     kinds = [(r["kind"], r.get("by"), r.get("reason")) for r in _records(url)]
@@ -124,10 +126,13 @@ def test_policy_apply_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     url = _url(tmp_path)
     p = tmp_path / "p.toml"
     p.write_text(POLICY)
-    Accountant.from_policy(p, ledger=url).close()
+    key = tmp_path / "owner.pem"
+    new_key_file(key)
+    Accountant.from_policy(p, ledger=url, owner_key=key).close()
     higher = tmp_path / "higher.toml"
     higher.write_text(POLICY.replace("epsilon = 2.0", "epsilon = 3.0"))
-    assert cli(["policy", "apply", str(higher), url, "--reason", "more", "--by", "dana"]) == 0
+    assert cli(["policy", "apply", str(higher), url, "--reason", "more", "--by", "dana",
+                "--owner-key", str(key)]) == 0
     out = capsys.readouterr().out
     assert "policy record 2 written, 1 change(s)" in out
     assert "WARNING" in out and "policy.datasets.people.limit.epsilon: 2.0 -> 3.0" in out
