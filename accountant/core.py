@@ -43,10 +43,18 @@ class Accountant(Opening):
         ledger: a ``Ledger``, a URL (``"sqlite:///budget.db"``, ``"memory://"``,
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int
-            for tests and reproducible examples only.
+            for tests and reproducible examples only: on a durable ledger only with
+            ``simulation=True`` (anyone who knows a seed subtracts its noise).
+        simulation: create the ledger as a simulation ledger — its first record says so, for
+            good (``dpbudget status`` and the audit show it) — or open one: only such a durable
+            ledger takes a seeded ``rng``. Refused on a ledger not created for simulation. An
+            in-memory ledger takes seeds without it.
 
     Raises:
-        InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng.
+        InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng; a
+            seeded rng on a durable ledger without ``simulation=True`` (``rng``), or
+            ``simulation=True`` on a ledger not created for simulation (``simulation``); nothing
+            was written.
         LedgerConflictError: the ledger holds a dataset under a different composition rule.
 
     ``Accountant.from_policy(path)`` builds one from a policy file instead (per-dataset,
@@ -66,7 +74,7 @@ class Accountant(Opening):
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
                  order: float | None = None, ledger: Ledger | str | None = None,
-                 rng: Any = None) -> None:
+                 rng: Any = None, simulation: bool = False) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
         make_rule(composition, limit, per_query, order=order)  # validated before anything opens
@@ -78,7 +86,7 @@ class Accountant(Opening):
         # the policy file's syntax here).
         policy = Policy.model_construct(
             datasets=dataset_limits(limits, composition, per_query, order))
-        self._setup(policy, default, ledger, rng, None)
+        self._setup(policy, default, ledger, rng, None, simulation)
 
     # -- releasing ---------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from accountant import policy_record
 from accountant.continuity import refuse_raised
-from accountant.errors import InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.gate import Gate
 from accountant.ledger import Ledger, open_ledger
 from accountant.planner import Planner
@@ -36,7 +36,7 @@ class Opening:
     @classmethod
     def from_policy(cls, path: "str | os.PathLike[str] | Policy", *,
                     ledger: Ledger | str | None = None, rng: Any = None,
-                    clock: Callable[[], float] | None = None) -> Any:
+                    clock: Callable[[], float] | None = None, simulation: bool = False) -> Any:
         """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
 
         Every release is checked, before anything is drawn, against: the datasets' allowed
@@ -53,6 +53,7 @@ class Opening:
             rng: as for ``Accountant``.
             clock: seconds since the epoch (default ``time.time``); decides the renewal window.
                 Tests inject one.
+            simulation: as for ``Accountant``.
 
         Raises:
             PolicyError: a malformed policy file, naming the key path; nothing was opened.
@@ -79,14 +80,16 @@ class Opening:
         """
         policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
         acc = cls.__new__(cls)
-        acc._setup(policy, None, ledger, rng, clock)
+        acc._setup(policy, None, ledger, rng, clock, simulation)
         return acc
 
     @classmethod
     def open(cls, ledger: Ledger | str, *, rng: Any = None,
-             clock: Callable[[], float] | None = None) -> Any:
+             clock: Callable[[], float] | None = None, simulation: bool = False) -> Any:
         """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
         the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
+        ``rng`` and ``simulation`` as for ``Accountant``: a seed needs ``simulation=True``, which
+        only a ledger created for simulation accepts.
 
         Raises:
             LedgerError: the ledger cannot be opened, or stores no policy (one created before
@@ -102,9 +105,10 @@ class Opening:
         Budget(epsilon=2.0, delta=0.0)
         >>> acc.close()
         """
+        _refuse_seed(ledger, Sampler(rng), simulation)  # before anything is opened
         policy, default = policy_record.stored_policy(ledger)
         acc = cls.__new__(cls)
-        acc._setup(policy, default, ledger, rng, clock)
+        acc._setup(policy, default, ledger, rng, clock, simulation)
         return acc
 
     def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
@@ -129,12 +133,13 @@ class Opening:
         return change
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
-               clock: Callable[[], float] | None) -> None:
+               clock: Callable[[], float] | None, simulation: bool = False) -> None:
         if clock is not None and not callable(clock):
             raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
         self._policy = policy
         planner = Planner(policy, default)
         sampler = Sampler(rng)
+        _refuse_seed(ledger, sampler, simulation)
         opened = open_ledger(ledger)
         self._gate = Gate(opened, planner, sampler, clock or time.time)
         self._default = default
@@ -145,7 +150,8 @@ class Opening:
             if opened.durable or opened.account(POLICY_KEY) is not None:
                 self._gate.policy_seq = policy_record.enforce(
                     opened, document(policy, default), by=policy_record.actor(),
-                    adopting=lambda: refuse_raised(opened, planner))
+                    adopting=lambda: refuse_raised(opened, planner),
+                    simulation=simulation and opened.durable)
         except BaseException:
             if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
                 opened.close()
@@ -159,3 +165,19 @@ class Opening:
     @property
     def ledger(self) -> Ledger:
         return self._gate.ledger
+
+
+def _refuse_seed(ledger: Any, sampler: Sampler, simulation: bool) -> None:
+    """Refuse a seeded ``rng`` on a durable ledger unless the caller says it is a simulation
+    (``simulation=True``, which ``policy_record.enforce`` then holds the ledger's first record
+    to). Anyone who knows a seed subtracts the noise it drew: on a ledger that outlives the
+    process, its releases would be recorded as spent while protecting no one. Checked before
+    anything is opened; an in-memory ledger takes seeds (tests, examples)."""
+    if not isinstance(simulation, bool):
+        raise InvalidTypeError("simulation", simulation, "a bool")
+    durable = ledger.durable if isinstance(ledger, Ledger) else ledger not in (None, "memory://")
+    if durable and not simulation and not sampler.is_cryptographic:
+        raise InvalidArgumentError(
+            "rng", "a seed", "None (the OS CSPRNG) on a durable ledger: anyone who knows a seed "
+            "subtracts its noise", "Nothing was opened or written. Pass simulation=True to "
+            "create (or open) a ledger for simulation, which says so in its first record")
