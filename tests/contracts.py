@@ -1332,7 +1332,8 @@ class CompositionRuleContract:
     ]
 
     def accountant(self, rng: Any = SEED, ledger: Any = None) -> Accountant:
-        return Accountant(self.limit, composition=self.rule, per_query=self.per_query, rng=rng, simulation=True,
+        return Accountant(self.limit, composition=self.rule, per_query=self.per_query, rng=rng,
+                          simulation=True,
                           ledger=ledger)
 
     def make_rule(self) -> Any:
@@ -1478,7 +1479,8 @@ class CompositionRuleContract:
             before = snapshot(ledger)
         for other in sorted(set(RULES) - {self.rule}):
             def use(call: Callable[[Accountant], Any]) -> None:
-                other_acc = Accountant(self.limit, composition=other, ledger=path, rng=SEED, simulation=True,
+                other_acc = Accountant(self.limit, composition=other, ledger=path, rng=SEED,
+                                       simulation=True,
                                        **RULE_ARGUMENTS[other])
                 try:
                     call(other_acc)

@@ -127,7 +127,8 @@ def test_sqlite_a_failed_sync_draws_nothing_and_keeps_the_debit(
     # by this object and by a new one.
     with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
         acc.release(Laplace(0.25), 1.0)
-    reopened = Accountant.open(f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)  # (opening only reads)
+    reopened = Accountant.open(f"sqlite:///{tmp_path / 'l.db'}", rng=0,
+                               simulation=True)  # (opening only reads)
     with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
         reopened.release(Laplace(0.25), 1.0)
     reopened.close()

@@ -38,7 +38,8 @@ def dsn(postgres_database: str) -> str:
 
 def _accountant(dsn: str, policy: dict[str, Any] = TWO, timeout: float = 0.5) -> Accountant:
     return Accountant.from_policy(Policy.model_validate(policy),
-                                  ledger=PostgresLedger(dsn, timeout=timeout), rng=0, simulation=True)
+                                  ledger=PostgresLedger(dsn, timeout=timeout), rng=0,
+                                  simulation=True)
 
 
 @contextlib.contextmanager

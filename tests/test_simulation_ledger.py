@@ -190,8 +190,8 @@ def test_a_simulation_ledger_without_a_seed_is_created_by_the_flag_alone(tmp_pat
     assert report.ok and report.simulation
 
 
-def test_the_demo_with_a_seed_runs_on_a_simulation_ledger(tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_demo_with_a_seed_runs_on_a_simulation_ledger(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dpbudget_examples.demo import main as demo
 
     seeded, plain = tmp_path / "seeded.db", tmp_path / "plain.db"

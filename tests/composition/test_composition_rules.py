@@ -344,4 +344,5 @@ def test_advanced_conversion_share_cannot_change_mid_stream(tmp_path) -> None:
         acc.release(Laplace(0.1), 1.0, dataset="d")
     with pytest.raises(LedgerConflictError, match="conversion_share"):
         Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced",
-                                             conversion_share=0.5)}, ledger=url, rng=0, simulation=True)
+                                             conversion_share=0.5)}, ledger=url, rng=0,
+                   simulation=True)

@@ -96,7 +96,8 @@ def test_limits_and_orders_are_validated() -> None:
 
 def test_changing_the_order_of_a_ledger_is_refused(tmp_path) -> None:
     path = tmp_path / "l.db"
-    with Accountant(LIMIT, composition="renyi", order=7.0, ledger=path, rng=0, simulation=True) as acc:
+    with Accountant(LIMIT, composition="renyi", order=7.0, ledger=path, rng=0,
+                    simulation=True) as acc:
         acc.release(SGM, np.ones((10, 1)))
     with pytest.raises(LedgerConflictError, match="order"):
         with Accountant(LIMIT, composition="renyi", order=8.0, ledger=path) as acc:

@@ -153,7 +153,8 @@ def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock)
 
 def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
+                                simulation=True) as acc:
         for day in range(15, 22):
             acc.release(Laplace(0.3), 1.0, dataset="events",
                         blocks=slice(f"2026-11-{day - 2 if day > 16 else 15}", f"2026-11-{day}"))
@@ -252,7 +253,8 @@ def test_the_example_runs(capsys) -> None:
 
 def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
+                                simulation=True) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     renyi = DAILY.replace('limit = { epsilon = 1.0 }',
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')

@@ -39,7 +39,8 @@ def test_a_week_has_one_name_only(make) -> None:
 
 def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
         make, write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", clock=clock, rng=0, simulation=True)
+    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 simulation=True)
     spelled = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W\u0664\u0660"')  # week 40
     with pytest.raises(PolicyError, match="week block name"):  # only ASCII names exist
         acc.apply_policy(write(spelled), by="admin", reason="test")
@@ -52,7 +53,8 @@ def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
 # 2. Audit false positive: every release inside a pipeline opened on blocks fails the audit.
 def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
+                                simulation=True) as acc:
         with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-20") as p:
             p.release(Laplace(0.2), 1.0)
     report = audit(f"sqlite:///{db}")
@@ -61,7 +63,8 @@ def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock) -> None:
 
 # 3. Privacy (unflagged raise): dropping [datasets.X.blocks] removes every per-block limit.
 def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0, simulation=True)
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 simulation=True)
     acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
     plain = "[datasets.events]\nlimit = { epsilon = 100.0 }\n"
     change = acc.apply_policy(write(plain), by="admin", reason="test")
@@ -73,7 +76,8 @@ def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
 # 4. Robustness: apply_policy (and opening) never check recorded block accounts' rules.
 def test_a_block_rule_change_under_recorded_spend_is_refused_by_apply_policy(
         write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0, simulation=True)
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+                                 simulation=True)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     advanced = DAILY.replace('by = "day"\n    limit = { epsilon = 1.0 }',
                              'by = "day"\n    composition = "advanced"\n'

@@ -37,7 +37,8 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
     lowered = write(ORIGINAL.replace("limit = { epsilon = 2.0 }", "limit = { epsilon = 0.5 }"))
     rng = np.random.default_rng(0)
     with pytest.raises(LedgerConflictError, match="datasets.adult.limit.epsilon: stored 2.0"):
-        Accountant.from_policy(lowered, ledger=used, rng=rng, simulation=True)  # other limits: refused
+        Accountant.from_policy(lowered, ledger=used, rng=rng,
+                               simulation=True)  # other limits: refused
     acc = Accountant.open(used, rng=rng, simulation=True)
     change = acc.apply_policy(lowered, by="test", reason="lower adult")
     assert change.raised == [] and change.changes
