@@ -111,6 +111,10 @@ class _Replay:
         self.over_in_force: set[str] = set()
         self.in_force: InForce | None = None  # from the ledger's own policy records
         self.policies = PolicyRecords()
+        # Whether the first record, verified, says the ledger was created for simulation (None
+        # until it is read); only there, or in an in-memory ledger, is seeded noise no problem.
+        self.simulation: bool | None = None
+        self.memory = src.ledger is not None and not src.ledger.durable
         self.diverged: dict[str, int] = {}
         # Running counters as plain attributes (pydantic assignment is slow); copied into the
         # report at the end.
@@ -136,10 +140,14 @@ class _Replay:
                 self.refusal(item.refusal)
                 continue
             self.records += 1
+            verified = self.chain.verified
             record = self.chain.check(item)
             if record is not None and record.get("seq") == 1:
                 self.policies.first_record(record, item.hash)
             if record is not None:
+                if self.simulation is None:
+                    self.simulation = (self.chain.verified > verified
+                                       and record.get("simulation") is True)
                 self.head_table = record.get("table")
                 try:
                     self.apply(record)
@@ -157,6 +165,12 @@ class _Replay:
 
     def apply(self, record: dict[str, Any]) -> None:
         seq, when = record["seq"], record.get("time")
+        noise = record.get("noise")
+        if isinstance(noise, str) and noise.endswith("-seeded") and not (self.simulation
+                                                                          or self.memory):
+            self.problem("release", f"record {seq}: seeded noise ({noise}) on a ledger not "
+                         "created for simulation (its first record does not say so): anyone "
+                         "who knows the seed subtracts it", seq)
         if self.until is not None and when is not None and when > self.until:
             return
         self.first_time = self.first_time or when
@@ -325,6 +339,7 @@ class _Replay:
         out = self.out
         chain = self.chain
         out.records, out.verified = self.records, chain.verified
+        out.simulation = bool(self.simulation)
         out.head_seq, out.head_hash = chain.head
         out.absent, out.absent_ranges, out.resynced = (chain.absent, chain.absent_ranges,
                                                        self.resynced)

@@ -115,6 +115,9 @@ class AuditReport(BaseModel):
     head_hash: str = GENESIS
     expected_head: str | None = None
     keyed: bool = False
+    #: The ledger's first record says it was created for simulation (seeded noise allowed; its
+    #: releases protect no one). Seeded noise on any other durable ledger is a ``release`` problem.
+    simulation: bool = False
     first_time: str | None = None
     last_time: str | None = None
     accounts: list[AccountReport] = []

@@ -7,7 +7,10 @@ from typing import Any
 
 from accountant.audit_report import SECURE_NOISE, AuditReport, Tally
 
-__all__ = ["audit_text", "noise_counts", "noise_line"]
+__all__ = ["SIMULATION", "audit_text", "noise_counts", "noise_line"]
+
+SIMULATION = ("SIMULATION ledger: created for simulation (its first record says so); seeded noise "
+              "is allowed here, and its releases protect no one")
 
 
 def noise_line(by_noise: dict[str, Any]) -> str:
@@ -50,6 +53,8 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
     lines = [f"audit of {report.source}: {report.records} records, {report.verified} verified, "
              f"head {report.head_seq} {report.head_hash}"
              + (" (HMAC-keyed)" if report.keyed else "")]
+    if report.simulation:
+        lines.append(f"  {SIMULATION}")
     if report.first_time:
         lines.append(f"  from {report.first_time} to {report.last_time}")
     if report.duplicates:

@@ -16,7 +16,7 @@ from typing import Any
 
 from accountant.errors import PolicyError, PrivacyError
 from accountant.ledger import Ledger, open_ledger
-from accountant.audit_text import audit_text, noise_counts, noise_line
+from accountant.audit_text import SIMULATION, audit_text, noise_counts, noise_line
 from accountant.report import budget_rows, budget_table
 from policies.accounts import policy_accounts
 from policies.policy import load_policy, policy_schema
@@ -46,13 +46,15 @@ def _status(args: argparse.Namespace) -> int:
         rows = budget_rows(ledger, policy, default)
         if args.json:
             out = {"ledger": ledger.url, "records": seq, "head": head, "accounts": rows,
-                   "noise": noise_counts(ledger)}
+                   "noise": noise_counts(ledger), "simulation": ledger.simulation}
             if policy is not None:
                 out["policy"] = source
             print(json.dumps(out, indent=2))
             return 0
         count = f"records numbered up to {seq}" if ledger.lanes else f"{seq} records"
         print(f"ledger {ledger.url}: {count}, head hash {head}")
+        if ledger.simulation:
+            print(SIMULATION)
         if policy is not None:
             print(f"reported against the limits of {source}")
         print(budget_table(ledger, policy, default))

@@ -45,14 +45,22 @@ class Accountant(Opening):
         ledger: a ``Ledger``, a URL (``"sqlite:///budget.db"``, ``"memory://"``,
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int
-            for tests and reproducible examples only.
+            for tests and reproducible examples only: on a durable ledger only with
+            ``simulation=True`` (anyone who knows a seed subtracts its noise).
         owner_key: the ledger owner's private key (its file, from ``dpbudget keys new``, or an
             ``OwnerKey``), for a new ledger: its first record pins the public key, and only that
             key can change the policy later (``apply_policy``). ``None``: the ledger's first
             policy is its policy for good (``accountant.owner_key``).
+        simulation: create the ledger as a simulation ledger — its first record says so, for
+            good (``dpbudget status`` and the audit show it) — or open one: only such a durable
+            ledger takes a seeded ``rng``. Refused on a ledger not created for simulation. An
+            in-memory ledger takes seeds without it.
 
     Raises:
-        InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng.
+        InvalidArgumentError, InvalidTypeError: a malformed limit, rule name, ledger or rng; a
+            seeded rng on a durable ledger without ``simulation=True`` (``rng``), or
+            ``simulation=True`` on a ledger not created for simulation (``simulation``); nothing
+            was written.
         LedgerConflictError: the ledger holds a dataset under a different composition rule.
         OwnerKeyError: ``owner_key`` cannot be read, or the ledger pins another key or none.
 
@@ -73,8 +81,8 @@ class Accountant(Opening):
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
                  order: float | None = None, ledger: Ledger | str | None = None,
-                 rng: Any = None,
-                 owner_key: OwnerKey | str | os.PathLike[str] | None = None) -> None:
+                 rng: Any = None, owner_key: OwnerKey | str | os.PathLike[str] | None = None,
+                 simulation: bool = False) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
         make_rule(composition, limit, per_query, order=order)  # validated before anything opens
@@ -86,7 +94,7 @@ class Accountant(Opening):
         # the policy file's syntax here).
         policy = Policy.model_construct(
             datasets=dataset_limits(limits, composition, per_query, order))
-        self._setup(policy, default, ledger, rng, None, owner_key)
+        self._setup(policy, default, ledger, rng, None, owner_key, simulation)
 
     # -- releasing ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Any
 from accountant import owner_key as owner_keys
 from accountant import policy_record
 from accountant.continuity import refuse_raised
-from accountant.errors import InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.gate import Gate
 from accountant.ledger import Ledger, open_ledger
 from accountant.planner import Planner
@@ -38,8 +38,8 @@ class Opening:
     def from_policy(cls, path: "str | os.PathLike[str] | Policy", *,
                     ledger: Ledger | str | None = None, rng: Any = None,
                     clock: Callable[[], float] | None = None,
-                    owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None
-                    ) -> Any:
+                    owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None,
+                    simulation: bool = False) -> Any:
         """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
 
         Every release is checked, before anything is drawn, against: the datasets' allowed
@@ -58,6 +58,7 @@ class Opening:
                 Tests inject one.
             owner_key: as for ``Accountant``: the owner's private key file, for a new ledger
                 whose policy ``apply_policy`` may change later.
+            simulation: as for ``Accountant``.
 
         Raises:
             PolicyError: a malformed policy file, naming the key path; nothing was opened.
@@ -84,14 +85,16 @@ class Opening:
         """
         policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
         acc = cls.__new__(cls)
-        acc._setup(policy, None, ledger, rng, clock, owner_key)
+        acc._setup(policy, None, ledger, rng, clock, owner_key, simulation)
         return acc
 
     @classmethod
     def open(cls, ledger: Ledger | str, *, rng: Any = None,
-             clock: Callable[[], float] | None = None) -> Any:
+             clock: Callable[[], float] | None = None, simulation: bool = False) -> Any:
         """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
         the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
+        ``rng`` and ``simulation`` as for ``Accountant``: a seed needs ``simulation=True``, which
+        only a ledger created for simulation accepts.
 
         Raises:
             LedgerError: the ledger cannot be opened, or stores no policy (one created before
@@ -107,9 +110,10 @@ class Opening:
         Budget(epsilon=2.0, delta=0.0)
         >>> acc.close()
         """
+        _refuse_seed(ledger, Sampler(rng), simulation)  # before anything is opened
         policy, default = policy_record.stored_policy(ledger)
         acc = cls.__new__(cls)
-        acc._setup(policy, default, ledger, rng, clock)
+        acc._setup(policy, default, ledger, rng, clock, None, simulation)
         return acc
 
     def apply_policy(self, policy: "str | os.PathLike[str] | Policy", *, by: str,
@@ -142,13 +146,15 @@ class Opening:
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
                clock: Callable[[], float] | None,
-               owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None) -> None:
+               owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None,
+               simulation: bool = False) -> None:
         if clock is not None and not callable(clock):
             raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
         owner = None if owner_key is None else owner_keys.load(owner_key)
         self._policy = policy
         planner = Planner(policy, default)
         sampler = Sampler(rng)
+        _refuse_seed(ledger, sampler, simulation)
         opened = open_ledger(ledger)
         planner.analyst = opened.authenticated_analyst  # (read once: not the caller's to name)
         self._gate = Gate(opened, planner, sampler, clock or time.time)
@@ -160,7 +166,8 @@ class Opening:
             if opened.durable or owner is not None or opened.account(POLICY_KEY) is not None:
                 self._gate.policy_seq = policy_record.enforce(
                     opened, document(policy, default), by=policy_record.actor(),
-                    adopting=lambda: refuse_raised(opened, planner), owner=owner)
+                    adopting=lambda: refuse_raised(opened, planner), owner=owner,
+                    simulation=simulation and opened.durable)
         except BaseException:
             if not isinstance(ledger, Ledger):  # ours to close; a caller's ledger stays open
                 opened.close()
@@ -174,3 +181,19 @@ class Opening:
     @property
     def ledger(self) -> Ledger:
         return self._gate.ledger
+
+
+def _refuse_seed(ledger: Any, sampler: Sampler, simulation: bool) -> None:
+    """Refuse a seeded ``rng`` on a durable ledger unless the caller says it is a simulation
+    (``simulation=True``, which ``policy_record.enforce`` then holds the ledger's first record
+    to). Anyone who knows a seed subtracts the noise it drew: on a ledger that outlives the
+    process, its releases would be recorded as spent while protecting no one. Checked before
+    anything is opened; an in-memory ledger takes seeds (tests, examples)."""
+    if not isinstance(simulation, bool):
+        raise InvalidTypeError("simulation", simulation, "a bool")
+    durable = ledger.durable if isinstance(ledger, Ledger) else ledger not in (None, "memory://")
+    if durable and not simulation and not sampler.is_cryptographic:
+        raise InvalidArgumentError(
+            "rng", "a seed", "None (the OS CSPRNG) on a durable ledger: anyone who knows a seed "
+            "subtracts its noise", "Nothing was opened or written. Pass simulation=True to "
+            "create (or open) a ledger for simulation, which says so in its first record")

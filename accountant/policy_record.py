@@ -92,16 +92,22 @@ def stored_policy(ledger: Ledger | str) -> tuple[Policy, DatasetLimit | None]:
 
 
 def enforce(ledger: Ledger, doc: Any, *, by: str,
-            adopting: Callable[[], None] = lambda: None, owner: OwnerKey | None = None) -> int:
+            adopting: Callable[[], None] = lambda: None, owner: OwnerKey | None = None,
+            simulation: bool = False) -> int:
     """Write ``doc`` as the ledger's first policy record, or check it equals the stored one;
     return the seq of the policy record in force. ``adopting`` runs (inside the transaction)
     before a ledger that has records but no policy record adopts ``doc``: it refuses limits
     above the ones its accounts were recorded under. ``owner``: the key a new ledger pins (and
     signs its first record with); an existing ledger must pin that same key.
 
+    ``simulation``: a new ledger's first record says it was created for simulation
+    (``Ledger.simulation``); an existing ledger must be one already — it cannot become one.
+
     Raises:
         LedgerConflictError: the ledger stores other limits; the message names each difference.
         OwnerKeyError: ``owner`` given for a ledger that pins another key or none.
+        InvalidArgumentError: ``simulation`` on a ledger not created for simulation; nothing was
+            written.
     """
     _check_document(doc)
     # The common case (opening a ledger with its own policy) reads without a lock: a change made
@@ -110,10 +116,14 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
     stored = _read(pointer, ledger)
     if pointer is not None and stored is not None and not differences(stored, doc):
         _same_owner(ledger, owner)
+        if simulation:  # (a ledger with a record: its first record is settled)
+            _check_simulation(ledger)
         return pointer.seq
     scope = ledger.transaction()
     try:
         tx = scope.begin((POLICY_KEY,))
+        if simulation and not tx.empty:
+            _check_simulation(ledger)
         pointer = tx.account(POLICY_KEY)
         stored = _read(pointer, ledger)
         if not tx.empty:
@@ -123,7 +133,8 @@ def enforce(ledger: Ledger, doc: Any, *, by: str,
                 _no_policy_record(ledger)  # O(records), but only on a ledger without a pointer
                 adopting()
             seq = _append(tx, ledger, doc, by, "created" if tx.empty else
-                          "adopted: the first policy recorded in this ledger", owner)
+                          "adopted: the first policy recorded in this ledger", owner,
+                          simulation=simulation and tx.empty)
         else:
             assert pointer is not None  # a stored policy was read through it
             seq = pointer.seq
@@ -217,10 +228,12 @@ def _no_policy_record(ledger: Ledger) -> None:
 
 
 def _append(tx: Transaction, ledger: Ledger, doc: Any, by: str, reason: str,
-            owner: OwnerKey | None) -> int:
+            owner: OwnerKey | None, *, simulation: bool = False) -> int:
     fields = {"kind": '"policy"', "policy": canonical(doc), "by": canonical(by),
               "reason": canonical(reason), "cost": ZERO_COST,
               "accounts": canonical({POLICY_KEY: {"rule": "policy", "state": {}}})}
+    if simulation:  # only ever in a ledger's first record (accountant.ledger.record)
+        fields["simulation"] = "true"
     seq = tx.next_seq
     if owner is not None:  # signed in its place: this seq, this ledger (its first record's hash)
         if seq == 1:
@@ -293,6 +306,14 @@ def _before(ledger: Ledger, seq: int) -> Any:
         if entry.seq >= seq:
             return
         yield entry
+def _check_simulation(ledger: Ledger) -> None:
+    if not ledger.simulation:
+        raise InvalidArgumentError(
+            "simulation", True, "False for a ledger not created for simulation (its first "
+            "record says whether it was; a ledger becomes one only when created with "
+            "simulation=True)", "Nothing was written")
+
+
 
 
 def _read(row: Account | None, ledger: Ledger) -> Any:

@@ -35,7 +35,9 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
     """Run the pipeline; returns the accountant (its ledger holds the demo's records)."""
     people = load_people()
     ages = [p["age"] for p in people]
-    acc = Accountant.from_policy(POLICY, ledger=ledger, rng=seed)
+    # A seed makes the run reproducible, and makes the ledger a simulation ledger, for good: its
+    # first record says so (anyone who knows the seed could subtract the noise).
+    acc = Accountant.from_policy(POLICY, ledger=ledger, rng=seed, simulation=seed is not None)
     mine = {"dataset": "people", "analyst": ANALYST}
 
     def show(label: str, noisy: Any, true: Any, cost: Budget) -> None:
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dpbudget demo", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--ledger", help="SQLite ledger file (default: a new one in a temp dir)")
     parser.add_argument("--seed", type=int, default=None,
-                        help="seed the noise for a reproducible run (never for real releases)")
+                        help="seed the noise for a reproducible run; the ledger is then created "
+                        "as a simulation ledger (never for real releases)")
     args = parser.parse_args(argv)
     ledger = args.ledger or str(Path(tempfile.mkdtemp(prefix="dpbudget-demo-")) / "budget.db")
     run(ledger, seed=args.seed).close()

@@ -58,7 +58,9 @@ def simulate(name: str, table: object, folder: Path) -> tuple[list[int], str]:
     policy.write_text(POLICIES[name])
     ledger = f"sqlite:///{folder / name}.db"
     clock = [START]
-    acc = Accountant.from_policy(policy, ledger=ledger, rng=0, clock=lambda: clock[0])
+    # A simulation, seeded to be reproducible: its ledger is created as a simulation ledger.
+    acc = Accountant.from_policy(policy, ledger=ledger, rng=0, simulation=True,
+                                 clock=lambda: clock[0])
     answered = []
     for day in range(DAYS):
         clock[0] = START + day * DAY + 23.5 * 3600  # the day's queries run at 23:30

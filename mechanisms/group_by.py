@@ -5,7 +5,8 @@ all groups' answers that one Laplace release is calibrated to.
 
 The group keys are never read from the data: a key that only the data knows would be released by
 its mere presence in the output. Rows whose key is not declared are dropped (silently: refusing
-them would tell, without noise, that such a row exists). The guarantee is per row: a person with
+them would tell, without noise, that such a row exists) before anything else of them is read: a
+NaN, a wrong type or a huge value there changes nothing. The guarantee is per row: a person with
 several rows must be bounded to one (or the sensitivity multiplied by their number) first.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from accountant import _validate
-from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from mechanisms.laplace import Laplace
 from mechanisms.queries import Neighbouring, _relation
 from mechanisms.rows import clamp_range, row_values
@@ -84,11 +85,8 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     lo, hi = clamp_range(lower, upper)
     if values is None:
         raise InvalidArgumentError("values", None, f"each row's value, for a {statistic}")
-    data = np.clip(row_values(values, "values"), lo, hi)
-    if data.size != index.size:
-        raise InvalidArgumentError("values", f"a sequence of {data.size}",
-                                   f"one value per key ({index.size})")
     kept = index >= 0
+    data = np.clip(row_values(_declared_values(values, kept), "values"), lo, hi)
     reach = max(abs(lo), abs(hi))
     if statistic == "sum":
         sums = np.bincount(index[kept], weights=data[kept], minlength=len(declared))
@@ -122,11 +120,40 @@ def _groups(groups: Any) -> list[Any]:
 
 
 def _group_index(keys: Any, declared: list[Any]) -> np.ndarray:
-    """Each row's group number, or −1 for a key that is not declared (dropped)."""
+    """Each row's group number, or −1 for a key that is not declared (dropped) — an unhashable
+    key included: it cannot be a declared group, and refusing it would tell that it exists."""
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
         raise InvalidTypeError("keys", keys, "a sequence of group keys, one per row")
     position = {g: i for i, g in enumerate(declared)}
-    try:
-        return np.fromiter((position.get(k, -1) for k in keys), dtype=np.int64)
-    except TypeError:  # an unhashable key
-        raise InvalidDataError("keys", keys, "hashable group keys") from None
+
+    def number(key: Any) -> int:
+        try:
+            return position.get(key, -1)
+        except TypeError:  # unhashable
+            return -1
+
+    return np.fromiter((number(k) for k in keys), dtype=np.int64)
+
+
+def _declared_values(values: Any, kept: np.ndarray) -> Any:
+    """``values`` with every row of an undeclared group replaced by 0.0 before anything reads
+    it: a NaN, a string or a huge number there must change nothing (refusing it would tell,
+    without noise, that such a row exists). The rows kept are validated by ``row_values``
+    afterwards, their errors naming their own index.
+
+    Raises:
+        InvalidDataTypeError: not a sized sequence.
+        InvalidArgumentError: not one value per key (the lengths are public).
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") \
+            or not hasattr(values, "__iter__"):
+        raise InvalidDataTypeError("values", values, "a one-dimensional sequence of numbers")
+    if len(values) != kept.size:
+        raise InvalidArgumentError("values", f"a sequence of {len(values)}",
+                                   f"one value per key ({kept.size})")
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype != object:
+        # One dtype for the whole column: there is no row of another type to hide.
+        out = values.copy()
+        out[~kept] = 0
+        return out
+    return [v if k else 0.0 for v, k in zip(values, kept.tolist())]

@@ -20,6 +20,7 @@ import numpy as np
 from accountant import _numeric, _validate
 from accountant.budget import Budget
 from accountant.errors import InvalidArgumentError, InvalidTypeError
+from mechanisms import guarded
 from mechanisms.base import Mechanism
 from mechanisms.exact import discrete_laplace
 from mechanisms.laplace import Laplace
@@ -57,9 +58,11 @@ class PTRStatistic(ABC):
     ``bound``, or ``cap`` if that is larger. Contract for a subclass: the distance must never be
     larger than the true one, and must change by at most 1 between neighbouring datasets (it is
     released with Laplace noise of sensitivity 1); whatever it returns, ``min(·, cap)`` is used.
-    Neither method may raise or keep state: a distance that raises counts as 0, a value that
-    raises (or is not a finite number) as the range's midpoint, since an escaping error would
-    itself be an un-noised release.
+    Neither method may raise or keep state: a distance that raises — anything, ``BaseException``
+    included (``KeyboardInterrupt``, ``SystemExit``, a subclass of its own) — counts as 0, a
+    value that raises (or is not a finite number) as the range's midpoint, since an escaping
+    error would itself be an un-noised release. A real Ctrl-C is held until the outcome is
+    drawn, then delivered (``mechanisms.guarded``).
     """
 
     name: str
@@ -228,22 +231,32 @@ class ProposeTestRelease(Mechanism):
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
         # A statistic (a user's PTRStatistic) that raises must not tell, without noise, that it
-        # did: its distance is then taken as 0 (always a lower bound: the test passes with
-        # probability <= δ), its value as the range's midpoint.
-        try:
-            gamma = int(self.statistic.distance(value, self.bound, self._cap))
-        except Exception:
-            gamma = 0
-        gamma = max(0, min(gamma, self._cap))
+        # did — whatever it raises, BaseException included (``mechanisms.guarded``): its distance
+        # is then taken as 0 (always a lower bound: the test passes with probability <= δ), its
+        # value as the range's midpoint. A real Ctrl-C is delivered once the outcome is drawn.
+        with guarded.interrupts_deferred():
+            return self._draw(value, sampler)
+
+    def _draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
+        gamma = guarded.call(_distance, self.statistic, value, self.bound, self._cap)
+        gamma = 0 if gamma is guarded.FAILED else max(0, min(gamma, self._cap))
         z = discrete_laplace(sampler.bits, self._rate.numerator, self._rate.denominator)
         if gamma + z <= self.threshold:
             return PTRRefused(self.bound)
         lower, upper = self.statistic.lower, self.statistic.upper
-        try:
-            statistic = min(max(float(self.statistic.value(value)), lower), upper)
-        except Exception:
-            statistic = math.nan
+        statistic = guarded.call(_value, self.statistic, value)
+        statistic = math.nan if statistic is guarded.FAILED else min(max(statistic, lower), upper)
         if not math.isfinite(statistic):
             statistic = (lower + upper) / 2
         answer = self._answer.draw(self._answer.prepare(statistic), sampler)
         return float(min(max(answer, lower), upper))
+
+
+# The statistic's methods and the conversions of what they return (a returned object's
+# ``__int__``/``__float__`` is the caller's code too), run inside ``guarded.call``.
+def _distance(statistic: PTRStatistic, ordered: np.ndarray, bound: float, cap: int) -> int:
+    return int(statistic.distance(ordered, bound, cap))
+
+
+def _value(statistic: PTRStatistic, ordered: np.ndarray) -> float:
+    return float(statistic.value(ordered))

@@ -18,6 +18,7 @@ import numpy as np
 from accountant import _validate
 from accountant.budget import Budget
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
+from mechanisms import guarded
 from mechanisms.base import Mechanism
 from mechanisms.laplace import Laplace
 from mechanisms.rows import clamp_range
@@ -44,10 +45,14 @@ class SampleAndAggregate(Mechanism):
     **The function must be pure**: no state kept from one chunk to the next, no I/O — what it
     carries across chunks would break the "one chunk differs" argument.
 
-    **The function runs on private data.** A function that raises, or answers something that is
-    not a finite number, counts as the midpoint (lower + upper)/2 for its chunk — silently: an
-    error that escaped would tell which chunk had which property, without noise. Its running
-    time is not hidden (docs/exact-noise.md, timing).
+    **The function runs on private data.** A function that raises — anything, ``BaseException``
+    included: ``KeyboardInterrupt``, ``SystemExit``, a subclass of its own — or answers something
+    that is not a finite number, counts as the midpoint (lower + upper)/2 for its chunk —
+    silently: an error that escaped would tell which chunk had which property, without noise. A
+    real Ctrl-C during the draw is held until the noisy answer is drawn, then delivered (the
+    answer is lost to it; ``mechanisms.guarded``), so a ``KeyboardInterrupt`` out of the
+    function is always the function's own. Its running time is not hidden
+    (docs/exact-noise.md, timing).
 
     Args:
         epsilon: ε > 0.
@@ -117,23 +122,30 @@ class SampleAndAggregate(Mechanism):
                                    "pandas DataFrame or Series")
 
     def draw(self, value: Any, sampler: Sampler) -> float:
-        n = len(value)
-        chunk_of = sampler.bits.below_array(self.chunks, n) if n else np.zeros(0, dtype=np.int64)
-        order = np.argsort(chunk_of, kind="stable")
-        edges = np.searchsorted(chunk_of[order], np.arange(self.chunks + 1))
-        fallback = (self.lower + self.upper) / 2
-        total = 0.0
-        for j in range(self.chunks):
-            try:
-                answer = float(self.function(_take(value, order[edges[j]:edges[j + 1]])))
-            except Exception:  # the error would itself be a release: see the class docstring
-                answer = fallback
-            if not math.isfinite(answer):
-                answer = fallback
-            total += min(max(answer, self.lower), self.upper)
-        mean = min(max(total / self.chunks, self.lower), self.upper)
-        noisy = self._mean.draw(self._mean.prepare(mean), sampler)
+        with guarded.interrupts_deferred():  # a Ctrl-C is delivered after the noise is drawn
+            n = len(value)
+            chunk_of = (sampler.bits.below_array(self.chunks, n) if n
+                        else np.zeros(0, dtype=np.int64))
+            order = np.argsort(chunk_of, kind="stable")
+            edges = np.searchsorted(chunk_of[order], np.arange(self.chunks + 1))
+            fallback = (self.lower + self.upper) / 2
+            total = 0.0
+            for j in range(self.chunks):
+                # Anything it raises, BaseException included, is the fallback: see the class
+                # docstring and ``mechanisms.guarded``.
+                answer = guarded.call(_answer, self.function,
+                                      _take(value, order[edges[j]:edges[j + 1]]))
+                if answer is guarded.FAILED or not math.isfinite(answer):
+                    answer = fallback
+                total += min(max(answer, self.lower), self.upper)
+            mean = min(max(total / self.chunks, self.lower), self.upper)
+            noisy = self._mean.draw(self._mean.prepare(mean), sampler)
         return float(min(max(noisy, self.lower), self.upper))
+
+
+def _answer(function: Any, rows: Any) -> float:
+    """The function's answer as a float (its ``__float__`` is the caller's code too)."""
+    return float(function(rows))
 
 
 def _take(rows: Any, index: np.ndarray) -> Any:

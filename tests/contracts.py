@@ -1333,6 +1333,7 @@ class CompositionRuleContract:
 
     def accountant(self, rng: Any = SEED, ledger: Any = None) -> Accountant:
         return Accountant(self.limit, composition=self.rule, per_query=self.per_query, rng=rng,
+                          simulation=True,
                           ledger=ledger)
 
     def make_rule(self) -> Any:
@@ -1479,6 +1480,7 @@ class CompositionRuleContract:
         for other in sorted(set(RULES) - {self.rule}):
             def use(call: Callable[[Accountant], Any]) -> None:
                 other_acc = Accountant(self.limit, composition=other, ledger=path, rng=SEED,
+                                       simulation=True,
                                        **RULE_ARGUMENTS[other])
                 try:
                     call(other_acc)

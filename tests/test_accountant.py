@@ -124,7 +124,7 @@ def test_limits_with_default_limit_for_the_rest() -> None:
 
 
 def test_no_limit_is_recorded(ledger: Ledger) -> None:
-    acc = Accountant(None, ledger=ledger, rng=SEED)
+    acc = Accountant(None, ledger=ledger, rng=SEED, simulation=True)
     for _ in range(50):
         acc.release(Laplace(1.0), 1.0, dataset="sim")
     acc.release(AnalyticGaussian(1.0, 0.5), np.zeros(3), dataset="sim")
@@ -149,7 +149,7 @@ def test_budget_inf_means_no_limit() -> None:
 
 def test_hundred_hundredths_fit_and_the_101st_is_refused(ledger: Ledger,
                                                          rng: np.random.Generator) -> None:
-    acc = Accountant(Budget(1.0), ledger=ledger, rng=rng)
+    acc = Accountant(Budget(1.0), ledger=ledger, rng=rng, simulation=True)
     m = Laplace(0.01)
     for _ in range(100):
         acc.release(m, 12.0, dataset="adult")
@@ -303,7 +303,7 @@ def test_bad_input_and_refusals_change_nothing(embedded_ledger: Ledger, rng: np.
                                                call: Call, error: type[BaseException],
                                                argument: str | None, shown: Any) -> None:
     acc = Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)},
-                     ledger=embedded_ledger, rng=rng)
+                     ledger=embedded_ledger, rng=rng, simulation=True)
     acc.release(Laplace(0.1), 5.0, dataset="adult", analyst="ann", label="first")
     acc.release(Laplace(0.1), 5.0, dataset="census")
     receipt = acc.last_receipt
@@ -375,7 +375,7 @@ def test_refusals_change_nothing_on_every_backend(ledger: Ledger,
                                                  rng: np.random.Generator) -> None:
     """The matrix above runs on the embedded ledgers; this runs a refusal, a bad value and an
     unknown dataset on every registered backend."""
-    acc = Accountant(limits={"adult": Budget(1.0)}, ledger=ledger, rng=rng)
+    acc = Accountant(limits={"adult": Budget(1.0)}, ledger=ledger, rng=rng, simulation=True)
     acc.release(Laplace(0.5), 1.0, dataset="adult")
     before = snapshot(acc.ledger, rng)
     with pytest.raises(BudgetExceededError):
@@ -388,7 +388,7 @@ def test_refusals_change_nothing_on_every_backend(ledger: Ledger,
 
 
 def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Generator) -> None:
-    acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=rng)
+    acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=rng, simulation=True)
     acc.release(Laplace(0.5), 0.0)
     before = snapshot(acc.ledger, rng)
     assert acc.can_afford(Laplace(0.5))
@@ -406,7 +406,7 @@ def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Gene
 
 
 def test_last_receipt(ledger: Ledger) -> None:
-    acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=SEED)
+    acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=SEED, simulation=True)
     assert acc.last_receipt is None
     ann = ledger.authenticated_analyst or "ann"  # (on PostgreSQL, the session's role)
     acc.release(Laplace(0.25), 3.0, dataset="adult", analyst=ann, label="q1")
@@ -441,7 +441,7 @@ def test_last_receipt(ledger: Ledger) -> None:
 def test_true_value_never_in_ledger(tmp_path: Path) -> None:
     secrets = [98765.4321, 31337.0625, 271828.1828]
     path = tmp_path / "ledger.db"
-    acc = Accountant(Budget(10.0, 1e-5), ledger=SqliteLedger(path), rng=SEED)
+    acc = Accountant(Budget(10.0, 1e-5), ledger=SqliteLedger(path), rng=SEED, simulation=True)
     acc.release(Laplace(0.5), secrets[0], dataset="adult", analyst="ann", label="income sum")
     acc.release(AnalyticGaussian(0.5, 1e-6), np.array(secrets[1:]), dataset="adult")
     acc.release(Gaussian(0.5, 1e-6), int(secrets[0] * 10000), dataset="adult")
@@ -463,7 +463,7 @@ def test_true_value_never_in_ledger(tmp_path: Path) -> None:
 
 def test_resume_from_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = f"sqlite:///{tmp_path / 'budget.db'}"
-    first = Accountant(Budget(1.0, 1e-6), ledger=url, rng=SEED)
+    first = Accountant(Budget(1.0, 1e-6), ledger=url)
     for _ in range(60):
         first.release(Laplace(0.01), 1.0, dataset="adult")
     first.release(Laplace(0.3), 1.0, dataset="census")
@@ -475,7 +475,7 @@ def test_resume_from_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         raise AssertionError("resuming must not rescan the ledger")
 
     monkeypatch.setattr(SqliteLedger, "entries", no_rescan)
-    second = Accountant(Budget(1.0, 1e-6), ledger=url, rng=SEED + 1)
+    second = Accountant(Budget(1.0, 1e-6), ledger=url)
     assert second.spent("adult") == spent
     assert second.spent("census") == Budget(0.3)
     for _ in range(40):
@@ -504,7 +504,7 @@ def test_rule_conflict_on_listed_dataset_refused_at_construction() -> None:
     ledger = _ledger_started_under("advanced")
     before = snapshot(ledger)
     with pytest.raises(LedgerConflictError) as info:
-        Accountant(limits={"adult": Budget(1.0)}, ledger=ledger, rng=SEED)
+        Accountant(limits={"adult": Budget(1.0)}, ledger=ledger, rng=SEED, simulation=True)
     assert isinstance(info.value, LedgerError) and isinstance(info.value, PrivacyError)
     assert "advanced" in str(info.value) and "basic" in str(info.value)
     assert snapshot(ledger) == before
@@ -512,7 +512,7 @@ def test_rule_conflict_on_listed_dataset_refused_at_construction() -> None:
 
 def test_rule_conflict_on_default_limit_refused_at_release(rng: np.random.Generator) -> None:
     ledger = _ledger_started_under("advanced")
-    acc = Accountant(Budget(1.0), ledger=ledger, rng=rng)
+    acc = Accountant(Budget(1.0), ledger=ledger, rng=rng, simulation=True)
     before = snapshot(ledger, rng)
     with pytest.raises(LedgerConflictError):
         acc.release(Laplace(0.1), 1.0, dataset="adult")
@@ -558,7 +558,7 @@ def test_per_query_cap_is_not_silently_ignored_with_limits() -> None:
 
 def test_threads_never_overspend(ledger: Ledger) -> None:
     """8 threads × 50 releases against a limit admitting exactly 100: exactly 100 admitted."""
-    acc = Accountant(Budget(1.0), ledger=ledger, rng=SEED)
+    acc = Accountant(Budget(1.0), ledger=ledger, rng=SEED, simulation=True)
     m = Laplace(0.01)
     barrier = threading.Barrier(8)
     admitted, refused, errors = [0] * 8, [0] * 8, []

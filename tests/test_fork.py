@@ -99,7 +99,7 @@ def _positives(session: object, limit: int = 200) -> int:
 
 
 def test_a_forked_child_gets_no_answer_from_its_parents_session(tmp_path: Path) -> None:
-    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1)
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1, simulation=True)
     session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
     records = acc.ledger.head()[0]
     assert _in_child(lambda: _positives(session)) == 10
@@ -112,7 +112,7 @@ def test_a_forked_child_gets_no_answer_from_its_parents_session(tmp_path: Path) 
 
 def test_negative_control_a_session_without_its_guard_answers_again_in_each_child(
         tmp_path: Path) -> None:
-    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1)
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1, simulation=True)
     session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
 
     def bypassed() -> int:

@@ -53,7 +53,7 @@ def _watch_fsyncs(monkeypatch: pytest.MonkeyPatch, wal: Path, events: list[str])
 
 def test_sqlite_syncs_each_commit_before_its_draw(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0)
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
     events: list[str] = []
     acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
     _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
@@ -74,7 +74,7 @@ def test_sqlite_syncs_each_commit_before_its_draw(tmp_path: Path,
 def test_sqlite_negative_control_without_the_sync(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: the test above fails when the ledger does not sync."""
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0)
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
     events: list[str] = []
     _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
     monkeypatch.setattr(SqliteLedger, "_sync", lambda self, token: None)
@@ -109,7 +109,7 @@ def test_sqlite_one_sync_covers_every_commit_before_it(tmp_path: Path,
 
 def test_sqlite_a_failed_sync_draws_nothing_and_keeps_the_debit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0)
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
     events: list[str] = []
     acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
 
@@ -127,7 +127,8 @@ def test_sqlite_a_failed_sync_draws_nothing_and_keeps_the_debit(
     # by this object and by a new one.
     with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
         acc.release(Laplace(0.25), 1.0)
-    reopened = Accountant.open(f"sqlite:///{tmp_path / 'l.db'}", rng=0)  # (opening only reads)
+    reopened = Accountant.open(f"sqlite:///{tmp_path / 'l.db'}", rng=0,
+                               simulation=True)  # (opening only reads)
     with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
         reopened.release(Laplace(0.25), 1.0)
     reopened.close()
@@ -184,7 +185,7 @@ def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, fl
         # (returning, like the flush, a number for the next record)
         monkeypatch.setattr(pg_module, "_FLUSH", "CREATE TEMP TABLE IF NOT EXISTS no_wal (x int); "
                             "INSERT INTO no_wal VALUES (1) RETURNING nextval('dpbudget_seq')")
-    acc = Accountant(Budget(10.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
     before = _wal_syncs(postgres_database)
     for _ in range(RELEASES):
         acc.release(Laplace(0.1), 1.0)
@@ -202,7 +203,7 @@ def test_postgres_flush_rows_deleted_still_wait_for_the_disk(postgres_database: 
     """An UPDATE of a deleted row would write nothing and wait for nothing (fail-open): the
     flush is an upsert, so deleting the rows changes nothing."""
     dsn = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(10.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM dpbudget_flush")
     before = _wal_syncs(postgres_database)
@@ -218,7 +219,7 @@ def test_postgres_a_failed_commit_is_not_reported_as_committed(postgres_database
     """A COMMIT that fails (a deferred constraint trigger) leaves the session idle, like a flush
     that fails after it: the ledger tells them apart by looking for its record."""
     dsn = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
                      "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$")
@@ -242,7 +243,7 @@ def test_postgres_an_unconfirmed_commit_draws_nothing(postgres_database: str, bo
     """A flush that writes no row (an UPDATE of deleted rows would be one) or fails is not
     trusted: the release fails after its commit, nothing is drawn, and the debit stands."""
     dsn = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     events: list[str] = []
     acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -100,11 +100,11 @@ def _assert_consistent(acc: Accountant, limit: float) -> None:
 @pytest.mark.slow
 def test_an_interrupt_at_any_line_of_a_sqlite_debit_leaves_the_ledger_usable(tmp_path: Path) -> None:
     path = tmp_path / "b.db"
-    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0), rng=0)
+    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0))
     positions = _lines_in_one_release(acc)
     assert positions > 20  # the tracer sees the whole debit path
     other = SqliteLedger(path, timeout=0.5)  # another writer, short patience: a held lock fails
-    other_acc = Accountant(Budget(1000.0), ledger=other, rng=1)
+    other_acc = Accountant(Budget(1000.0), ledger=other)
     interrupted = 0
     for n in range(1, positions + 1):
         interrupted += _release_interrupted_at(acc, n)
@@ -126,7 +126,7 @@ def test_an_interrupt_at_any_line_of_a_sqlite_debit_leaves_the_ledger_usable(tmp
 
 @pytest.mark.slow
 def test_an_interrupt_at_any_line_of_a_memory_debit_never_hides_spend() -> None:
-    acc = Accountant(Budget(1000.0), rng=0)
+    acc = Accountant(Budget(1000.0))
     positions = _lines_in_one_release(acc)
     for n in range(1, positions + 1):
         _release_interrupted_at(acc, n)
@@ -147,8 +147,8 @@ def test_an_interrupt_at_any_line_of_a_postgres_debit_leaves_the_ledger_usable(
     from tests.conftest import _fresh_schema
 
     postgres_url = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(1000.0), ledger=postgres_url, rng=0)
-    other_acc = Accountant(Budget(1000.0), ledger=postgres_url, rng=1)
+    acc = Accountant(Budget(1000.0), ledger=postgres_url)
+    other_acc = Accountant(Budget(1000.0), ledger=postgres_url)
     positions = _lines_in_one_release(acc)
     with psycopg.connect(postgres_database, autocommit=True) as watcher:
         for n in range(1, positions + 1):
@@ -211,7 +211,7 @@ def test_real_sigints_at_random_moments(tmp_path: Path) -> None:
     result: list[str] = []
     reader = threading.Thread(target=lambda: result.append(child.stdout.readline()), daemon=True)
     reader.start()
-    mine = Accountant(Budget(limit), ledger=SqliteLedger(path, timeout=5.0), rng=2)
+    mine = Accountant(Budget(limit), ledger=SqliteLedger(path, timeout=5.0))
     pace = random.Random(20261122)
     sent = 0
     try:
@@ -245,7 +245,7 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     from accountant.logs import LOGGER_NAME, log_records_to
 
     path = tmp_path / "b.db"
-    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0), rng=0)
+    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0))
     positions = _lines_in_one_release(acc)
     log = tmp_path / "log.jsonl"
     handler = log_records_to(log)
@@ -347,7 +347,7 @@ def _deferred_debits_interrupted(postgres_database: str, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(WaitedLock, "contended", property(lambda self: True))
     ledger = PostgresLedger(_fresh_schema(postgres_database), timeout=5.0)
-    acc = Accountant(Budget(1000.0), ledger=ledger, rng=0)
+    acc = Accountant(Budget(1000.0), ledger=ledger)
     positions = _lines_in_one_release(acc)
     assert ledger.flushes > 0  # the flush really was deferred
     interrupted, held = 0, []

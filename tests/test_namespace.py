@@ -68,7 +68,7 @@ def test_cli_help_lists_every_audit_exit_bit_and_has_no_markup() -> None:
 
 def test_notebook_tables_show_spend_and_never_data(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
-    with dp.Accountant(dp.Budget(1.0), ledger=url, rng=0) as acc:
+    with dp.Accountant(dp.Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
         acc.release(dp.Laplace(0.25), 987654.321, dataset="people")
         for html in (acc._repr_html_(), acc.last_receipt._repr_html_(),
                      dp.Budget(0.5, 1e-6)._repr_html_(), dp.audit(url)._repr_html_()):

@@ -105,12 +105,12 @@ def test_alice_cannot_spend_under_other_names(analysts: Analysts, tmp_path: Path
     policy = analysts.policy(deny)
     # Negative control: where the caller's name stands (SQLite, memory), the issue's figure.
     for url in (f"sqlite:///{tmp_path / 'l.db'}", "memory://"):
-        with Accountant.from_policy(policy, ledger=url, rng=0) as acc:
+        with Accountant.from_policy(policy, ledger=url) as acc:
             assert acc.ledger.authenticated_analyst is None
             assert _take_everything(acc, analysts.names()) == pytest.approx(on_main)
     # On PostgreSQL, logged in as alice: her quota, and nothing more, whatever she names.
     Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner)).close()
-    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice)) as acc:
         assert acc.ledger.authenticated_analyst == analysts.alice
         assert _take_everything(acc, analysts.names()) == pytest.approx(0.3)
         for other in analysts.names()[1:3]:
@@ -128,9 +128,10 @@ def test_alice_cannot_spend_under_other_names(analysts: Analysts, tmp_path: Path
 
 def test_another_name_is_refused_before_anything_is_drawn_or_debited(
         analysts: Analysts, caplog: pytest.LogCaptureFixture) -> None:
-    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner),
+                           simulation=True).close()
     rng = np.random.default_rng(0)
-    with Accountant.open(analysts.dsn(analysts.alice), rng=rng) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice), rng=rng, simulation=True) as acc:
         acc.release(Laplace(0.1), 1.0, dataset="adult")  # None names alice
         receipt = acc.last_receipt
         assert receipt is not None and receipt.analyst == analysts.alice
@@ -163,12 +164,12 @@ def test_the_server_refuses_a_record_under_another_name(
     other = {"bob": analysts.bob, "Alice": analysts.alice.capitalize(), None: None}[name]
     _client_check_bypassed(monkeypatch)
     # Negative control: with the client check bypassed, nothing else on the client stops it.
-    with Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0) as acc:
+    with Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}") as acc:
         acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
         assert acc.last_receipt is not None and acc.last_receipt.analyst == other
-    Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner)).close()
+    Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner), simulation=True).close()
     rng = np.random.default_rng(0)
-    with Accountant.open(analysts.dsn(analysts.alice), rng=rng) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice), rng=rng, simulation=True) as acc:
         assert acc.ledger.authenticated_analyst is None  # (bypassed)
         acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=analysts.alice)
         before = snapshot(acc.ledger, rng)
@@ -202,7 +203,7 @@ def test_raw_sql_under_another_name_is_refused_even_after_set_role(
     """alice bypasses dpbudget: her own name is accepted (the control: the record is otherwise
     well formed), any other — the writer role she can SET ROLE to included — is not."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
-    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice)) as acc:
         acc.release(Laplace(0.1), 1.0, dataset="adult")
     before = analysts.rows()
     insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
@@ -224,7 +225,7 @@ def test_raw_sql_under_another_name_is_refused_even_after_set_role(
 def test_the_owner_may_write_others_records(analysts: Analysts) -> None:
     """An import (records of many analysts, written by the tables' owner) is the owner's."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
-    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice)) as acc:
         acc.release(Laplace(0.1), 1.0, dataset="adult")
     with psycopg.connect(analysts.dsn(analysts.owner)) as conn:
         conn.execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
@@ -236,7 +237,7 @@ def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> N
     """The role is read once, when the ledger opens; a session replaced later (a lost
     connection) must be the same role's, or the plans made for the first would be refused."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
-    with Accountant.open(analysts.dsn(analysts.alice), rng=0) as acc:
+    with Accountant.open(analysts.dsn(analysts.alice)) as acc:
         ledger = acc.ledger
         assert isinstance(ledger, PostgresLedger)
         before = analysts.rows()

@@ -40,7 +40,7 @@ def dsn(postgres_database: str) -> str:
 def _accountant(dsn: str, policy: dict[str, Any] = TWO, timeout: float = 0.5) -> Accountant:
     return Accountant.from_policy(Policy.model_validate(policy),
                                   ledger=PostgresLedger(dsn, timeout=timeout), rng=0,
-                                  owner_key=OWNER)
+                                  simulation=True, owner_key=OWNER)
 
 
 @contextlib.contextmanager
@@ -102,7 +102,7 @@ def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
 
 
 def test_two_first_debits_on_variants_of_a_new_name_do_not_make_two_budgets(dsn: str) -> None:
-    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0)
+    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0, simulation=True)
     with _holding(dsn, ["fold:adult"]):  # another debit on a variant of "Adult", not yet committed
         with pytest.raises(LedgerError, match="lock timeout"):
             acc.release(Laplace(0.1), 1.0, dataset="Adult")
@@ -313,7 +313,7 @@ def test_the_untouched_export_audits_clean_and_imports(dsn: str, tmp_path: Path,
     assert all(d["v"] == 2 and "prev" not in d for d in lines)
     target = PostgresLedger(_fresh_schema(postgres_database))
     assert import_jsonl(tmp_path / "full.jsonl", target) == len(lines)
-    acc = Accountant.open(target, rng=0)
+    acc = Accountant.open(target, rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0, dataset="b")  # continues every lane where it was
     assert audit(target).ok
     assert assert_chain(target) == len(lines)  # (the policy record is not counted)
@@ -335,14 +335,14 @@ def test_a_ledger_of_one_chain_continues_in_lanes(dsn: str, tmp_path: Path) -> N
     """A ledger written in one chain (format 1, here by SQLite, as an older PostgreSQL ledger
     was) continues on PostgreSQL in lanes: each account's lane starts at its last record."""
     old = Accountant.from_policy(Policy.model_validate(TWO), ledger=SqliteLedger(
-        tmp_path / "old.db"), rng=0)
+        tmp_path / "old.db"), rng=0, simulation=True)
     for dataset in ("a", "b", "a"):
         old.release(Laplace(0.1), 1.0, dataset=dataset)
     export_jsonl(old.ledger, tmp_path / "old.jsonl")
     old.close()
     ledger = PostgresLedger(dsn)
     import_jsonl(tmp_path / "old.jsonl", ledger)
-    acc = Accountant.open(ledger, rng=0)
+    acc = Accountant.open(ledger, rng=0, simulation=True)
     for dataset in ("b", "a", "b"):
         acc.release(Laplace(0.1), 1.0, dataset=dataset)
     records = [e.record for e in ledger.entries()]
@@ -383,7 +383,7 @@ def test_an_account_row_rewound_by_the_owner_is_refused_on_opening(dsn: str) -> 
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
-            Accountant.open(ledger, rng=0)
+            Accountant.open(ledger, rng=0, simulation=True)
         assert not audit(ledger).ok
 
 
@@ -419,7 +419,7 @@ def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) ->
         session.test(0.0)
     acc.close()
     with PostgresLedger(dsn) as ledger:  # the untouched ledger opens
-        Accountant.open(ledger, rng=0)
+        Accountant.open(ledger, rng=0, simulation=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         first = conn.execute("SELECT seq, record FROM dpbudget_entries WHERE "
                              "record::jsonb->'accounts' ? 'dataset:a' ORDER BY seq LIMIT 1"
@@ -433,7 +433,7 @@ def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) ->
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
-            Accountant.open(ledger, rng=0)
+            Accountant.open(ledger, rng=0, simulation=True)
 
 
 def test_a_policy_change_comes_after_every_debit_that_read_the_policy_before_it(
@@ -478,4 +478,4 @@ def test_an_account_row_deleted_by_the_owner_is_refused_on_opening(dsn: str) -> 
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
-            Accountant.open(ledger, rng=0)
+            Accountant.open(ledger, rng=0, simulation=True)

@@ -23,7 +23,7 @@ from tests.support import OWNER
 def two(postgres_database: str) -> tuple[Accountant, Accountant]:
     dsn = _fresh_schema(postgres_database)
     Accountant(Budget(1.0), ledger=dsn, owner_key=OWNER).close()
-    a, b = Accountant.open(dsn, rng=1), Accountant.open(dsn, rng=2)
+    a, b = Accountant.open(dsn), Accountant.open(dsn)
     yield a, b
     a.close()
     b.close()

@@ -34,7 +34,7 @@ def _kill_sessions(database: str) -> int:
 
 
 def test_a_killed_session_is_replaced_on_the_next_call(dsn: str, postgres_database: str) -> None:
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     for _ in range(3):
         assert _kill_sessions(postgres_database) >= 1  # what a server restart does to clients
@@ -49,7 +49,7 @@ def test_a_killed_session_is_replaced_on_the_next_call(dsn: str, postgres_databa
 def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: str) -> None:
     """A session that dies inside the transaction fails that release with a typed error and
     nothing drawn; the next release reconnects, and every answer has its debit."""
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0)
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
@@ -71,7 +71,7 @@ def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: s
 
 
 def test_a_held_lock_ends_in_a_typed_error_not_a_hang(dsn: str) -> None:
-    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0)
+    acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     with psycopg.connect(dsn) as holder:  # a transaction holding every lane's lock
         holder.execute("SELECT key FROM dpbudget_lanes FOR UPDATE")

@@ -96,7 +96,7 @@ def test_a_forged_negative_cost_in_a_rehashed_export_fails_the_audit(tmp_path: P
 def test_the_ledger_refuses_a_refund_appended_directly(tmp_path: Path) -> None:
     """Even code that bypasses the gate and appends through ``Ledger.transaction()`` cannot lower
     an account's running state."""
-    acc = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0)
+    acc = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0, simulation=True)
     acc.release(Laplace(0.5), 1.0)
     account = acc.ledger.account("dataset:default")
     assert account is not None
@@ -117,13 +117,13 @@ def test_running_totals_reset_by_hand_are_caught_when_the_ledger_opens(tmp_path:
     from accountant import LedgerCorruptedError
 
     path = tmp_path / "b.db"
-    with Accountant(Budget(1.0), ledger=path, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=path, rng=0, simulation=True) as acc:
         for _ in range(10):
             acc.release(Laplace(0.1), 1.0)
     with sqlite3.connect(path) as conn:
         conn.execute("""UPDATE accounts SET state = '{"delta":0.0,"epsilon":0.0}'""")
     with pytest.raises(LedgerCorruptedError, match="dataset:default"):
-        Accountant(Budget(1.0), ledger=path, rng=0)
+        Accountant(Budget(1.0), ledger=path, rng=0, simulation=True)
 
 
 def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
     from accountant import LedgerError
 
     path = tmp_path / "b.db"
-    acc = Accountant(Budget(1.0), ledger=path, rng=0)
+    acc = Accountant(Budget(1.0), ledger=path, rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     backup = tmp_path / "backup.db"
     shutil.copy(path, backup)
@@ -142,7 +142,7 @@ def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="deleted or replaced"):
         acc.release(Laplace(0.1), 1.0)
     acc.close()
-    acc = Accountant(Budget(1.0), ledger=tmp_path / "c.db", rng=0)
+    acc = Accountant(Budget(1.0), ledger=tmp_path / "c.db", rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     (tmp_path / "c.db").unlink()  # deleted while in use
     for suffix in ("-wal", "-shm"):
@@ -156,7 +156,7 @@ def test_a_relative_ledger_path_survives_a_chdir(tmp_path: Path, monkeypatch: An
     """Review finding: the deleted-or-replaced check must not refuse a ledger opened by a
     relative path once the process changes directory (as notebooks do)."""
     monkeypatch.chdir(tmp_path)
-    acc = Accountant(Budget(1.0), ledger="budget.db", rng=0)
+    acc = Accountant(Budget(1.0), ledger="budget.db", rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
     monkeypatch.chdir(tmp_path.parent)
     acc.release(Laplace(0.1), 1.0)

@@ -83,7 +83,7 @@ def _run_workers(path: Path, tmp_path: Path, workers: int, releases: int,
 
 def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
     path = tmp_path / "budget.db"
-    parent = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=SEED)
+    parent = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=SEED, simulation=True)
     for _ in range(3):
         parent.release(Laplace(0.1), 1.0, dataset="adult")
     child = textwrap.dedent("""

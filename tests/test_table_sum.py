@@ -22,7 +22,7 @@ from tests.support import OWNER
 def _spent_ledger(tmp_path: Path) -> tuple[str, Path]:
     path = tmp_path / "l.db"
     url = f"sqlite:///{path}"
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
         for _ in range(4):
             acc.release(Laplace(0.25), 1.0, dataset="people")
     return url, path
@@ -136,7 +136,7 @@ def test_a_keyed_record_edited_with_its_row_is_refused(tmp_path: Path,
     path = tmp_path / "k.db"
     url = f"sqlite:///{path}"
     with Accountant(limits={"people": Budget(1.0), "other": Budget(1.0)}, ledger=url,
-                    rng=0) as acc:
+                    rng=0, simulation=True) as acc:
         acc.release(Laplace(1.0), 1.0, dataset="people")
         acc.release(Laplace(0.5), 1.0, dataset="other")  # the head is not people's record
     with sqlite3.connect(path) as db:
@@ -157,7 +157,7 @@ def test_opening_while_another_thread_writes_is_never_taken_for_tampering(
     import threading
 
     url = f"sqlite:///{tmp_path / 'busy.db'}"
-    writer = Accountant(Budget(1e9), ledger=url, rng=0)
+    writer = Accountant(Budget(1e9), ledger=url, rng=0, simulation=True)
     stop = threading.Event()
 
     def write() -> None:

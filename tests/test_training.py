@@ -31,7 +31,8 @@ Y = (X @ np.array([1.5, -2.0, 0.5]) > 0).astype(float)
 
 def test_every_step_is_charged_and_the_first_refusal_ends_training(tmp_path: Path) -> None:
     location = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(1.0, 1e-5), composition="renyi", ledger=location, rng=1)
+    acc = Accountant(Budget(1.0, 1e-5), composition="renyi", ledger=location, rng=1,
+                     simulation=True)
     room = acc.max_releases(SubsampledGaussian(1.0, 0.1))
     result = dp_sgd(acc, X, Y, steps=room + 50, sampling_rate=0.1, noise_multiplier=1.0,
                         batch_size=20)

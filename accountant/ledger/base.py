@@ -76,6 +76,23 @@ class Ledger(ABC):
         there the ``analyst=`` a caller passes stands (docs/threat-model.md)."""
         return None
 
+    @property
+    def simulation(self) -> bool:
+        """Whether this ledger was created for simulation: its first record, authentic, says so
+        (``"simulation": true``, ``accountant.ledger.record``). Only such a ledger takes seeded
+        noise among durable ones (``Accountant(..., simulation=True)``). Being the first
+        record's, it is fixed when the ledger is created: no later record makes a ledger one,
+        none makes it stop being one. One read of the first record (not on any release's path).
+        """
+        for first in self.entries():
+            if not table_sum.authentic(self, first):
+                return False
+            try:
+                return json.loads(first.text).get("simulation") is True
+            except (ValueError, AttributeError):
+                return False
+        return False
+
     def transaction(self) -> "Scope":
         """An exclusive read-check-append unit (a context manager yielding a ``Transaction``);
         committed when the block ends, rolled back if it raises."""

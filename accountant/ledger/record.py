@@ -29,6 +29,11 @@ Invariant of every record that debits (an auditor replays on it): ``cost`` is ex
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
 need different charges for different accounts is written as several records. Additional members:
 
+- the first record of a ledger created for simulation (``Accountant(..., simulation=True)``; its
+  policy record): ``"simulation": true``. Only then does a durable ledger take seeded noise
+  (``noise`` ending in ``-seeded``); the audit reports seeded noise anywhere else
+  (``Ledger.simulation``). No other record carries the member, so a ledger never becomes one
+  later, nor stops being one;
 - a release on several datasets (a join): ``dataset`` is the first named, ``datasets`` all of them;
 - a release inside a pipeline: ``pipeline`` (its id); ``accounts`` is the pipeline's account only;
 - ``kind = "pipeline"`` (a pipeline opened): ``pipeline`` (its id, ``<name>#<seq>``), ``parent``

@@ -26,7 +26,7 @@ from mechanisms import AnalyticGaussian, Laplace
 def _ledger(path, n=6, **kw) -> str:
     url = f"sqlite:///{path}"
     with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)}, ledger=url,
-                    rng=1, **kw) as acc:
+                    rng=1, simulation=True, **kw) as acc:
         for i in range(n):
             acc.release(Laplace(0.1), float(i), dataset="adult" if i % 2 else "census",
                         analyst="alice" if i % 3 else "bob", label=f"q{i}")
@@ -207,7 +207,7 @@ def test_policy_limits_are_checked():
 
 def test_hmac_keyed_chain(tmp_path, monkeypatch):
     ledger = SqliteLedger(tmp_path / "k.db", hmac_key="k3y")
-    with Accountant(Budget(1.0), ledger=ledger, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=ledger) as acc:
         for _ in range(3):
             acc.release(Laplace(0.1), 1.0)
     url = f"sqlite:///{tmp_path / 'k.db'}"
@@ -243,7 +243,7 @@ def test_logs_audit_like_the_ledger(tmp_path):
     log = tmp_path / "pipeline.jsonl"
     handler = log_records_to(log)
     try:
-        acc = Accountant(Budget(1.0), rng=0)
+        acc = Accountant(Budget(1.0))  # (no seed: a log shows no ledger's first record)
         for _ in range(5):
             acc.release(Laplace(0.1), 1.0, dataset="d")
         with pytest.raises(Exception):
@@ -429,7 +429,7 @@ def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 512)
     assert main(["audit", str(corrupt)]) == 2
     acc_db = tmp_path / "ok.db"
-    with Accountant(Budget(1.0), ledger=acc_db, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=acc_db, rng=0, simulation=True) as acc:
         acc.release(Laplace(0.5), 1.0)
     assert main(["export", str(acc_db), str(tmp_path / "missing" / "out.jsonl")]) == 2
     capsys.readouterr()
@@ -474,7 +474,7 @@ def test_progress_bars_on_audit_and_import(tmp_path, capsys) -> None:
     from accountant.transfer import export_jsonl, import_jsonl
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
-    with Accountant(Budget(10.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(10.0), ledger=url, rng=0, simulation=True) as acc:
         for _ in range(30):
             acc.release(Laplace(0.1), 1.0)
     assert audit(url, progress=True).ok

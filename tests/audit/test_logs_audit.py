@@ -30,11 +30,11 @@ def _two_writers(tmp_path, n=6):
     """A ledger written by two accountants (two writers) in turn; its export, and the export
     split by writer — exactly the lines each process's own log would hold."""
     url = f"sqlite:///{tmp_path / 'l.db'}"
-    a = Accountant(Budget(10.0), ledger=url, rng=1)
+    a = Accountant(Budget(10.0), ledger=url)
     # Objects of one process on one ledger share a writer; forgetting the process's writers
     # makes the next object a writer of its own, as another process's would be.
     writer_module._WRITERS.clear()
-    b = Accountant.open(url, rng=2)
+    b = Accountant.open(url)
     for i in range(n):
         (a if i % 3 else b).release(Laplace(0.1), CANARY, dataset="people",
                                     analyst="alice" if i % 3 else "bob")
@@ -173,16 +173,16 @@ def test_records_name_a_new_writer_in_a_forked_child(tmp_path):
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")
     url = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(10.0), ledger=url, rng=1)
+    acc = Accountant(Budget(10.0), ledger=url)
     acc.release(Laplace(0.1), 1.0, dataset="d")
     acc.close()  # (a SQLite file open at a fork is refused in the child: tests/test_fork.py)
     child = multiprocessing.get_context("fork").Process(
-        target=lambda: Accountant(Budget(10.0), ledger=url, rng=1).release(
+        target=lambda: Accountant(Budget(10.0), ledger=url).release(
             Laplace(0.1), 1.0, dataset="d"))
     child.start()
     child.join(30)
     assert child.exitcode == 0
-    acc = Accountant(Budget(10.0), ledger=url, rng=1)  # the same process: the same writer
+    acc = Accountant(Budget(10.0), ledger=url)  # the same process: the same writer
     acc.release(Laplace(0.1), 1.0, dataset="d")
     acc.close()
     with open_ledger(url) as ledger:
@@ -197,7 +197,7 @@ def test_one_process_log_is_in_seq_order_whatever_its_threads_do(tmp_path):
     path = tmp_path / "log.jsonl"
     handler = log_records_to(path)
     try:
-        acc = Accountant(Budget(1000.0), rng=0)
+        acc = Accountant(Budget(1000.0))
         _in_threads([acc] * 4, 40)
     finally:
         handler.close()
@@ -245,7 +245,7 @@ def test_refused_requests_are_logged_for_review_and_are_not_spend(tmp_path, capl
     path = tmp_path / "log.jsonl"
     handler = log_records_to(path)
     try:
-        acc = Accountant(Budget(0.15), rng=0)
+        acc = Accountant(Budget(0.15))
         acc.release(Laplace(0.1), CANARY, dataset="people", analyst="alice", label="count")
         with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
             with pytest.raises(BudgetExceededError):
@@ -299,7 +299,7 @@ def test_an_accountant_per_request_is_still_one_writer(tmp_path):
     handler = log_records_to(path)
     try:
         for i in range(4):
-            with Accountant.open(url, rng=i) as acc:
+            with Accountant.open(url) as acc:
                 acc.release(Laplace(0.1), 1.0, dataset="default", label=f"request {i}")
     finally:
         handler.close()
@@ -323,7 +323,7 @@ def test_a_log_shared_by_several_objects_and_threads_audits_clean(tmp_path):
     handler = log_records_to(path)
     handler.addFilter(lambda record: time_module.sleep(0.0005) or True)  # widen the window
     try:
-        objects = [Accountant.open(url, rng=i) for i in range(4)]
+        objects = [Accountant.open(url) for i in range(4)]
         _in_threads(objects, 30)
         for acc in objects:
             acc.close()
@@ -347,7 +347,7 @@ def test_a_logging_failure_neither_fails_the_release_nor_loses_the_line(tmp_path
         return True
     handler.addFilter(flaky)
     try:
-        acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0)
+        acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
         for _ in range(3):
             acc.release(Laplace(0.1), 1.0)
         acc.close()

@@ -16,7 +16,7 @@ from mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
 
 def _ledger(tmp_path: Path, rng: object) -> str:
     location = f"sqlite:///{tmp_path / 'l.db'}"
-    with Accountant(Budget(10.0, 1e-3), ledger=location, rng=rng) as acc:
+    with Accountant(Budget(10.0, 1e-3), ledger=location, rng=rng, simulation=True) as acc:
         acc.release(Laplace(0.1), 1.0)
         acc.release(Laplace(0.1), [1.0, 2.0])
         acc.release(DiscreteLaplace(0.1), 3)

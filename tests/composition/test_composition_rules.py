@@ -51,7 +51,7 @@ def test_registry_and_errors():
 
 @pytest.mark.parametrize(("rule", "count"), [("basic", 100), ("advanced", 487), ("optimal", 562)])
 def test_theory_counts(rule, count):
-    acc = Accountant(LIMIT, composition=rule, rng=0, **KW[rule])
+    acc = Accountant(LIMIT, composition=rule, rng=0, simulation=True, **KW[rule])
     assert acc.max_releases(Laplace(0.01)) == count
     assert fill(acc, Laplace(0.01)) == count
     assert acc.max_releases(Laplace(0.01)) == 0
@@ -151,7 +151,7 @@ def test_refusal_leaves_ledger_and_rng_unchanged():
     for rule in RULES:
         rng = np.random.default_rng(3)
         m = AnalyticGaussian(0.5, 1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
-        acc = Accountant(LIMIT, composition=rule, rng=rng,
+        acc = Accountant(LIMIT, composition=rule, rng=rng, simulation=True,
                          **({"per_query": Budget(0.5, 1e-8)} if rule == "optimal" else {}))
         fill(acc, m)
         before = snapshot(acc, rng)
@@ -168,7 +168,7 @@ def test_max_releases_agrees_with_counting(rule):
     for first in mechs:
         for then in mechs:
             kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
-            acc = Accountant(LIMIT, composition=rule, rng=0, **kw)
+            acc = Accountant(LIMIT, composition=rule, rng=0, simulation=True, **kw)
             acc.release(first, 1.0)
             predicted = acc.max_releases(then)
             assert fill(acc, then) == predicted, (rule, first, then)
@@ -177,7 +177,7 @@ def test_max_releases_agrees_with_counting(rule):
 def test_unlimited_spend_is_tracked():
     for rule in RULES:
         kw = {"per_query": Budget(0.5)} if rule == "optimal" else {}
-        acc = Accountant(None, composition=rule, rng=0, **kw)
+        acc = Accountant(None, composition=rule, rng=0, simulation=True, **kw)
         m = AnalyticGaussian(0.5, 1e-6, noise="float") if rule == "gaussian" else Laplace(0.5)
         for _ in range(4):
             acc.release(m, 1.0)
@@ -191,12 +191,12 @@ def test_state_resumes_from_sqlite(tmp_path, rule):
     url = f"sqlite:///{tmp_path / 'x.db'}"
     m = AnalyticGaussian(0.3, 1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
     kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
-    with Accountant(LIMIT, composition=rule, ledger=url, rng=0, **kw) as acc:
+    with Accountant(LIMIT, composition=rule, ledger=url, rng=0, simulation=True, **kw) as acc:
         total = acc.max_releases(m)
         for _ in range(total // 2):
             acc.release(m, 1.0)
         spent = acc.spent()
-    with Accountant(LIMIT, composition=rule, ledger=url, rng=1, **kw) as acc:
+    with Accountant(LIMIT, composition=rule, ledger=url, rng=1, simulation=True, **kw) as acc:
         assert acc.spent() == spent
         assert fill(acc, m) == total - total // 2
 
@@ -304,7 +304,7 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'o.db'}"
     with Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.1),
-                    ledger=url, rng=0) as acc:
+                    ledger=url, rng=0, simulation=True) as acc:
         for _ in range(acc.max_releases(Laplace(0.1))):
             acc.release(Laplace(0.1), 1.0)
     with pytest.raises(LedgerConflictError, match="per_query"):
@@ -340,8 +340,9 @@ def test_advanced_conversion_share_cannot_change_mid_stream(tmp_path) -> None:
 
     url = tmp_path / "a.db"
     with Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced")},
-                    ledger=url, rng=0) as acc:
+                    ledger=url, rng=0, simulation=True) as acc:
         acc.release(Laplace(0.1), 1.0, dataset="d")
     with pytest.raises(LedgerConflictError, match="conversion_share"):
         Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced",
-                                             conversion_share=0.5)}, ledger=url, rng=0)
+                                             conversion_share=0.5)}, ledger=url, rng=0,
+                   simulation=True)

@@ -96,7 +96,8 @@ def test_limits_and_orders_are_validated() -> None:
 
 def test_changing_the_order_of_a_ledger_is_refused(tmp_path) -> None:
     path = tmp_path / "l.db"
-    with Accountant(LIMIT, composition="renyi", order=7.0, ledger=path, rng=0) as acc:
+    with Accountant(LIMIT, composition="renyi", order=7.0, ledger=path, rng=0,
+                    simulation=True) as acc:
         acc.release(SGM, np.ones((10, 1)))
     with pytest.raises(LedgerConflictError, match="order"):
         with Accountant(LIMIT, composition="renyi", order=8.0, ledger=path) as acc:
@@ -108,7 +109,7 @@ def test_changing_the_order_of_a_ledger_is_refused(tmp_path) -> None:
 
 def test_audit_replays_renyi_records(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'l.db'}"
-    with Accountant(LIMIT, composition="renyi", ledger=location, rng=0) as acc:
+    with Accountant(LIMIT, composition="renyi", ledger=location, rng=0, simulation=True) as acc:
         acc.release(SGM, np.ones((30, 2)))
         acc.release(Laplace(0.1, noise="float"), 1.0)
         acc.release(AnalyticGaussian(noise_multiplier=3.0, delta=1e-6), 1.0)

@@ -134,3 +134,63 @@ def test_bad_input_is_typed_and_debits_nothing(kwargs: dict[str, Any], error: ty
         group_by(acc, params.pop("keys"), params.pop("groups"), **params)
     assert caught.value.argument == argument
     assert acc.spent() == Budget(0.0)
+
+
+# -- undeclared rows are never read ------------------------------------------------------------
+# The attack (measured before this change): every value was validated before undeclared groups
+# were dropped, so a NaN in an undeclared group refused the release and named its row — an
+# un-noised signal that such a row exists. Now nothing of such a row is read: a NaN, a wrong type
+# or a huge value there gives the same answer, for the same seed, as a clean value.
+
+UNDECLARED_BAD = [math.nan, "x", 10**400, None, [1.0, 2.0], complex(1, 1), math.inf]
+
+
+@pytest.mark.parametrize("bad", UNDECLARED_BAD, ids=repr)
+@pytest.mark.parametrize("statistic", ["sum", "mean"])
+def test_a_bad_value_in_an_undeclared_group_changes_nothing(bad: Any, statistic: str) -> None:
+    row = KEYS.index("x")  # a row of the undeclared group "x"
+
+    def run(values: list[Any]) -> Any:
+        acc = Accountant(Budget(1.0), rng=11)
+        return group_by(acc, KEYS, GROUPS, values=values, statistic=statistic, lower=0,
+                        upper=10, epsilon=1.0), acc.spent()
+
+    dirty = list(VALUES)
+    dirty[row] = bad
+    assert run(dirty) == run(VALUES)
+    # As a numpy column too (one dtype for all rows: only a NaN or inf can hide in it).
+    if isinstance(bad, float):
+        assert run(np.array(dirty)) == run(np.array(VALUES))  # type: ignore[arg-type]
+
+
+def test_an_unhashable_key_is_an_undeclared_group() -> None:
+    keys: list[Any] = list(KEYS)
+    keys[KEYS.index("x")] = ["not", "hashable"]
+    same = [group_by(Accountant(Budget(1.0), rng=3), k, GROUPS, epsilon=1.0)
+            for k in (keys, KEYS)]
+    assert same[0] == same[1]
+
+
+def test_a_nan_in_a_declared_group_is_still_refused_naming_its_own_row() -> None:
+    values = list(VALUES)
+    values[3] = math.nan  # row 3 is in group "a"
+    values[KEYS.index("x")] = "junk"  # and an undeclared row before it is not read
+    acc = Accountant(Budget(1.0), rng=3)
+    with pytest.raises(InvalidDataError, match=r"values\[3\] is nan"):
+        group_by(acc, KEYS, GROUPS, values=values, statistic="sum", lower=0, upper=10,
+                 epsilon=1.0)
+    assert acc.spent() == Budget(0.0)
+
+
+def test_negative_control_validating_before_dropping_names_the_undeclared_row(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    module = importlib.import_module("mechanisms.group_by")  # (the package's name is the function)
+    monkeypatch.setattr(module, "_declared_values", lambda values, kept: values)  # the old order
+    values = list(VALUES)
+    row = KEYS.index("x")
+    values[row] = math.nan
+    with pytest.raises(InvalidDataError, match=rf"values\[{row}\] is nan"):
+        group_by(Accountant(Budget(1.0), rng=3), KEYS, GROUPS, values=values, statistic="sum",
+                 lower=0, upper=10, epsilon=1.0)

@@ -286,10 +286,10 @@ def test_numeric_session_releases_fresh_noisy_values():
 
 def test_session_on_sqlite_ledger(tmp_path):
     url = f"sqlite:///{tmp_path / 'budget.db'}"
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
         with acc.session(AboveThreshold(epsilon=0.4, threshold=1e9)) as s:
             s.test(1.0)
-    with Accountant(Budget(1.0), ledger=url, rng=0) as again:
+    with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as again:
         assert again.spent() == Budget(0.4)
         assert [r["kind"] for r in records(again)] == ["policy", "session", "session-close"]
 

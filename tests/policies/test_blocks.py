@@ -144,7 +144,7 @@ def test_a_join_or_a_dataset_without_blocks_cannot_name_them(make) -> None:
 
 def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    acc = Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, owner_key=OWNER)
+    acc = Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, simulation=True, owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     weekly = DAILY.replace('by = "day"', 'by = "week"').replace('first = "2026-11-15"\n', '')
     change = acc.apply_policy(write(weekly), by="admin", reason="test", owner_key=OWNER)
@@ -154,7 +154,8 @@ def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock)
 
 def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
+                                simulation=True) as acc:
         for day in range(15, 22):
             acc.release(Laplace(0.3), 1.0, dataset="events",
                         blocks=slice(f"2026-11-{day - 2 if day > 16 else 15}", f"2026-11-{day}"))
@@ -192,7 +193,7 @@ def test_block_rows_selects_exactly_the_rows_of_the_blocks(make) -> None:
 
 
 def _hammer(db: str, policy: str, seed: int, counts: "multiprocessing.Queue[int]") -> None:
-    acc = Accountant.from_policy(policy, ledger=db, rng=seed, clock=lambda: T0)
+    acc = Accountant.from_policy(policy, ledger=db, clock=lambda: T0)
     rng = np.random.default_rng(seed)
     n = 0
     for _ in range(60):
@@ -253,12 +254,13 @@ def test_the_example_runs(capsys) -> None:
 
 def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
+                                simulation=True) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     renyi = DAILY.replace('limit = { epsilon = 1.0 }',
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')
     with pytest.raises(LedgerConflictError, match="block:2026-11-20 cannot continue"):
-        Accountant.from_policy(write(renyi), ledger=db, clock=clock, rng=0)
+        Accountant.from_policy(write(renyi), ledger=db, clock=clock, rng=0, simulation=True)
 
 
 def test_an_unlocking_schedule_releases_a_block_gradually(make, clock) -> None:

@@ -43,7 +43,7 @@ def _url(tmp_path: Path, name: str = "l.db") -> str:
 def _keyed(tmp_path: Path, name: str = "l.db") -> str:
     """A ledger the owner created with ε = 1, on which the analyst spent it all."""
     url = _url(tmp_path, name)
-    with Accountant.from_policy(ONE, ledger=url, rng=0, owner_key=OWNER) as acc:
+    with Accountant.from_policy(ONE, ledger=url, owner_key=OWNER) as acc:
         acc.release(Laplace(1.0), 1.0, dataset="people")
     return url
 
@@ -80,7 +80,7 @@ def _other_key() -> OwnerKey:
 def test_apply_policy_without_the_owners_key_is_refused_and_changes_nothing(
         tmp_path: Path) -> None:
     url = _keyed(tmp_path)
-    with Accountant.open(url, rng=0) as analyst:
+    with Accountant.open(url) as analyst:
         before = snapshot(analyst.ledger)
         for key in (None, _other_key()):  # no key; the analyst's own key
             with pytest.raises(OwnerKeyError, match="nothing was written"):
@@ -90,7 +90,7 @@ def test_apply_policy_without_the_owners_key_is_refused_and_changes_nothing(
             analyst.release(Laplace(1.0), 1.0, dataset="people")
     assert audit(url).ok
     # Negative control: the owner's key makes the same change, recorded as granting more.
-    with Accountant.open(url, rng=0) as owner:
+    with Accountant.open(url) as owner:
         change = owner.apply_policy(HUNDRED, by="owner", reason="more", owner_key=OWNER)
         assert change.raised == ["policy.datasets.people.limit.epsilon: 1.0 -> 100.0"]
         owner.release(Laplace(1.0), 1.0, dataset="people")
@@ -152,7 +152,7 @@ def test_a_forged_policy_record_is_refused_at_open_and_flagged_by_the_audit(
 
 def test_the_keyless_ledgers_policy_cannot_change(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url) as acc:
         acc.release(Laplace(1.0), 1.0, dataset="people")
         before = snapshot(acc.ledger)
         for key in (None, OWNER):
@@ -221,7 +221,7 @@ def test_a_new_block_length_re_opens_spent_blocks_only_with_the_owners_key_and_i
         "by": "hour", "limit": {"epsilon": 1.0}}}}})
     url = _url(tmp_path)
     now = 1_795_255_200.0  # 2026-11-21T10:00Z: a fixed instant
-    acc = Accountant.from_policy(daily, ledger=url, rng=0, clock=lambda: now, owner_key=OWNER)
+    acc = Accountant.from_policy(daily, ledger=url, clock=lambda: now, owner_key=OWNER)
     acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # the day: spent
     with pytest.raises(OwnerKeyError):
         acc.apply_policy(hourly, by="analyst", reason="finer blocks")
@@ -289,7 +289,7 @@ def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
 def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_path: Path) -> None:
     from accountant.transfer import export_jsonl, import_jsonl
 
-    memory = Accountant(Budget(1.0), rng=0)  # records no policy: like a ledger from before them
+    memory = Accountant(Budget(1.0))  # records no policy: like a ledger from before them
     memory.release(Laplace(0.5), 1.0, dataset="people")
     jsonl = tmp_path / "old.jsonl"
     export_jsonl(memory.ledger, jsonl)

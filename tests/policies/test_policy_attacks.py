@@ -58,7 +58,7 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
     url = _url(tmp_path)
     p10 = _policy(tmp_path, "p10.toml", "[datasets.people]\nlimit = { epsilon = 10.0 }\n")
     p1 = _policy(tmp_path, "p1.toml", "[datasets.people]\nlimit = { epsilon = 1.0 }\n")
-    stale = Accountant.from_policy(p10, ledger=url, rng=0, owner_key=OWNER)
+    stale = Accountant.from_policy(p10, ledger=url, owner_key=OWNER)
     stale.release(Laplace(0.5), 1.0, dataset="people")
     with Accountant.open(url) as owner:
         owner.apply_policy(p1, by="owner", reason="lower it", owner_key=OWNER)
@@ -70,7 +70,7 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
         with stale.pipeline("p", dataset="people", budget=Budget(0.1)):
             pass
     stale.close()
-    with Accountant.open(url, rng=0) as fresh:  # the policy in force: 0.5 of 1.0 left
+    with Accountant.open(url) as fresh:  # the policy in force: 0.5 of 1.0 left
         assert fresh.remaining("people") == Budget(0.5)
         fresh.release(Laplace(0.5), 1.0, dataset="people")
     assert audit(url).ok
@@ -78,7 +78,7 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
 
 def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    acc = Accountant(Budget(2.0), ledger=url, rng=0, owner_key=OWNER)
+    acc = Accountant(Budget(2.0), ledger=url, owner_key=OWNER)
     acc.apply_policy(Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}}),
                      by="owner", reason="declare it", owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="people")
@@ -87,7 +87,7 @@ def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
 
 
 def test_a_ledger_without_a_policy_record_does_not_adopt_higher_limits(tmp_path: Path) -> None:
-    memory = Accountant(Budget(1.0), rng=0)  # an in-memory ledger stores no policy record
+    memory = Accountant(Budget(1.0))  # an in-memory ledger stores no policy record
     memory.release(Laplace(1.0), 1.0, dataset="people")
     jsonl = tmp_path / "old.jsonl"
     export_jsonl(memory.ledger, jsonl)
@@ -262,7 +262,7 @@ def test_the_audit_holds_a_stale_writers_release_to_the_policy_in_force(
 def test_the_audit_passes_releases_the_policy_in_force_admits(tmp_path: Path) -> None:
     url = _url(tmp_path)
     Accountant.from_policy(load_policy_text(IN_FORCE), ledger=url).close()
-    with Accountant.open(url, rng=0) as acc:
+    with Accountant.open(url) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
         with acc.pipeline("p", dataset="people", analyst="alice", budget=Budget(2.0)) as p:
             p.release(Laplace(0.5), 1.0)  # inside: paid by the allocation
@@ -274,7 +274,7 @@ def test_status_reports_against_the_policy_in_force(tmp_path: Path,
     import json
 
     url = _url(tmp_path)
-    with Accountant(Budget(10.0), ledger=url, rng=0, owner_key=OWNER) as acc:
+    with Accountant(Budget(10.0), ledger=url, owner_key=OWNER) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="people")
         acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.4 }\n"),
                          by="o", reason="lower it below the spend", owner_key=OWNER)
@@ -293,7 +293,7 @@ def test_status_applies_a_stored_default_limit(tmp_path: Path,
     import json
 
     url = _url(tmp_path)
-    with Accountant(Budget(2.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(2.0), ledger=url) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="sales")
     capsys.readouterr()
     assert cli(["status", url, "--json"]) == 0
@@ -315,7 +315,7 @@ def test_a_policy_file_admits_new_datasets_only_through_other_datasets(tmp_path:
     with Accountant.from_policy(closed, ledger=f"sqlite:///{tmp_path / 'c.db'}") as acc:
         with pytest.raises(UnknownDatasetError):
             acc.release(Laplace(0.1), 1.0, dataset="sales")
-    with Accountant.from_policy(_policy(tmp_path, "open.toml", OTHER), ledger=url, rng=0) as acc:
+    with Accountant.from_policy(_policy(tmp_path, "open.toml", OTHER), ledger=url) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="sales")   # a budget of its own: 0.5
         assert acc.remaining("sales") == Budget(0.0)
         with pytest.raises(InvalidArgumentError, match="variant"):
@@ -366,7 +366,7 @@ def test_the_audit_checks_each_item_of_a_stale_writers_batch_against_the_cap(
         stale.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], None, ("people", "alice"))
     report = audit(url)
     assert any("max_per_query" in p.message for p in report.problems), report.problems
-    with Accountant.open(url, rng=0) as acc:  # the gate refuses the same batch
+    with Accountant.open(url) as acc:  # the gate refuses the same batch
         with pytest.raises(BudgetExceededError):
             acc.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], dataset="people",
                              analyst="alice")

@@ -28,7 +28,8 @@ ORIGINAL = """
 def used(write, tmp_path):
     """An SQLite ledger on which alice spent 0.8 and bob 0.2 on adult under ORIGINAL."""
     db = tmp_path / "budget.db"
-    with Accountant.from_policy(write(ORIGINAL), ledger=db, rng=0, owner_key=OWNER) as acc:
+    with Accountant.from_policy(write(ORIGINAL), ledger=db, rng=0, simulation=True,
+                                owner_key=OWNER) as acc:
         acc.release(Laplace(0.8), 1.0, dataset="adult", analyst="alice")
         acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="bob")
     return db
@@ -38,8 +39,9 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
     lowered = write(ORIGINAL.replace("limit = { epsilon = 2.0 }", "limit = { epsilon = 0.5 }"))
     rng = np.random.default_rng(0)
     with pytest.raises(LedgerConflictError, match="datasets.adult.limit.epsilon: stored 2.0"):
-        Accountant.from_policy(lowered, ledger=used, rng=rng)  # other limits: refused
-    acc = Accountant.open(used, rng=rng)
+        Accountant.from_policy(lowered, ledger=used, rng=rng,
+                               simulation=True)  # other limits: refused
+    acc = Accountant.open(used, rng=rng, simulation=True)
     change = acc.apply_policy(lowered, by="test", reason="lower adult", owner_key=OWNER)
     assert change.raised == [] and change.changes
     RNGS[id(acc)] = rng
@@ -58,7 +60,7 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
 def test_lowering_an_analyst_limit(write, used):
     alice = "[datasets.adult.analysts.alice]\n    limit = { epsilon = "
     lowered = write(ORIGINAL.replace(alice + "1.0 }", alice + "0.5 }"))
-    with Accountant.open(used, rng=0) as acc:
+    with Accountant.open(used, rng=0, simulation=True) as acc:
         acc.apply_policy(lowered, by="test", reason="lower alice", owner_key=OWNER)
         with pytest.raises(BudgetExceededError) as info:
             acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="alice")
@@ -68,7 +70,7 @@ def test_lowering_an_analyst_limit(write, used):
 
 def test_raising_a_limit_resumes_from_the_recorded_spend(write, used):
     raised = write(ORIGINAL.replace("limit = { epsilon = 2.0 }", "limit = { epsilon = 3.0 }"))
-    with Accountant.open(used, rng=0) as acc:
+    with Accountant.open(used, rng=0, simulation=True) as acc:
         change = acc.apply_policy(raised, by="test", reason="raise adult", owner_key=OWNER)
         assert change.raised == ["policy.datasets.adult.limit.epsilon: 2.0 -> 3.0"]
         assert acc.spent("adult").epsilon == pytest.approx(1.0)

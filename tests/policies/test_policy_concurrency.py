@@ -21,7 +21,7 @@ POLICY = """
 def test_threads_on_two_accountants_share_one_analyst_limit(write, tmp_path):
     db = tmp_path / "budget.db"
     policy = write(POLICY)
-    accs = [Accountant.from_policy(policy, ledger=db, rng=i) for i in range(2)]
+    accs = [Accountant.from_policy(policy, ledger=db, rng=i, simulation=True) for i in range(2)]
     admitted = []
 
     def work(acc):

@@ -193,13 +193,13 @@ def test_pipeline_names_cannot_forge_keys(make, name):
 
 
 def test_pipeline_on_a_plain_accountant_and_receipts(tmp_path):
-    acc = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0)
+    acc = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0, simulation=True)
     p = acc.pipeline("r", dataset="d", budget=Budget(0.5))
     assert acc.last_receipt.cost == Budget(0.5)
     p.release(Laplace(0.25), 1.0)
     assert acc.last_receipt.remaining == Budget(0.25)  # the pipeline's account
     acc.close()
-    again = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0)
+    again = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0, simulation=True)
     assert again.spent("d") == Budget(0.5)
     again.close()
 

@@ -50,15 +50,15 @@ def _records(url: str) -> list[dict]:
 
 def test_reopening_with_a_bigger_limit_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    with Accountant(Budget(2.0), ledger=url, rng=0) as owner:
+    with Accountant(Budget(2.0), ledger=url) as owner:
         owner.release(Laplace(0.5), 1.0, dataset="people")
     before = _records(url)
     with pytest.raises(LedgerConflictError) as info:
-        Accountant(Budget(100.0), ledger=url, rng=0)  # Bob's own limits
+        Accountant(Budget(100.0), ledger=url)  # Bob's own limits
     assert "default.limit.epsilon: stored 2.0, given 100.0" in str(info.value)
     assert "Accountant.open" in str(info.value)
     assert _records(url) == before
-    with Accountant.open(url, rng=0) as bob:  # what Bob can do: the owner's limits
+    with Accountant.open(url) as bob:  # what Bob can do: the owner's limits
         assert bob.remaining("people") == Budget(1.5)
         with pytest.raises(BudgetExceededError):
             bob.release(Laplace(1.6), 1.0, dataset="people")
@@ -86,7 +86,7 @@ def test_open_enforces_the_analyst_limits_it_finds(tmp_path: Path) -> None:
     p = tmp_path / "p.toml"
     p.write_text(POLICY)
     Accountant.from_policy(p, ledger=url).close()
-    with Accountant.open(url, rng=1) as acc:
+    with Accountant.open(url) as acc:
         acc.release(Laplace(0.9), 1.0, dataset="people", analyst="alice")
         with pytest.raises(BudgetExceededError) as info:
             acc.release(Laplace(0.2), 1.0, dataset="people", analyst="alice")
@@ -99,7 +99,7 @@ def test_apply_policy_is_one_audited_record_and_says_when_it_weakens(tmp_path: P
     p = tmp_path / "p.toml"
     p.write_text(POLICY)
     monkeypatch.setenv("DPBUDGET_ACTOR", "owner")
-    with Accountant.from_policy(p, ledger=url, rng=0, owner_key=OWNER) as acc:
+    with Accountant.from_policy(p, ledger=url, owner_key=OWNER) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
         lower = tmp_path / "lower.toml"
         lower.write_text(POLICY.replace("epsilon = 1.0", "epsilon = 0.6"))
@@ -199,7 +199,7 @@ def test_two_processes_creating_a_ledger_write_one_policy_record(tmp_path: Path)
 
 def test_a_ledger_from_before_stored_policies_adopts_the_first_one_given(tmp_path: Path) -> None:
     old = MemoryLedger()  # in-memory ledgers store no policy (nobody else can open them)
-    acc = Accountant(Budget(1.0), ledger=old, rng=0)
+    acc = Accountant(Budget(1.0), ledger=old)
     acc.release(Laplace(0.25), 1.0)
     assert [e.record["kind"] for e in old.entries()] == ["release"]
     export_jsonl(old, tmp_path / "old.jsonl")
@@ -231,7 +231,7 @@ def test_a_keyed_ledger_authenticates_its_policy_record(tmp_path: Path, monkeypa
 
 def test_the_stored_policy_shows_no_data(tmp_path: Path) -> None:
     url = _url(tmp_path)
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url) as acc:
         acc.release(Laplace(0.25), 123456.789, dataset="people")
     text = json.dumps(_records(url)[0])
     assert "123456" not in text
@@ -240,7 +240,7 @@ def test_the_stored_policy_shows_no_data(tmp_path: Path) -> None:
 def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
         tmp_path: Path) -> None:
     url = _url(tmp_path)
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url) as acc:
         acc.release(Laplace(0.5), 1.0)
     with sqlite3.connect(tmp_path / "shared.db") as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
@@ -259,13 +259,13 @@ def test_one_table_gets_one_default_budget_not_three(twin: str, tmp_path: Path) 
     """Under a default limit, a variant of a dataset's name is refused (before anything is
     drawn or debited), in this process and in the next one that opens the ledger."""
     url = _url(tmp_path)
-    with Accountant(Budget(1.0), ledger=url, rng=0) as acc:
+    with Accountant(Budget(1.0), ledger=url) as acc:
         acc.release(Laplace(1.0), 1.0, dataset="people")
         with pytest.raises(InvalidArgumentError) as info:
             acc.release(Laplace(1.0), 1.0, dataset=twin)
         assert info.value.argument == "dataset"
         assert acc.spent(dataset="people") == Budget(1.0)
-    with Accountant.open(url, rng=0) as again:
+    with Accountant.open(url) as again:
         with pytest.raises(InvalidArgumentError):
             again.release(Laplace(1.0), 1.0, dataset=twin)
         assert [a.key for a in again.ledger.accounts()] == ["dataset:people", "policy"]
