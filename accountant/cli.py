@@ -117,7 +117,8 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
     """What ``policy check`` reports beyond validity: errors (a mechanism name no installed
-    mechanism has, with a suggestion) and warnings (settings that can never matter, or that
+    mechanism has — a library class by its name, a custom one by its module and class —, with a
+    suggestion) and warnings (settings that can never matter, or that
     another limit makes moot: a cap above its limit, an analyst limit above the dataset's)."""
     import difflib
 
@@ -127,7 +128,8 @@ def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
         where = f"datasets.{name}"
         for mechanism in dataset.allowed_mechanisms or ():
             if mechanism not in known:
-                close = difflib.get_close_matches(mechanism, sorted(known), n=1)
+                close = [k for k in sorted(known) if k.endswith("." + mechanism)] or \
+                    difflib.get_close_matches(mechanism, sorted(known), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else \
                     " (a custom mechanism? name its module with --import)"
                 errors.append(f"{where}.allowed_mechanisms: no mechanism is called "
@@ -146,8 +148,7 @@ def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
 
 
 def _mechanism_names() -> set[str]:
-    import mechanisms
-    from mechanisms.base import Mechanism
+    from mechanisms.base import Mechanism, mechanism_name
 
     import inspect
 
@@ -155,11 +156,12 @@ def _mechanism_names() -> set[str]:
     while todo:  # every concrete mechanism class defined so far (custom ones included)
         cls = todo.pop()
         if not inspect.isabstract(cls) and not cls.__name__.startswith("_"):
-            names.add(cls.__name__)
+            try:  # the name the gate records and matches: the library's or module-qualified
+                names.add(mechanism_name(cls))
+            except TypeError:  # a class posing under another's name: no name to admit
+                pass
         todo.extend(cls.__subclasses__())
-    exported = (getattr(mechanisms, n) for n in mechanisms.__all__)
-    return names | {c.__name__ for c in exported if isinstance(c, type)
-                    and issubclass(c, Mechanism) and not inspect.isabstract(c)}
+    return names
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
