@@ -34,6 +34,7 @@ from accountant.errors import (
     PolicyChangedError,
     PolicyError,
     PrivacyError,
+    SamplerSpentError,
     UnknownAnalystError,
     UnknownDatasetError,
     WindowEndedError,
@@ -70,7 +71,7 @@ __all__ = [
     "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",
     "NumericSession", "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt",
-    "Session", "TrainingResult", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
+    "SamplerSpentError", "Session", "TrainingResult", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
     "dp_sgd", "noise_for_steps", "noisy_gradient_descent", "plan_order",
 ]
 
