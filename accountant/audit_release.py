@@ -28,6 +28,7 @@ from typing import Any
 
 __all__ = ["LibraryRecords"]
 
+_RELEASES = ("release", "session")
 _STAND_INS: dict[str, Callable[[Any], Any]] = {
     "candidates": lambda n: tuple(range(int(n))), "categories": lambda n: tuple(range(int(n))),
     "function": lambda name: len}
@@ -37,16 +38,15 @@ class LibraryRecords:
     """Checks records that name library mechanisms; remembers each description's verdict."""
 
     def __init__(self) -> None:
-        self.verdicts: dict[str, str | None] = {}
+        self.verdicts: dict[Any, str | None] = {}
         self.classes: dict[str, type] | None = None
 
     def check(self, record: dict[str, Any]) -> str | None:
         """Why ``record`` cannot be a release of the library mechanism it names, or None (it can,
         or it names none)."""
-        if record.get("kind") not in ("release", "session"):
+        if record.get("kind") not in _RELEASES:
             return None
         mechanism = record.get("mechanism") or {}
-        noise = str(record.get("noise") or "").split("-")[0] or None
         if mechanism.get("name") == "batch":
             for i, item in enumerate((mechanism.get("params") or {}).get("items") or []):
                 why = self._item(item.get("name"), item.get("params"), item.get("cost"), None)
@@ -54,18 +54,26 @@ class LibraryRecords:
                     return f"its item {i}: {why}"
             return None
         return self._item(mechanism.get("name"), mechanism.get("params"), record.get("cost"),
-                          noise)
+                          record.get("noise"))
 
-    def _item(self, name: Any, params: Any, cost: Any, noise: str | None) -> str | None:
-        cls = self._library().get(name) if isinstance(name, str) else None
+    def _item(self, name: Any, params: Any, cost: Any, noise: Any) -> str | None:
+        """``noise`` is the record's member ("exact-csprng"...), None for a batch item."""
+        cls = (self.classes or self._library()).get(name) if type(name) is str else None
         if cls is None:
             return None
-        key = repr((name, params, cost, noise))
-        if key not in self.verdicts:
+        # Records of one mechanism repeat one description: its verdict is computed once.
+        try:
+            key: Any = (name, noise, *params.items(), None, *cost.items())
+            verdict = self.verdicts.get(key, self)
+        except (AttributeError, TypeError):  # a list among them, or not a dict at all
+            key = repr((name, params, cost, noise))
+            verdict = self.verdicts.get(key, self)
+        if verdict is self:
             if len(self.verdicts) > 4096:
                 self.verdicts.clear()
-            self.verdicts[key] = _verdict(cls, params, cost, noise)
-        return self.verdicts[key]
+            kind = None if noise is None else str(noise).split("-")[0]
+            verdict = self.verdicts[key] = _verdict(cls, params, cost, kind)
+        return verdict  # type: ignore[return-value]
 
     def _library(self) -> dict[str, type]:
         if self.classes is None:
