@@ -130,8 +130,9 @@ def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
             if mechanism not in known:
                 close = [k for k in sorted(known) if k.endswith("." + mechanism)] or \
                     difflib.get_close_matches(mechanism, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else \
-                    " (a custom mechanism? name its module with --import)"
+                hint = f"; did you mean {close[0]!r}?" if close else (
+                    " (a custom mechanism? list it as 'module.Class' and name its module with "
+                    "--import)")
                 errors.append(f"{where}.allowed_mechanisms: no mechanism is called "
                               f"{mechanism!r}{hint}")
         limit, cap = dataset.limit, dataset.max_per_query
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("file", help="policy file (.toml or .json)")
     check.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                        help="import MODULE first, so that the custom mechanisms it defines are "
-                       "known (repeatable)")
+                       "known, each as MODULE.Class (repeatable)")
     check.set_defaults(func=_policy_check)
     apply_ = policy_sub.add_parser(
         "apply", help="replace the policy stored in a ledger with FILE's, as one audited record "
