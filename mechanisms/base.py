@@ -6,9 +6,11 @@ built (the metaclass freezes it when its constructor returns). The accountant ca
 (validation only) before it debits, and ``draw`` (the only method that draws noise) after the
 debit has committed. Every mechanism of the library, and every one a user writes
 (docs/custom-mechanisms.md), uses the same public surface: ``declare`` its cost in ``__init__``,
-``params``, ``prepare``, ``draw``. A mechanism declares its name, public parameters and cost; composition math
-lives in ``accountant.composition`` and the ledger's encoding in ``accountant.ledger.record``,
-never here.
+``params``, ``prepare``, ``draw``. A mechanism declares its public parameters, cost and noise kind;
+its name is its class (``mechanism_name``), and what it is named, charged and recorded as
+(``name``, ``cost``, ``noise``, ``charge``) is this base class's, which no subclass may define.
+Composition math lives in ``accountant.composition`` and the ledger's encoding in
+``accountant.ledger.record``, never here.
 """
 
 from __future__ import annotations
