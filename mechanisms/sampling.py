@@ -167,7 +167,6 @@ class OneShotSampler(Sampler):
         """Stop drawing: every later use raises ``SamplerSpentError``."""
         self.bits._source = _SPENT  # type: ignore[attr-defined]
 
-
     def __reduce__(self) -> Any:
         raise TypeError("a one-shot sampler cannot be copied or pickled")
 
