@@ -36,6 +36,7 @@ from accountant.errors import (
     PolicyChangedError,
     PolicyError,
     PrivacyError,
+    SamplerSpentError,
     UnknownAnalystError,
     UnknownDatasetError,
     WindowEndedError,
@@ -72,8 +73,9 @@ __all__ = [
     "InvalidArgumentError", "InvalidDataError", "InvalidDataTypeError", "InvalidTypeError",
     "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",
-    "NumericSession", "OwnerKeyError", "Pipeline", "PolicyChangedError", "PolicyError", "PrivacyError", "Receipt",
-    "Session", "TrainingResult", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
+    "NumericSession", "OwnerKeyError", "Pipeline", "PolicyChangedError", "PolicyError",
+    "PrivacyError", "Receipt", "SamplerSpentError", "Session", "TrainingResult",
+    "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
     "dp_sgd", "noise_for_steps", "noisy_gradient_descent", "plan_order",
 ]
 

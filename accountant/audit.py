@@ -18,6 +18,7 @@ from typing import Any
 from accountant._numeric import within_budget
 from accountant.audit_chain import ChainCheck
 from accountant.audit_policy import InForce, PolicyRecords
+from accountant.audit_release import LibraryRecords
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
@@ -111,6 +112,7 @@ class _Replay:
         self.over_in_force: set[str] = set()
         self.in_force: InForce | None = None  # from the ledger's own policy records
         self.policies = PolicyRecords()
+        self.library = LibraryRecords()  # records naming library mechanisms, checked
         # Whether the first record, verified, says the ledger was created for simulation (None
         # until it is read); only there, or in an in-memory ledger, is seeded noise no problem.
         self.simulation: bool | None = None
@@ -190,6 +192,9 @@ class _Replay:
                 self.problem("limit", f"record {seq}: the policy in force (policy record "
                              f"{self.in_force.seq}) refuses it: {why}", seq)
         if accounts:
+            why = self.library.check(record)
+            if why is not None:
+                self.problem("release", f"record {seq}: {why}", seq)
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
                 self.debit(seq, key, stored, charge)

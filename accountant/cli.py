@@ -119,7 +119,8 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
     """What ``policy check`` reports beyond validity: errors (a mechanism name no installed
-    mechanism has, with a suggestion) and warnings (settings that can never matter, or that
+    mechanism has — a library class by its name, a custom one by its module and class —, with a
+    suggestion) and warnings (settings that can never matter, or that
     another limit makes moot: a cap above its limit, an analyst limit above the dataset's)."""
     import difflib
 
@@ -129,9 +130,11 @@ def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
         where = f"datasets.{name}"
         for mechanism in dataset.allowed_mechanisms or ():
             if mechanism not in known:
-                close = difflib.get_close_matches(mechanism, sorted(known), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else \
-                    " (a custom mechanism? name its module with --import)"
+                close = [k for k in sorted(known) if k.endswith("." + mechanism)] or \
+                    difflib.get_close_matches(mechanism, sorted(known), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else (
+                    " (a custom mechanism? list it as 'module.Class' and name its module with "
+                    "--import)")
                 errors.append(f"{where}.allowed_mechanisms: no mechanism is called "
                               f"{mechanism!r}{hint}")
         limit, cap = dataset.limit, dataset.max_per_query
@@ -148,8 +151,7 @@ def _contradictions(policy: Any) -> tuple[list[str], list[str]]:
 
 
 def _mechanism_names() -> set[str]:
-    import mechanisms
-    from mechanisms.base import Mechanism
+    from mechanisms.base import Mechanism, mechanism_name
 
     import inspect
 
@@ -157,11 +159,12 @@ def _mechanism_names() -> set[str]:
     while todo:  # every concrete mechanism class defined so far (custom ones included)
         cls = todo.pop()
         if not inspect.isabstract(cls) and not cls.__name__.startswith("_"):
-            names.add(cls.__name__)
+            try:  # the name the gate records and matches: the library's or module-qualified
+                names.add(mechanism_name(cls))
+            except TypeError:  # a class posing under another's name: no name to admit
+                pass
         todo.extend(cls.__subclasses__())
-    exported = (getattr(mechanisms, n) for n in mechanisms.__all__)
-    return names | {c.__name__ for c in exported if isinstance(c, type)
-                    and issubclass(c, Mechanism) and not inspect.isabstract(c)}
+    return names
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
@@ -345,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("file", help="policy file (.toml or .json)")
     check.add_argument("--import", dest="imports", action="append", metavar="MODULE",
                        help="import MODULE first, so that the custom mechanisms it defines are "
-                       "known (repeatable)")
+                       "known, each as MODULE.Class (repeatable)")
     check.set_defaults(func=_policy_check)
     apply_ = policy_sub.add_parser(
         "apply", help="replace the policy stored in a ledger with FILE's, as one audited record "

@@ -24,6 +24,7 @@ __all__ = [
     "BudgetExceededError",
     "MechanismNotAllowedError",
     "MechanismExhaustedError",
+    "SamplerSpentError",
     "WindowEndedError",
     "LedgerError",
     "LedgerCorruptedError",
@@ -256,6 +257,11 @@ class MechanismExhaustedError(PrivacyError):
         self.answered = answered
         self.positives = positives
         super().__init__(message)
+
+
+class SamplerSpentError(PrivacyError):
+    """A sampler handed to a release was used after that release returned (or after its session
+    closed): a mechanism kept it to draw for another request. Nothing was drawn."""
 
 
 class LedgerError(PrivacyError):

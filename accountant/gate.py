@@ -37,7 +37,7 @@ from accountant.refusals import REFUSALS, log_refusal
 from accountant.session import NumericSession, Session
 from accountant.step import Step, check_continues, step_account
 from mechanisms.base import Mechanism, StreamMechanism
-from mechanisms.sampling import Sampler
+from mechanisms.sampling import OneShotSampler, Sampler
 from policies.accounts import dataset_key, dataset_name
 from policies.limits import DatasetLimit, folded_name
 from policies.stored import POLICY_KEY
@@ -84,9 +84,9 @@ class Gate:
             prepared = mechanism.prepare(value)
             self.debit(Step.of(mechanism), plan, label)
         except REFUSALS as refusal:
-            self.refused(refusal, mechanism.name, mechanism.cost, where, label)
+            self.refused(refusal, mechanism.name, mechanism.charge.budget, where, label)
             raise
-        return mechanism.draw(prepared, self.sampler)
+        return self.sampler.once(mechanism.draw, prepared)  # (a sampler dead once it returns)
 
     def release_many(self, items: Any, label: str | None, where: Where) -> list[Any]:
         """A batch fixed in advance: every item validated, one debit, then every draw."""
@@ -111,7 +111,7 @@ class Gate:
         except REFUSALS as refusal:
             self.refused(refusal, "batch", step.cost, where, label)
             raise
-        return [m.draw(v, self.sampler) for m, v in zip(mechanisms, prepared)]
+        return self.sampler.once(lambda vs, s: [m.draw(v, s) for m, v in vs], zip(mechanisms, prepared))
 
     def open_session(self, mechanism: StreamMechanism, label: str | None, where: Where,
                      ends: float | None = None) -> Session:
@@ -128,12 +128,12 @@ class Gate:
             receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
             lanes = [a.key for a in self._local.charged]  # (this thread's debit, just made)
         except REFUSALS as refusal:
-            self.refused(refusal, mechanism.name, mechanism.cost, where, label)
+            self.refused(refusal, mechanism.name, mechanism.charge.budget, where, label)
             raise
-        stream = mechanism._open(self.sampler)
+        sampler, stream = self.sampler.lease(mechanism._open)  # (ended when the session closes)
         cls = NumericSession if mechanism.releases_values else Session
-        return cls(lambda s: self._close_session(s, step, plan, lanes), stream, receipt, ends,
-                   self.clock)
+        return cls(lambda s: self._close_session(s, step, plan, lanes, sampler), stream, receipt,
+                   ends, self.clock)
 
     def window_end(self, plan: Plan, ends: float | None = None) -> float | None:
         """When an allocation made now on ``plan`` must stop answering: the end of the renewal
@@ -296,10 +296,11 @@ class Gate:
         return fields
 
     def _close_session(self, session: Session, step: Step, plan: Plan,
-                       lanes: list[str]) -> None:
+                       lanes: list[str], sampler: OneShotSampler) -> None:
         """Append the zero-cost record of a session's answer counts; no account changes. In a
         ledger of lanes it is on the lanes of the accounts the session was charged to, so that it
-        cannot be deleted unseen (``accountant.ledger.lanes``)."""
+        cannot be deleted unseen (``accountant.ledger.lanes``). Ends the session's sampler."""
+        sampler.end()
         r = session.receipt
         fields = self._fields(step, plan, r.label, '"session-close"', [])
         fields.update(cost=ZERO_COST, session=str(r.seq), answered=str(session.answered),
@@ -316,7 +317,8 @@ class Gate:
 
     def validate(self, mechanism: Mechanism, label: str | None, where: Where) -> Plan:
         """The request's plan, after checking the mechanism, the label, the dataset and analyst
-        (by planning) and the policy's stateless checks. Draws and debits nothing."""
+        (by planning) and the policy's stateless checks: allowed mechanisms by class identity
+        (``mechanism_name``), caps on the frozen charge the debit uses. Draws and debits nothing."""
         if Mechanism not in type(mechanism).__mro__:  # a real subclass (an ABC check is slow)
             raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
         _validate.text("label", label, optional=True)
@@ -328,9 +330,9 @@ class Gate:
                     f"datasets.{name}.allowed_mechanisms does not admit {mechanism.name} "
                     f"(admitted: {list(allowed)}); nothing was drawn and nothing was debited")
             cap = limit.max_per_query
-            if cap is not None and not cap.admits(mechanism.cost):
+            if cap is not None and not cap.admits(mechanism.charge):
                 account = self.planner.account(name, None)
-                raise BudgetExceededError(mechanism.cost, self.remaining(account), name,
+                raise BudgetExceededError(mechanism.charge.budget, self.remaining(account), name,
                                           dataset_key(name), f"above datasets.{name}."
                                           f"max_per_query {cap}")
         return plan

@@ -31,7 +31,8 @@ class ShareAbove(Mechanism):
         self.threshold, self.n = float(threshold), n
         self._count = Laplace(epsilon, sensitivity=1.0)  # validates epsilon
         self.epsilon = self._count.epsilon
-        self.declare(Budget(self.epsilon))  # the cost, from public parameters only
+        # The cost, from public parameters only; the noise is the library's exact Laplace.
+        self.declare(Budget(self.epsilon), noise="exact")
 
     def params(self) -> dict[str, Any]:  # public, written to the ledger: never data
         return {"epsilon": self.epsilon, "threshold": self.threshold, "n": self.n}
@@ -56,6 +57,8 @@ def main() -> None:
     share = acc.release(ShareAbove(0.5, 50_000.0, n=2_000), list(incomes), dataset="incomes")
     print(f"share above 50,000: {share:.3f} (true {(incomes > 50_000).mean():.3f})")
     print(f"spent: {acc.spent('incomes')}")
+    # Recorded under its module and class (a policy admits it by that name), never "Laplace".
+    print(f"recorded as: {acc.last_receipt.mechanism if acc.last_receipt else None}")
 
 
 if __name__ == "__main__":

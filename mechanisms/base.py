@@ -6,15 +6,18 @@ built (the metaclass freezes it when its constructor returns). The accountant ca
 (validation only) before it debits, and ``draw`` (the only method that draws noise) after the
 debit has committed. Every mechanism of the library, and every one a user writes
 (docs/custom-mechanisms.md), uses the same public surface: ``declare`` its cost in ``__init__``,
-``params``, ``prepare``, ``draw``. A mechanism declares its name, public parameters and cost; composition math
-lives in ``accountant.composition`` and the ledger's encoding in ``accountant.ledger.record``,
-never here.
+``params``, ``prepare``, ``draw``. A mechanism declares its public parameters, cost and noise kind;
+its name is its class (``mechanism_name``), and what it is named, charged and recorded as
+(``name``, ``cost``, ``noise``, ``charge``) is this base class's, which no subclass may define.
+Composition math lives in ``accountant.composition`` and the ledger's encoding in
+``accountant.ledger.record``, never here.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import sys
 from abc import ABC, ABCMeta, abstractmethod
 from typing import Any, ClassVar
 
@@ -31,7 +34,7 @@ from accountant.errors import (
 from mechanisms.sampling import Sampler
 
 __all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
-           "noise_kind", "real_as_float", "real_values"]
+           "mechanism_name", "noise_kind", "real_as_float", "real_values"]
 
 # "exact": noise from the exact integer samplers, released on a grid (the default);
 # "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).
@@ -47,15 +50,72 @@ def noise_kind(noise: Any) -> str:
     return str(noise)
 
 
+# What a subclass may not define: what it is recorded and charged as is fixed by the base class
+# when the constructor returns (the name from the class's identity, the cost and noise kind from
+# ``declare``, the charge from both), and the attributes that hold them or could change them.
+_FINAL = frozenset({"name", "cost", "noise", "charge", "declare", "_cost", "_charge", "_frozen",
+                    "_declared_noise", "__setattr__", "__delattr__", "__getattribute__"})
+# The public names of the library's own classes, and the qualified names of custom classes that
+# their module holds under that name (see ``mechanism_name``).
+_NAMES: dict[type, str] = {}
+
+
+def mechanism_name(cls: type) -> str:
+    """The name a mechanism class is recorded, allowed and refused under: its class identity.
+
+    A class of the library (defined in the ``mechanisms`` package, and the very object its module
+    holds under its name) is named by its public name: ``"Laplace"`` is ``mechanisms.Laplace``
+    itself, never a subclass or a look-alike. Every other class is named by its module and
+    qualified name (``"mypkg.mech.Clipped"``; ``"tests.t.test_x.<locals>.Clipped"`` for a class
+    defined in a function, which no ``allowed_mechanisms`` entry can name).
+
+    Raises:
+        TypeError: a class defined at module level that its module does not hold under the name
+            it states (a ``__module__`` or ``__qualname__`` rewritten to pose as another class).
+    """
+    name = _NAMES.get(cls)
+    if name is not None:
+        return name
+    module, qualname = cls.__module__, cls.__qualname__
+    if "<locals>" in qualname:  # defined in a function: not reachable by name, not cached
+        return f"{module}.{qualname}"
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not cls:
+        raise TypeError(f"mechanism class {module}.{qualname} is not the class its module holds "
+                        "under that name (a rewritten __module__ or __qualname__?): a mechanism "
+                        "is named by its class, defined at module level or in a function")
+    library = module == "mechanisms" or module.startswith("mechanisms.")
+    name = _NAMES[cls] = cls.__name__ if library and qualname == cls.__name__ else \
+        f"{module}.{qualname}"
+    return name
+
+
 class _Frozen(ABCMeta):
     """Freezes every mechanism when its constructor returns, and fixes its ``Charge`` then.
 
     Cost is fixed at construction: changing a parameter afterwards would let a mechanism release
     with more noise-free signal than it declared. Subclasses only set their attributes and
-    ``_cost`` in ``__init__``; nothing else is needed to make them immutable.
+    ``declare`` their cost in ``__init__``; nothing else is needed to make them immutable. A
+    subclass that defines ``name``, ``cost``, ``noise``, ``charge`` (or what holds them) is refused
+    when it is created: the gate checks caps and policies on exactly what it debits and records.
     """
 
+    def __new__(mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any],
+                **kwargs: Any) -> Any:
+        if any(isinstance(base, _Frozen) for base in bases):  # a subclass of Mechanism
+            defined = sorted(_FINAL.intersection(namespace))
+            if defined:
+                raise TypeError(
+                    f"mechanism class {name} may not define {', '.join(defined)}: a mechanism's "
+                    "name is its class, and its cost and noise kind are what __init__ declares "
+                    "(self.declare(Budget(...), noise=...)); rho, mu and rdp declare a tighter "
+                    "cost")
+        return super().__new__(mcs, name, bases, namespace, **kwargs)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        name = _NAMES.get(cls) or mechanism_name(cls)  # (a poser is refused before it runs)
         try:
             mechanism = super().__call__(*args, **kwargs)
         except (ZeroDivisionError, OverflowError):
@@ -69,14 +129,18 @@ class _Frozen(ABCMeta):
         cost = state.get("_cost")
         if type(cost) is not Budget and not isinstance(cost, Budget):  # (ABC checks are slow)
             raise TypeError(f"{cls.__name__}.__init__ must declare its cost: self.declare(Budget(...))")
-        for name, value in mechanism.params().items():
+        noise = state.setdefault("_declared_noise", "float")
+        if type(noise) is not str or noise not in NOISE_KINDS:  # (set other than by declare)
+            noise_kind(noise)
+        for key, value in mechanism.params().items():
             if isinstance(value, float) and not (math.isfinite(value) and (
-                    value != 0.0 or name in type(mechanism)._may_be_zero)):
+                    value != 0.0 or key in type(mechanism)._may_be_zero)):
                 raise InvalidArgumentError(
-                    name, value, "a finite, non-zero double (the parameters given overflow or "
+                    key, value, "a finite, non-zero double (the parameters given overflow or "
                     "underflow it)")
+        # ρ, μ and the RDP curve are read here, once: the charge is what every debit uses.
         state["_charge"] = Charge(cost.epsilon, cost.delta, mechanism.rho, mechanism.mu,
-                                  cls.__name__, (), mechanism.rdp)
+                                  name, (), mechanism.rdp)
         state["_frozen"] = True
         return mechanism
 
@@ -84,8 +148,9 @@ class _Frozen(ABCMeta):
 class Mechanism(ABC, metaclass=_Frozen):
     """Base of every mechanism, the library's and yours (docs/custom-mechanisms.md).
 
-    A subclass, in ``__init__``, validates its public parameters and calls ``self.declare(cost)``
-    with the (ε, δ) ``Budget`` of one release, computed from those parameters only; it implements
+    A subclass, in ``__init__``, validates its public parameters and calls ``self.declare(cost,
+    noise=...)`` with the (ε, δ) ``Budget`` of one release, computed from those parameters only,
+    and how its noise is drawn (``"exact"`` or ``"float"``, the default); it implements
     ``params`` (the public parameters, written to the ledger), ``prepare`` (validate the true
     value, raise a typed error naming it, draw nothing) and ``draw`` (the noisy answer, using only
     the ``Sampler`` it is given). Where it has a tighter zCDP or Gaussian-DP cost it overrides
@@ -100,17 +165,26 @@ class Mechanism(ABC, metaclass=_Frozen):
 
     @property
     def cost(self) -> Budget:
-        """The (ε, δ)-DP cost of one release."""
+        """The (ε, δ)-DP cost of one release (fixed at construction; a subclass cannot define
+        it)."""
         return self._cost
 
-    def declare(self, cost: Budget) -> None:
-        """Declare the (ε, δ) cost of one release; called once, in ``__init__``, with a value
-        computed from the public parameters only (never from data)."""
+    def declare(self, cost: Budget, noise: str = "float") -> None:
+        """Declare the (ε, δ) cost of one release and how its noise is drawn; called once, in
+        ``__init__``, with values computed from the public parameters only (never from data).
+
+        Args:
+            cost: the (ε, δ)-DP cost of one release.
+            noise: ``"exact"`` (drawn with the exact samplers, e.g. through the library's own
+                mechanisms) or ``"float"`` (textbook float noise; the default).
+        """
         if "_frozen" in self.__dict__:
             raise AttributeError(f"{self.name} is immutable; its cost is declared in __init__")
         if not isinstance(cost, Budget):
             raise InvalidTypeError("cost", cost, "a Budget")
         object.__setattr__(self, "_cost", cost)
+        object.__setattr__(self, "_declared_noise", noise if type(noise) is str
+                           and noise in NOISE_KINDS else noise_kind(noise))
 
     @property
     def rho(self) -> float | None:
@@ -130,13 +204,17 @@ class Mechanism(ABC, metaclass=_Frozen):
 
     @property
     def name(self) -> str:
-        return type(self).__name__
+        """The class's public name for the library's own classes, else its module-qualified name
+        (``mechanism_name``): what records, policies and refusals name it by."""
+        return mechanism_name(type(self))
 
     @property
     def noise(self) -> str:
         """How the noise is drawn: ``"exact"`` (exact samplers) or ``"float"`` (textbook float
-        samplers). Written into every release record; a mechanism that does not say is "float"."""
-        return "float"
+        samplers), as ``declare`` said. Written into every release record; a mechanism that does
+        not say is "float"."""
+        kind: str = self.__dict__.get("_declared_noise", "float")
+        return kind
 
     @property
     def charge(self) -> Charge:

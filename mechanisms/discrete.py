@@ -38,10 +38,6 @@ _MAX_SIGMA = 2.0 ** 20  # the calibration sums ~22σ terms per evaluation
 
 
 class _IntegerMechanism(Mechanism):
-    @property
-    def noise(self) -> str:
-        return "exact"
-
     def prepare(self, value: Any) -> Any:
         """An ``int`` or a non-empty array of integers (``int64``, |entries| < 2^61).
 
@@ -98,7 +94,7 @@ class DiscreteLaplace(_IntegerMechanism):
                 Fraction(math.floor(rate / 2 ** -k) * 2 ** -k)
         self._s, self._t = rate.numerator, rate.denominator
         self.scale = _numeric.div_up(float(self._t), float(self._s))
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise="exact")
 
     @property
     def zero_probability(self) -> float:
@@ -145,7 +141,7 @@ class DiscreteGaussian(_IntegerMechanism):
         sigma2 = _calibrate(self.epsilon, self.delta, self.sensitivity)
         self._num, self._den = sigma2.numerator, sigma2.denominator
         self.sigma = _numeric.mul_up(math.sqrt(float(sigma2)), 1.0 + 2.0 ** -52)
-        self.declare(Budget(self.epsilon, self.delta))
+        self.declare(Budget(self.epsilon, self.delta), noise="exact")
 
     @property
     def rho(self) -> float:

@@ -47,11 +47,8 @@ class _GaussianFamily(NumericMechanism):
         self._noise = noise_kind(noise)
         self.grid = (_grid(self.epsilon, self.delta, self.sensitivity, self.sigma)
                      if self._noise == "exact" else None)
-        self.declare(Budget(self.epsilon, self.delta))
+        self.declare(Budget(self.epsilon, self.delta), noise=self._noise)
 
-    @property
-    def noise(self) -> str:
-        return self._noise
 
     @property
     def rho(self) -> float:

@@ -52,11 +52,8 @@ class Laplace(NumericMechanism):
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
         self._noise = noise_kind(noise)
         self.grid = _grid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise=self._noise)
 
-    @property
-    def noise(self) -> str:
-        return self._noise
 
     @property
     def rdp(self) -> tuple[Any, ...] | None:

@@ -214,11 +214,8 @@ class ProposeTestRelease(Mechanism):
         threshold = _numeric.div_up(-math.log(self.delta), half) * (1 + 1e-12)
         self.threshold = math.ceil(threshold)
         self._cap = self.threshold + math.ceil(40 / half)
-        self.declare(Budget(self.epsilon, self.delta))
+        self.declare(Budget(self.epsilon, self.delta), noise="exact")
 
-    @property
-    def noise(self) -> str:
-        return "exact"
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,

@@ -80,11 +80,8 @@ class Quantile(Mechanism):
         self._grid = np.asarray(self.candidates, dtype=np.float64)
         self._q = Fraction(self.q)
         self._rate = Fraction(self.epsilon) / (2 * self._q.denominator)  # γ per score unit
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise="exact")
 
-    @property
-    def noise(self) -> str:
-        return "exact"
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "q": self.q, "lower": self.lower, "upper": self.upper,

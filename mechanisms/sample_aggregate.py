@@ -94,11 +94,8 @@ class SampleAndAggregate(Mechanism):
         if max(abs(self.lower), abs(self.upper)) > self._mean.grid.limit_for(1):
             raise InvalidArgumentError("upper", upper, "a range whose values the noise grid can "
                                        f"represent (at most {self._mean.grid.limit_for(1):.6g})")
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise="exact")
 
-    @property
-    def noise(self) -> str:
-        return "exact"
 
     def params(self) -> dict[str, Any]:
         name = getattr(self.function, "__qualname__", type(self.function).__name__)

@@ -5,6 +5,13 @@ Randomness is injected: ``Sampler(None)`` reads the operating system's CSPRNG (`
 ``Sampler(numpy.random.Generator)`` or ``Sampler(seed)`` is reproducible and is for tests and
 examples only, never for a real release.
 
+A sampler handed to a mechanism is one-shot (``OneShotSampler``): the accountant gives each
+release and each batch (``Sampler.once``), and each sparse-vector session (``Sampler.lease``), a
+view of its source that stops working when that release returns (the session closes), so nothing a
+mechanism keeps — the sampler, its ``bits`` — can draw noise for another request, such as one the
+accountant refused (``SamplerSpentError``). It costs the release two small objects and one
+indirection per draw of random words.
+
 The mechanisms draw their noise from ``sampler.bits`` with the exact samplers (``mechanisms.exact``,
 ``mechanisms.grid``). The float methods below (inverse-CDF transforms of 64 random bits) remain only
 for the explicit ``noise="float"`` opt-out: like every textbook implementation they are exposed to
@@ -16,18 +23,19 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.special import ndtri
 
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError, SamplerSpentError
 from mechanisms.bits import RandomBits
 
-__all__ = ["Sampler"]
+__all__ = ["OneShotSampler", "Sampler"]
 
 _TWO_M53 = 2.0 ** -53
+T = TypeVar("T")
 
 
 class Sampler:
@@ -77,6 +85,33 @@ class Sampler:
         n = math.prod((size,) if isinstance(size, int) else size)
         return self.bits.words(n).reshape(size)
 
+    def one_shot(self) -> "OneShotSampler":
+        """A sampler drawing from this one's source until its ``end()``, then never again."""
+        return OneShotSampler(self.bits)
+
+    def once(self, draw: Callable[[Any, "OneShotSampler"], T], value: Any) -> T:
+        """``draw(value, sampler)`` with a one-shot sampler that ends when it returns (or raises):
+        how the accountant hands its source to a release."""
+        # (Built without __init__ calls and ended inline: this is on every release's path.)
+        bits = _new(_OneShotBits)
+        bits._source = self.bits
+        sampler = _new(OneShotSampler)
+        sampler.bits = bits
+        try:
+            return draw(value, sampler)
+        finally:
+            bits._source = _SPENT
+
+    def lease(self, open_: Callable[["OneShotSampler"], T]) -> tuple["OneShotSampler", T]:
+        """``open_(sampler)`` with a one-shot sampler that outlives it (a sparse-vector session's:
+        ended when the session closes), ended at once if ``open_`` raises."""
+        sampler = OneShotSampler(self.bits)
+        try:
+            return sampler, open_(sampler)
+        except BaseException:
+            sampler.end()
+            raise
+
     def laplace(self, scale: float, size: int | tuple[int, ...] | None = None) -> Any:
         """Laplace(0, scale): sign from the lowest bit, magnitude −scale·ln U from the top 53."""
         bits = self._bits(size)
@@ -114,6 +149,75 @@ class Sampler:
         while True:
             yield from self.laplace(scale, size=block).tolist()
             block = min(2 * block, 4096)
+
+
+class OneShotSampler(Sampler):
+    """A ``Sampler`` for one release: the accountant's source, until ``end()``.
+
+    What ``draw`` (or a sparse-vector session) is handed. Once its release has returned (its
+    session has closed) the accountant calls ``end()``: every later use of it or of its ``bits``
+    raises ``SamplerSpentError`` and draws nothing. It cannot be copied or pickled (a copy would
+    outlive ``end``).
+    """
+
+    def __init__(self, source: RandomBits) -> None:  # (not Sampler's: no source of its own)
+        self.bits = _OneShotBits(source)
+
+    def end(self) -> None:
+        """Stop drawing: every later use raises ``SamplerSpentError``."""
+        self.bits._source = _SPENT  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a one-shot sampler cannot be copied or pickled")
+
+
+class _OneShotBits(RandomBits):
+    """A ``RandomBits`` that draws from ``_source`` until the one-shot sampler's ``end``."""
+
+    __slots__ = ("_source",)
+
+    def __init__(self, source: RandomBits) -> None:  # (no buffer or pool of its own)
+        self._source: Any = source
+
+    @property
+    def is_cryptographic(self) -> bool:
+        return bool(self._source.is_cryptographic)
+
+    def word(self) -> int:
+        return int(self._source.word())
+
+    def words(self, n: int) -> Any:
+        return self._source.words(n)
+
+    def pooled(self, key: Any, refill: Any) -> Any:
+        return self._source.pooled(key, refill)
+
+    def below(self, m: int) -> int:
+        return int(self._source.below(m))
+
+    def below_array(self, m: int, n: int) -> Any:
+        return self._source.below_array(m, n)
+
+    def _half_words(self, n: int) -> Any:
+        return self._source._half_words(n)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a one-shot sampler cannot be copied or pickled")
+
+
+class _Spent:
+    """The source of a one-shot sampler after ``end``: any use raises, drawing nothing."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        raise SamplerSpentError("this sampler was handed to a release that has returned (or a "
+                                "session that has closed): it draws nothing more; a mechanism "
+                                "draws only from the sampler its own draw is given")
+
+
+_SPENT = _Spent()
+_new = object.__new__
 
 
 def _closed_unit(bits: Any) -> Any:

@@ -84,11 +84,8 @@ class _NoisyArgmax(Mechanism):
         self._noise_kind = noise_kind(noise)
         # γ_r = (u* − u_r)·rate is the exact exponent of the selection law.
         self._rate = Fraction(self.epsilon) / (Fraction(self.sensitivity) * (1 if monotonic else 2))
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise=self._noise_kind)
 
-    @property
-    def noise(self) -> str:
-        return self._noise_kind
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "candidates": len(self.candidates),
@@ -294,11 +291,8 @@ class RandomizedResponse(Mechanism):
         self._noise_kind = noise_kind(noise)
         exponent = Fraction(self.epsilon)
         self._e_num, self._e_den = exponent.numerator, exponent.denominator
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise=self._noise_kind)
 
-    @property
-    def noise(self) -> str:
-        return self._noise_kind
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "categories": len(self.categories), "p": self.p,

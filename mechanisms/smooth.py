@@ -85,11 +85,8 @@ class SmoothSensitivity(Mechanism):
             raise InvalidArgumentError("epsilon", epsilon, "large enough that "
                                        "β = ε/(2 ln(2/δ)) exceeds 2^-38")
         self.grid = math.ldexp(1.0, math.frexp((self.upper - self.lower) * 2.0 ** -40)[1])
-        self.declare(Budget(self.epsilon, self.delta))
+        self.declare(Budget(self.epsilon, self.delta), noise="exact")
 
-    @property
-    def noise(self) -> str:
-        return "exact"
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "lower": self.lower,

@@ -112,11 +112,8 @@ class Sparse(StreamMechanism):
             raise InvalidArgumentError("threshold", threshold, f"at most {self.limit:.6g} in "
                                        "magnitude for this noise scale")
         self._more_scales(shares)
-        self.declare(Budget(self.epsilon))
+        self.declare(Budget(self.epsilon), noise=self._noise_kind)
 
-    @property
-    def noise(self) -> str:
-        return self._noise_kind
 
     def _default_split(self) -> tuple[float, ...]:
         c = self.max_positives

@@ -83,7 +83,7 @@ class SubsampledGaussian(_GaussianFamily):
         # curve needs. It is built for the unsubsampled Gaussian's own (ε, δ) at this σ.
         self.grid = (_grid(whole, self.delta, self.sensitivity, self.sigma)
                      if kind == "exact" else None)
-        self.declare(Budget(self.epsilon, self.delta))
+        self.declare(Budget(self.epsilon, self.delta), noise=self._noise)
 
     @property
     def rdp(self) -> tuple[Any, ...]:

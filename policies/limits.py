@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from accountant import _validate
 from accountant.budget import Budget
+from accountant.charge import Charge
 from accountant.composition import RULES, CompositionRule, make_rule
 from accountant.errors import InvalidArgumentError, from_validation_error
 from policies.blocks import Blocks
@@ -24,7 +25,9 @@ from policies.periods import Period
 __all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name", "valid_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-_MECHANISM = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+# A library mechanism's name ("Laplace") or a custom class's module-qualified name
+# ("mypkg.mech.Clipped"): what ``mechanisms.base.mechanism_name`` gives, and the gate matches.
+_MECHANISM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def valid_name(value: str) -> str:
@@ -44,8 +47,10 @@ def folded_name(name: str) -> str:
 
 
 def _mechanism(value: str) -> str:
-    if _MECHANISM.fullmatch(value) is None:
-        raise InvalidArgumentError("mechanism", value, "a mechanism class name such as 'Laplace'")
+    if len(value) > 255 or _MECHANISM.fullmatch(value) is None:
+        raise InvalidArgumentError("mechanism", value, "a mechanism class name: a library "
+                                   "mechanism's, such as 'Laplace', or a custom class's module "
+                                   "and name, such as 'mypkg.mech.Clipped'")
     return value
 
 
@@ -83,8 +88,9 @@ class Cap(BaseModel):
         return None if value is None else _validate.in_model(_validate.probability, "delta",
                                                              value)
 
-    def admits(self, cost: Budget) -> bool:
-        """Whether a release of ``cost`` is within the cap (every capped component ≤)."""
+    def admits(self, cost: Budget | Charge) -> bool:
+        """Whether a release of ``cost`` (a ``Budget``, or a mechanism's ``Charge``, which the gate
+        passes: what it debits) is within the cap (every capped component ≤)."""
         return ((self.epsilon is None or cost.epsilon <= self.epsilon)
                 and (self.delta is None or cost.delta <= self.delta))
 
@@ -170,8 +176,10 @@ class DatasetLimit(_Limit):
         per_query: a rule parameter: the ``"optimal"`` rule's fixed per-query cost, or for the
             other rules a cap its account enforces on every step (allocations of pipelines too).
         max_per_query: a cap on each release (``Cap``); omitted components are not capped.
-        allowed_mechanisms: the mechanism class names admitted (``("Laplace", ...)``, exact
-            ``type(m).__name__``); ``None`` admits every mechanism, ``()`` none.
+        allowed_mechanisms: the mechanisms admitted, by class: a library mechanism by its name
+            (``"Laplace"`` is ``mechanisms.Laplace`` itself, never a subclass or a look-alike),
+            a custom class by its module-qualified name (``"mypkg.mech.Clipped"``; see
+            ``mechanisms.base.mechanism_name``); ``None`` admits every mechanism, ``()`` none.
         period: a renewal window (``"1d"``...; see ``policies.periods`` — a weaker guarantee).
         analysts: per-analyst limits on this dataset.
         other_analysts: ``"allow"`` (default): an analyst not listed in ``analysts`` (and
@@ -186,7 +194,8 @@ class DatasetLimit(_Limit):
                              "optimal, gaussian, renyi).")
     max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
     allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
-        None, description="Mechanism class names admitted; omitted: all.")
+        None, description="Mechanisms admitted, by class: a library mechanism by its name "
+        "('Laplace'), a custom one by its module and class ('mypkg.mech.Clipped'); omitted: all.")
     analysts: dict[Name, AnalystLimit] = Field({}, description="Per-analyst limits on this "
                                                "dataset.")
     other_analysts: Literal["allow", "deny"] = Field(

@@ -72,8 +72,10 @@ from accountant import (
     MechanismExhaustedError,
     MechanismNotAllowedError,
     NumericSession,
+    SamplerSpentError,
     Session,
 )
+from accountant.audit import audit
 from accountant.composition import Charge, Refused, make_rule
 from accountant.ledger import SqliteLedger
 from accountant.logs import LOGGER_NAME
@@ -561,6 +563,76 @@ class MechanismContract(DocumentedAndExported):
         assert snapshot(acc.ledger, rng) == before
         assert acc.spent("d") == cost
 
+    # -- what it is recorded and charged as; the sampler it is given (issue 28) ---------------
+
+    def test_recorded_as_itself_and_the_audit_rebuilds_it(self) -> None:
+        """Its records name the class itself, and the audit rebuilds it from the recorded
+        parameters with exactly the recorded cost and noise kind: no ``release`` problem."""
+        acc = Accountant(None, rng=SEED)
+        acc.release(self.make(), self.value, dataset="d")
+        acc.release_many([(self.make(), self.value), (self.make(), self.value)], dataset="d")
+        assert [r["mechanism"]["name"] for r in records(acc)] == [self.mechanism_class.__name__,
+                                                                   "batch"]
+        assert_no_library_problem(acc)
+
+    def test_a_subclass_cannot_redefine_what_is_charged_or_recorded(self) -> None:
+        assert_final_members(self.mechanism_class)
+
+    def test_a_subclass_is_recorded_under_its_own_name(self) -> None:
+        """A subclass (here one that releases the true value) is never the library's class: its
+        records and refusals name it by its module and qualified name."""
+        class Leaky(self.mechanism_class):  # type: ignore[name-defined,misc]
+            def draw(self, value: Any, sampler: Any) -> Any:
+                return value
+
+        m = Leaky(**self.kwargs)
+        assert m.name == f"{__name__}.{Leaky.__qualname__}" != self.mechanism_class.__name__
+        acc = Accountant(None, rng=SEED)
+        acc.release(m, self.value, dataset="d")
+        assert records(acc)[0]["mechanism"]["name"] == m.name
+
+    def test_the_sampler_dies_when_its_release_returns(self) -> None:
+        """What ``draw`` was given (the sampler, its bits) draws nothing once the release has
+        returned: a mechanism cannot keep it to draw for another request."""
+        kept: list[Any] = []
+
+        class Keeper(self.mechanism_class):  # type: ignore[name-defined,misc]
+            def draw(self, value: Any, sampler: Any) -> Any:
+                kept.append(sampler)
+                return super().draw(value, sampler)
+
+        acc = Accountant(None, rng=SEED)
+        acc.release(Keeper(**self.kwargs), self.value)
+        acc.release_many([(Keeper(**self.kwargs), self.value)])
+        assert_spent_samplers(kept, 2)
+
+
+
+def assert_no_library_problem(acc: Accountant) -> None:
+    """The audit finds no record claiming a library mechanism that its parameters do not give."""
+    problems = [p for p in audit(acc.ledger).problems if "library mechanism" in p.message]
+    assert problems == []
+
+
+def assert_final_members(cls: type) -> None:
+    """A subclass of ``cls`` defining what a mechanism is charged or recorded as is refused
+    when it is created (``TypeError`` naming the member)."""
+    for member in ("name", "cost", "noise", "charge", "_cost", "_charge", "declare"):
+        with pytest.raises(TypeError, match=f"may not define {member}"):
+            type("Sub", (cls,), {member: property(lambda self: Budget(0.0))})
+
+
+def assert_spent_samplers(kept: list[Any], n: int) -> None:
+    """Each of the ``n`` samplers kept from releases refuses every use with a typed error."""
+    assert len(kept) == n
+    uses: list[Callable[[Any], Any]] = [
+        lambda s: s.bits.word(), lambda s: s.bits.words(2), lambda s: s.bits.below(7),
+        lambda s: s.bits.below_array(7, 2), lambda s: s.laplace(1.0), lambda s: s.uniform(),
+        lambda s: s.bits.pooled("k", lambda: [1]), lambda s: s.one_shot().bits.word()]
+    for sampler in kept:
+        for use in uses:
+            with pytest.raises(SamplerSpentError):
+                use(sampler)
 
 
 class LedgerContract:
@@ -1242,6 +1314,26 @@ class StreamMechanismContract(DocumentedAndExported):
         session.close()  # idempotent: still one close record
         assert acc.ledger.head() == head
         assert_chain(acc.ledger)
+
+    def test_session_sampler_lives_as_long_as_the_session(self) -> None:
+        """The sampler a session's stream keeps draws while the session is open, and nothing once
+        it is closed; its records name the class itself and audit clean."""
+        kept: list[Any] = []
+
+        class Keeper(self.mechanism_class):  # type: ignore[name-defined,misc]
+            def _open(self, sampler: Any) -> Any:
+                kept.append(sampler)
+                return super()._open(sampler)
+
+        acc = Accountant(None, rng=SEED)
+        with acc.session(Keeper(**self.kwargs)) as session:
+            self.ask(session, self.below)
+            assert isinstance(kept[0].bits.word(), int)  # alive for the session's life
+        assert_spent_samplers(kept, 1)
+        acc.session(self.mechanism_class(**self.kwargs), dataset="d").close()
+        assert records(acc)[-1]["mechanism"]["name"] == self.mechanism_class.__name__
+        assert_no_library_problem(acc)
+        assert_final_members(self.mechanism_class)
 
     def test_refused_session_opens_nothing(self) -> None:
         cost = self.expected_cost

@@ -144,6 +144,12 @@ def test_policy_check_imports_custom_mechanisms(write, tmp_path, monkeypatch, ca
                       "    def params(self):\n        return {}\n"
                       "    def draw(self, value, sampler):\n        return value / 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    policy = write('[datasets.a]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Halver"]\n')
+    policy = write('[datasets.a]\nlimit = { epsilon = 1.0 }\n'
+                   'allowed_mechanisms = ["my_mechs.Halver"]\n')
     assert main(["policy", "check", str(policy), "--import", "my_mechs"]) == 0
+    # A custom class is named by its module and class: its bare name is refused, with the hint.
+    bare = write('[datasets.a]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Halver"]\n')
+    capsys.readouterr()
+    assert main(["policy", "check", str(bare), "--import", "my_mechs"]) == 1
+    assert "did you mean 'my_mechs.Halver'?" in capsys.readouterr().err
     assert main(["policy", "check", str(policy), "--import", "no_such_module_x"]) == 2
