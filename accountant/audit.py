@@ -19,6 +19,7 @@ from accountant._numeric import within_budget
 from accountant.audit_chain import ChainCheck
 from accountant.audit_policy import InForce
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
+from accountant.audit_time import TimeCheck
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
 from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
@@ -97,6 +98,8 @@ class _Replay:
         self.out = AuditReport(source=src.name, keyed=key is not None)
         self.chain = ChainCheck(key, self.problem, ledger=src.ledger is not None,
                                 complete=complete)
+        self.times = TimeCheck(self.problem)  # (``accountant.audit_time``)
+        self.micros = 0  # the time of the record being replayed
         self.last_seq: dict[str, int] = {}  # per account: the last record that charged it
         self.head_table: Any = None  # the last record's commitment to the accounts table
         self.synced: dict[str, int] = {}  # per account: the chain's gap count when last replayed
@@ -154,6 +157,7 @@ class _Replay:
 
     def apply(self, record: dict[str, Any]) -> None:
         seq, when = record["seq"], record.get("time")
+        self.micros = self.times.record(record)
         if self.until is not None and when is not None and when > self.until:
             return
         self.first_time = self.first_time or when
@@ -247,6 +251,8 @@ class _Replay:
                     state: dict[str, float]) -> None:
         if self.in_force is not None:
             self.check_in_force(seq, key, rule, state)
+            if "/block:" in key:
+                self.times.block(seq, key, self.micros, self.in_force, rule, state)
         n = self.counts[key] = self.counts.get(key, 0) + 1
         if self.plot:
             self.sample(key, n, rule, state)

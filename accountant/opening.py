@@ -8,15 +8,14 @@ Invariant: every way of opening builds one ``Planner`` and one ``Gate`` and chec
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
 from accountant import policy_record
 from accountant.continuity import refuse_raised
-from accountant.errors import InvalidTypeError
+from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.gate import Gate
-from accountant.ledger import Ledger, open_ledger
+from accountant.ledger import Ledger, MemoryLedger, open_ledger
 from accountant.planner import Planner
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
@@ -51,11 +50,15 @@ class Opening:
             path: the policy file, or an already validated ``Policy``.
             ledger: as for ``Accountant``.
             rng: as for ``Accountant``.
-            clock: seconds since the epoch (default ``time.time``); decides the renewal window.
-                Tests inject one.
+            clock: for an in-memory ledger only (tests, simulations): seconds since the epoch
+                (default ``time.time``), the time of its debits — their renewal windows, blocks
+                and unlock shares. A durable ledger keeps its own time (the server's on
+                PostgreSQL; on SQLite this process's wall clock, never earlier than its last
+                record's), which its records carry and the audit checks.
 
         Raises:
             PolicyError: a malformed policy file, naming the key path; nothing was opened.
+            InvalidArgumentError: ``clock`` given with a durable ledger; nothing was opened.
             LedgerConflictError: the ledger holds an account under another rule or period.
 
         >>> import tempfile, pathlib
@@ -88,7 +91,10 @@ class Opening:
         """An accountant enforcing the policy stored in ``ledger`` (the one its creator set, or
         the latest ``apply_policy``): no limits are passed, so none can be raised by opening.
 
+        ``clock``: as for ``from_policy`` (an in-memory ledger only).
+
         Raises:
+            InvalidArgumentError: ``clock`` given with a durable ledger; nothing was opened.
             LedgerError: the ledger cannot be opened, or stores no policy (one created before
                 policies were stored: open it once with its limits, which records them).
             LedgerCorruptedError: the stored policy was edited outside dpbudget.
@@ -102,6 +108,7 @@ class Opening:
         Budget(epsilon=2.0, delta=0.0)
         >>> acc.close()
         """
+        _check_clock(clock, ledger)
         policy, default = policy_record.stored_policy(ledger)
         acc = cls.__new__(cls)
         acc._setup(policy, default, ledger, rng, clock)
@@ -124,19 +131,20 @@ class Opening:
         gate = self._gate
         change = policy_record.replace(gate.ledger, new, by=by, reason=reason)
         self._policy, self._default = new, None
-        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler, gate.clock)
+        self._gate = Gate(gate.ledger, Planner(new, None), gate.sampler)
         self._gate.policy_seq = change.seq
         return change
 
     def _setup(self, policy: Policy, default: DatasetLimit | None, ledger: Any, rng: Any,
                clock: Callable[[], float] | None) -> None:
-        if clock is not None and not callable(clock):
-            raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+        _check_clock(clock, ledger)
         self._policy = policy
         planner = Planner(policy, default)
         sampler = Sampler(rng)
         opened = open_ledger(ledger)
-        self._gate = Gate(opened, planner, sampler, clock or time.time)
+        if clock is not None:
+            opened.clock = clock  # type: ignore[attr-defined]  # (a MemoryLedger: _check_clock)
+        self._gate = Gate(opened, planner, sampler)
         self._default = default
         try:
             self._gate.check_ledger()
@@ -159,3 +167,25 @@ class Opening:
     @property
     def ledger(self) -> Ledger:
         return self._gate.ledger
+
+
+def _check_clock(clock: Any, ledger: Any) -> None:
+    """Refuse a ``clock`` unless the ledger is in memory (``None``, ``"memory://"`` or a
+    ``MemoryLedger``), before anything is opened: a durable ledger keeps its own time, and a
+    caller that chose it would choose its renewal windows and unlock shares (ε a day, spent
+    every second).
+
+    Raises:
+        InvalidTypeError: ``clock`` is not callable.
+        InvalidArgumentError: ``clock`` given with a durable ledger.
+    """
+    if clock is None:
+        return
+    if not callable(clock):
+        raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+    if not (ledger is None or ledger == "memory://" or isinstance(ledger, MemoryLedger)):
+        raise InvalidArgumentError(
+            "clock", "given", "omitted with a durable ledger (it keeps its own "
+            "time: the server's, or this process's wall clock never earlier than its last "
+            "record's); a clock is for an in-memory ledger (tests, simulations)",
+            "nothing was opened")

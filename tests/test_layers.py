@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                "accountant.opening", "accountant.core"]]),
     ("training", [["accountant.training", "accountant.estimator"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",
-                            "accountant.audit_chain", "accountant.audit_policy", "accountant.audit_text", "accountant.audit",
+                            "accountant.audit_chain", "accountant.audit_policy", "accountant.audit_text", "accountant.audit_time", "accountant.audit",
                             "accountant.report", "accountant.transfer", "accountant.plot",
                             "accountant.plot_blocks",
                             "accountant.logs"]]),
