@@ -231,7 +231,9 @@ class Gate:
         # states are never changed in place, so keeping a reference is safe until then).
         fields_ = (entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
                    step.cost, plan.targets[0].rule, accounts[0].state)
-        self._local.receipt, self._local.charged, self._local.time = fields_, accounts, now
+        self._local.receipt, self._local.charged = fields_, accounts
+        if now is not None:  # (read by ``window_end``)
+            self._local.time = now
         return fields_
 
     def _check_policy_now(self) -> None:

@@ -106,7 +106,8 @@ class Ledger(ABC):
         Raises:
             LedgerCorruptedError: the head record's time is unreadable.
         """
-        return max(time.time_ns() // 1000, self._head_micros(self._head() if head is None else head))
+        floor = self._head_micros(self._head() if head is None else head)
+        return max(time.time_ns() // 1000, floor)
 
     def _head_micros(self, head: tuple[int, str]) -> int:
         """The time of record ``head`` (``(seq, hash)``; 0 for an empty ledger)."""

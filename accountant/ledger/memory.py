@@ -64,7 +64,8 @@ class MemoryLedger(Ledger):
     def _tx_micros(self, head: tuple[int, str] | None) -> int:
         """The clock's time, as given: a simulation's clock may be set back (the audit then
         reports the records' times running backwards)."""
-        return round(self.now() * 1_000_000)
+        clock = self.clock
+        return time.time_ns() // 1000 if clock is None else round(clock() * 1_000_000)
 
     def _commit(self) -> None:
         # Accounts first: an interrupt between the two calls then leaves the debit counted

@@ -103,7 +103,7 @@ class Transaction:
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
-        micros = self.micros
+        micros = self._micros if self._micros is not None else self.micros
         text = assemble({
             **fields, **extra, "seq": str(seq + 1), "time": utc_time(micros), "auth": ledger._auth,
             "writer": writer.member(n),
@@ -117,10 +117,10 @@ class Transaction:
         self._read.update((a.key, a) for a in written)
         if table is not None:
             ledger._table = (seq + 1, entry.hash, table)
+            ledger._last_time = (entry.seq, entry.hash, micros)  # (the next one's floor)
         if ledger.lanes:
             ledger._advance(keys, entry)
         self.appended.append(entry)
-        ledger._last_time = (entry.seq, entry.hash, micros)
         return entry
 
     def _chain(self, ledger: Any,

@@ -141,7 +141,8 @@ def test_a_join_or_a_dataset_without_blocks_cannot_name_them(make) -> None:
         acc.release(Laplace(0.1), 1.0, dataset=("events", "plain"), blocks="2026-11-20")
 
 
-def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock, ledger_clock) -> None:
+def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock,
+                                                         ledger_clock) -> None:
     db = tmp_path / "l.db"
     acc = Accountant.from_policy(write(DAILY), ledger=db, rng=0)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
@@ -151,7 +152,8 @@ def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock,
     acc.close()
 
 
-def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock, ledger_clock) -> None:
+def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock,
+                                                                ledger_clock) -> None:
     db = tmp_path / "l.db"
     with Accountant.from_policy(write(DAILY), ledger=db, rng=0) as acc:
         for day in range(15, 22):

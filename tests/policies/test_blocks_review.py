@@ -138,8 +138,8 @@ def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock)
 # Checked and sound (passes): PostgreSQL, several processes on overlapping ranges in any order.
 
 
-def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(write, tmp_path,
-                                                                        clock, ledger_clock) -> None:
+def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(
+        write, tmp_path, clock, ledger_clock) -> None:
     """Found by the review of issue 15 (older than blocks): a dataset removed from a policy that
     admits unlisted datasets is not refused afterwards but held to the default limit."""
     acc = Accountant.from_policy(write(WEEKLY + "\n[other_datasets]\nlimit = { epsilon = 1.0 }\n"),

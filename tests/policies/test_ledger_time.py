@@ -19,6 +19,7 @@ from accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentE
 from accountant.audit import EXIT_BITS, audit
 from accountant.cli import main as cli
 from accountant.ledger import MemoryLedger, SqliteLedger
+from accountant.ledger.record import time_micros
 from accountant.ledger.transaction import Transaction
 from mechanisms import Laplace
 from policies.blocks import block_start
@@ -59,8 +60,8 @@ def _old_behaviour(monkeypatch, clock) -> None:
     monkeypatch.setattr(SqliteLedger, "now", lambda self: clock())
 
 
-def test_a_clock_with_a_durable_ledger_is_refused_and_nothing_is_opened(write, tmp_path,
-                                                                        ledger_clock) -> None:
+def test_a_clock_with_a_durable_ledger_is_refused_and_nothing_is_opened(
+        write, tmp_path, ledger_clock) -> None:
     url = _url(tmp_path)
     Accountant.from_policy(write(DAILY), ledger=url).close()
     with SqliteLedger(tmp_path / "l.db") as ledger:
@@ -125,8 +126,8 @@ def test_365_epsilon_in_seconds_is_refused_and_the_old_path_let_it_through(
     assert cli(["audit", url]) == 0
 
 
-def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(write, tmp_path, monkeypatch,
-                                                            ledger_clock) -> None:
+def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(
+        write, tmp_path, monkeypatch, ledger_clock) -> None:
     ledger_clock.now = AN_HOUR_IN
     url = _url(tmp_path)
     acc = Accountant.from_policy(write(UNLOCKING), ledger=url, rng=0)
@@ -156,9 +157,8 @@ def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(write, tmp_path, mon
     assert cli(["audit", old]) == EXIT_BITS["time"]
 
 
-def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(write, tmp_path,
-                                                                   monkeypatch,
-                                                                   ledger_clock) -> None:
+def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(
+        write, tmp_path, monkeypatch, ledger_clock) -> None:
     ledger_clock.now = block_start(BLOCK, "day") - 1.0
     url = _url(tmp_path)
     with Accountant.from_policy(write(UNLOCKING), ledger=url, rng=0) as acc:
@@ -176,8 +176,8 @@ def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(write, tmp_pa
     assert "before the block begins" in report.problems[0].message
 
 
-def test_sqlite_time_never_runs_earlier_than_the_head_record(write, tmp_path,
-                                                             ledger_clock) -> None:
+def test_sqlite_time_never_runs_earlier_than_the_head_record(
+        write, tmp_path, ledger_clock) -> None:
     """A wall clock set back (a day, across midnight) reopens no window: the record's time stays
     the head's, its window the later one, and the audit is clean."""
     ledger_clock.now = T0 - 10 * 3600 + DAY + 60  # 00:01 on the 22nd
@@ -195,8 +195,8 @@ def test_sqlite_time_never_runs_earlier_than_the_head_record(write, tmp_path,
     assert audit(url).ok
 
 
-def test_record_times_running_backwards_are_flagged(write, tmp_path, monkeypatch,
-                                                    ledger_clock) -> None:
+def test_record_times_running_backwards_are_flagged(
+        write, tmp_path, monkeypatch, ledger_clock) -> None:
     url = _url(tmp_path)
     acc = Accountant.from_policy(write("[datasets.adult]\nlimit = { epsilon = 10.0 }"),
                                  ledger=url, rng=0)
@@ -221,10 +221,12 @@ def test_record_times_running_backwards_are_flagged(write, tmp_path, monkeypatch
 
 
 @pytest.mark.postgres
-def test_postgres_uses_the_servers_clock_not_the_clients(write, postgres_database,
-                                                         monkeypatch) -> None:
+def test_postgres_uses_the_servers_clock_not_the_clients(
+        write, postgres_database, monkeypatch) -> None:
     """The client's wall clock 400 days wrong: the record's time is the server's, read in the
-    debit's transaction, and so is the window charged."""
+    debit's transaction, and so is the window charged. Debits on a lifetime limit (optimistic:
+    nothing read before their commit) carry the server's reading on, never the client's clock;
+    the audit's per-lane order holds."""
     import psycopg
 
     import accountant.ledger.postgres_time as postgres_time
@@ -246,19 +248,19 @@ def test_postgres_uses_the_servers_clock_not_the_clients(write, postgres_databas
             return float(conn.execute("SELECT extract(epoch FROM clock_timestamp())")
                          .fetchone()[0])
 
-    with Accountant.from_policy(write(DAILY), ledger=dsn, rng=0) as acc:
+    lifetime = DAILY + "[datasets.people]\nlimit = { epsilon = 10.0 }\n"
+    with Accountant.from_policy(write(lifetime), ledger=dsn, rng=0) as acc:
         before = server_now()
-        for _ in range(3):  # (the first reads the server's clock; later ones too: windowed)
-            acc.release(Laplace(0.1), 1.0, dataset="adult")
+        for dataset in ("adult", "adult", "people", "people", "people", "adult"):
+            acc.release(Laplace(0.1), 1.0, dataset=dataset)
         after = server_now()
         records = [json.loads(e.text) for e in acc.ledger.entries()][1:]
+    assert len(records) == 6
     for record in records:
-        micros = record["time"]
-        from accountant.ledger.record import time_micros
-
-        when = time_micros(micros) / 1e6
+        when = time_micros(record["time"]) / 1e6
         assert before - 1.0 <= when <= after + 1.0  # the server's time, not the client's
-        window = Period("1d").suffix(when)
-        assert list(record["accounts"]) == [f"dataset:adult{window}"]
-        assert window != Period("1d").suffix(skewed)  # (the client's clock: another window)
+        if record["dataset"] == "adult":
+            window = Period("1d").suffix(when)
+            assert list(record["accounts"]) == [f"dataset:adult{window}"]
+            assert window != Period("1d").suffix(skewed)  # (the client's clock: another window)
     assert audit(dsn).ok
