@@ -20,6 +20,7 @@ from accountant.audit_chain import ChainCheck
 from accountant.audit_policy import InForce, PolicyRecords
 from accountant.audit_release import LibraryRecords
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
+from accountant.audit_time import TimeCheck
 from accountant.charge import Charge
 from accountant.composition import CompositionRule, Refused, rule_from_config
 from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
@@ -98,6 +99,8 @@ class _Replay:
         self.out = AuditReport(source=src.name, keyed=key is not None)
         self.chain = ChainCheck(key, self.problem, ledger=src.ledger is not None,
                                 complete=complete)
+        self.times = TimeCheck(self.problem)  # (``accountant.audit_time``)
+        self.micros = 0  # the time of the record being replayed
         self.last_seq: dict[str, int] = {}  # per account: the last record that charged it
         self.head_table: Any = None  # the last record's commitment to the accounts table
         self.synced: dict[str, int] = {}  # per account: the chain's gap count when last replayed
@@ -173,6 +176,7 @@ class _Replay:
             self.problem("release", f"record {seq}: seeded noise ({noise}) on a ledger not "
                          "created for simulation (its first record does not say so): anyone "
                          "who knows the seed subtracts it", seq)
+        self.micros = self.times.record(record)
         if self.until is not None and when is not None and when > self.until:
             return
         self.first_time = self.first_time or when
@@ -272,6 +276,8 @@ class _Replay:
                     state: dict[str, float]) -> None:
         if self.in_force is not None:
             self.check_in_force(seq, key, rule, state)
+            if "/block:" in key:
+                self.times.block(seq, key, self.micros, self.in_force, rule, state)
         n = self.counts[key] = self.counts.get(key, 0) + 1
         if self.plot:
             self.sample(key, n, rule, state)

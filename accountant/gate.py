@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from accountant import _numeric, _validate
+from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule, Refused, State
 from accountant.continuity import check_ledger
@@ -35,7 +35,7 @@ from accountant.planner import Plan, Planner, Target
 from accountant.receipt import Receipt
 from accountant.refusals import REFUSALS, log_refusal
 from accountant.session import NumericSession, Session
-from accountant.step import Step, check_continues, step_account
+from accountant.step import Step, check_continues, check_unlocked, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import OneShotSampler, Sampler
 from policies.accounts import dataset_key, dataset_name
@@ -59,15 +59,15 @@ class Gate:
         ledger: where debits are recorded.
         planner: maps (dataset, analyst) to accounts and checks.
         sampler: the source of noise handed to mechanisms after their debit commits.
-        clock: seconds since the epoch (decides renewal windows).
+
+    Time: the windows, blocks and unlock shares of a debit are those of its transaction's time
+    (``Transaction.time``: the ledger's, never the caller's), which is its record's ``time``.
     """
 
-    def __init__(self, ledger: Ledger, planner: Planner, sampler: Sampler,
-                 clock: Callable[[], float]) -> None:
+    def __init__(self, ledger: Ledger, planner: Planner, sampler: Sampler) -> None:
         self.ledger = ledger
         self.planner = planner
         self.sampler = sampler
-        self.clock = clock
         self._local = threading.local()
         # The seq of the policy record this gate's planner was built from (None: the ledger
         # stores no policy). Each debit re-reads the ledger's pointer in its transaction, and each
@@ -124,22 +124,26 @@ class Gate:
         try:
             plan = self.validate(mechanism, label, where)
             step = Step.of(mechanism)
-            ends = self.window_end(plan, ends)  # (read before the debit: never later)
             receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
             lanes = [a.key for a in self._local.charged]  # (this thread's debit, just made)
+            ends = self.window_end(plan, ends)
         except REFUSALS as refusal:
             self.refused(refusal, mechanism.name, mechanism.charge.budget, where, label)
             raise
         sampler, stream = self.sampler.lease(mechanism._open)  # (ended when the session closes)
         cls = NumericSession if mechanism.releases_values else Session
         return cls(lambda s: self._close_session(s, step, plan, lanes, sampler), stream, receipt,
-                   ends, self.clock)
+                   ends, self.ledger.now)
+
+    def now(self) -> float:
+        """The ledger's time now (``Ledger.now``): what windows and allocations end by."""
+        return self.ledger.now()
 
     def window_end(self, plan: Plan, ends: float | None = None) -> float | None:
-        """When an allocation made now on ``plan`` must stop answering: the end of the renewal
-        window it is charged to, or ``ends`` if earlier (None: never). Read before the debit, so
-        a debit that lands just after a window boundary ends, at worst, at once."""
-        own = plan.window_end(self.clock()) if plan.windowed else None
+        """When an allocation just debited on ``plan`` (this thread's last debit) must stop
+        answering: the end of the renewal window it was charged to — the one of its record's
+        time — or ``ends`` if earlier (None: never)."""
+        own = plan.window_end(self._local.time) if plan.windowed else None
         if own is None or ends is None:
             return own if ends is None else ends
         return min(own, ends)
@@ -157,7 +161,9 @@ class Gate:
         self._check_policy_now()
         try:
             plan = self.validate(mechanism, None, where)
-            self._charge(self.ledger.account, Step.of(mechanism), plan, self._now(plan))
+            now = self._now(plan)
+            self._charge(self.ledger.account, Step.of(mechanism), plan,
+                         None if now is None else plan.begun(now))
         except BudgetExceededError:  # a per-query cap, or a limit
             return False
         return True
@@ -166,6 +172,8 @@ class Gate:
         """How many more releases of exactly ``mechanism`` fit now (each rule in closed form)."""
         plan = self.validate(mechanism, None, where)
         now = self._now(plan)
+        if now is not None:
+            plan.begun(now)
         self._check_policy_now()
         return min(t.rule.max_steps(self._state(t, now), mechanism.charge)
                    for t in plan.targets)
@@ -185,18 +193,25 @@ class Gate:
             BudgetExceededError: some account refuses; nothing was written.
             LedgerConflictError: an account was recorded under another rule.
         """
+        # The keys to lock depend on the time when the plan has windows: those of the ledger's
+        # time now (an estimate), checked against the transaction's own once it has begun.
         now = self._now(plan)
-        keys: Sequence[str] = plan.prefetch if now is None else plan.keys_at(now)
-        if self.ledger.lanes:
-            keys = self._with_folds(plan, keys)
-        # Explicit begin/commit inside one try (not ``with``): an interrupt between the end of a
-        # ``with`` block and its ``__exit__`` would leave the transaction open (ledger/base.py).
         for attempt in (1, 2, 3):
+            keys: Sequence[str] = plan.prefetch if now is None else plan.keys_at(now)
+            if self.ledger.lanes:
+                keys = self._with_folds(plan, keys)
+            # Explicit begin/commit inside one try (not ``with``): an interrupt between the end
+            # of a ``with`` block and its ``__exit__`` would leave it open (ledger/base.py).
             scope = self.ledger.transaction()
             optimistic = False
             try:
-                tx = scope.begin(keys, _SHARED, cached=True)
+                tx = scope.begin(keys, _SHARED, cached=True, timed=now is not None)
                 optimistic = self.ledger.optimistic  # (read under the lock: this transaction's)
+                if now is not None:
+                    when, now = now, plan.begun(tx.time)
+                    if plan.windowed and plan.keys(now) != plan.keys(when):
+                        raise LedgerStaleError("the ledger's time is in another renewal window "
+                                               "than the one locked; nothing was written")
                 self._check_policy(tx.account(POLICY_KEY))
                 accounts = self._charge(tx.account, step, plan, now)
                 fields = self._fields(step, plan, label, kind, accounts)
@@ -218,6 +233,8 @@ class Gate:
         fields_ = (entry.seq, entry.hash, plan.dataset, plan.analyst, label, step.name,
                    step.cost, plan.targets[0].rule, accounts[0].state)
         self._local.receipt, self._local.charged = fields_, accounts
+        if now is not None:  # (read by ``window_end``)
+            self._local.time = now
         return fields_
 
     def _check_policy_now(self) -> None:
@@ -245,7 +262,7 @@ class Gate:
             try:
                 new = step_account(key, rule, current, charge)
                 if target.unlock is not None and now is not None:
-                    _check_unlocked(target, rule, new, now)
+                    check_unlocked(*target.unlock, rule, new, now)
             except Refused as refusal:
                 state = rule.initial_state() if current is None else current.state
                 raise BudgetExceededError(step.cost, rule.remaining(state),
@@ -347,7 +364,7 @@ class Gate:
         return self._state(target, now)
 
     def _state(self, target: Target, now: float | None) -> State:
-        key = target.key_at(self.clock() if now is None else now)
+        key = target.key_at(self.ledger.now() if now is None else now)
         current = self.ledger.account(key)
         check_continues(key, target.rule, current)
         return target.rule.initial_state() if current is None else current.state
@@ -374,28 +391,6 @@ class Gate:
         check_ledger(self.ledger, self.planner)
 
     def _now(self, plan: Plan) -> float | None:
-        """The time of a request whose accounts depend on it (windows, blocks), else None.
-
-        Raises:
-            InvalidArgumentError: the request reads a block that has not begun (it does not
-                exist yet: nothing was drawn or debited).
-        """
-        if plan.opens is None:
-            return self.clock() if plan.windowed else None
-        now = self.clock()
-        if now < plan.opens[0]:
-            raise InvalidArgumentError("blocks", plan.opens[1], "blocks that have begun (this "
-                                       "one has not: it has no data yet)")
-        return now
-
-
-def _check_unlocked(target: Target, rule: CompositionRule, state: State, now: float) -> None:
-    """Refuse a block's debit beyond the share of its ε limit unlocked so far (a usage policy,
-    ``policies.blocks.Unlock``; the guarantee is the block's whole limit either way)."""
-    unlock, start = target.unlock  # type: ignore[misc]
-    share = unlock.share(start, now)
-    limit = rule.limit
-    if share < 1.0 and limit is not None and not _numeric.within(
-            rule.spent(state).epsilon, share * limit.epsilon):
-        raise Refused(f"the block has unlocked {share:.0%} of its limit so far "
-                      f"({unlock.fraction:.0%} more every {unlock.every})")
+        """The ledger's time now (an estimate, ``Ledger.now``) for a request whose accounts
+        depend on the time (windows, blocks), else None."""
+        return self.ledger.now() if plan.windowed or plan.opens is not None else None

@@ -8,7 +8,6 @@ Invariant: every way of opening builds one ``Planner`` and one ``Gate`` and chec
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from accountant import policy_record
 from accountant.continuity import refuse_raised
 from accountant.errors import InvalidArgumentError, InvalidTypeError
 from accountant.gate import Gate
-from accountant.ledger import Ledger, open_ledger
+from accountant.ledger import Ledger, MemoryLedger, open_ledger
 from accountant.planner import Planner
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
@@ -54,14 +53,18 @@ class Opening:
             path: the policy file, or an already validated ``Policy``.
             ledger: as for ``Accountant``.
             rng: as for ``Accountant``.
-            clock: seconds since the epoch (default ``time.time``); decides the renewal window.
-                Tests inject one.
+            clock: for an in-memory ledger only (tests, simulations): seconds since the epoch
+                (default ``time.time``), the time of its debits — their renewal windows, blocks
+                and unlock shares. A durable ledger keeps its own time (the server's on
+                PostgreSQL; on SQLite this process's wall clock, never earlier than its last
+                record's), which its records carry and the audit checks.
             owner_key: as for ``Accountant``: the owner's private key file, for a new ledger
                 whose policy ``apply_policy`` may change later.
             simulation: as for ``Accountant``.
 
         Raises:
             PolicyError: a malformed policy file, naming the key path; nothing was opened.
+            InvalidArgumentError: ``clock`` given with a durable ledger; nothing was opened.
             LedgerConflictError: the ledger holds an account under another rule or period.
 
         >>> import tempfile, pathlib
@@ -96,7 +99,10 @@ class Opening:
         ``rng`` and ``simulation`` as for ``Accountant``: a seed needs ``simulation=True``, which
         only a ledger created for simulation accepts.
 
+        ``clock``: as for ``from_policy`` (an in-memory ledger only).
+
         Raises:
+            InvalidArgumentError: ``clock`` given with a durable ledger; nothing was opened.
             LedgerError: the ledger cannot be opened, or stores no policy (one created before
                 policies were stored: open it once with its limits, which records them).
             LedgerCorruptedError: the stored policy was edited outside dpbudget.
@@ -110,6 +116,7 @@ class Opening:
         Budget(epsilon=2.0, delta=0.0)
         >>> acc.close()
         """
+        _check_clock(clock, ledger)
         _refuse_seed(ledger, Sampler(rng), simulation)  # before anything is opened
         policy, default = policy_record.stored_policy(ledger)
         acc = cls.__new__(cls)
@@ -139,8 +146,7 @@ class Opening:
         owner = None if owner_key is None else owner_keys.load(owner_key)
         change = policy_record.replace(gate.ledger, new, by=by, reason=reason, owner=owner)
         self._policy, self._default = new, None
-        self._gate = Gate(gate.ledger, Planner(new, None, gate.planner.analyst), gate.sampler,
-                          gate.clock)
+        self._gate = Gate(gate.ledger, Planner(new, None, gate.planner.analyst), gate.sampler)
         self._gate.policy_seq = change.seq
         return change
 
@@ -148,8 +154,7 @@ class Opening:
                clock: Callable[[], float] | None,
                owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None,
                simulation: bool = False) -> None:
-        if clock is not None and not callable(clock):
-            raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+        _check_clock(clock, ledger)
         owner = None if owner_key is None else owner_keys.load(owner_key)
         self._policy = policy
         planner = Planner(policy, default)
@@ -157,7 +162,9 @@ class Opening:
         _refuse_seed(ledger, sampler, simulation)
         opened = open_ledger(ledger)
         planner.analyst = opened.authenticated_analyst  # (read once: not the caller's to name)
-        self._gate = Gate(opened, planner, sampler, clock or time.time)
+        if clock is not None:
+            opened.clock = clock  # type: ignore[attr-defined]  # (a MemoryLedger: _check_clock)
+        self._gate = Gate(opened, planner, sampler)
         self._default = default
         try:
             self._gate.check_ledger()
@@ -197,3 +204,25 @@ def _refuse_seed(ledger: Any, sampler: Sampler, simulation: bool) -> None:
             "rng", "a seed", "None (the OS CSPRNG) on a durable ledger: anyone who knows a seed "
             "subtracts its noise", "Nothing was opened or written. Pass simulation=True to "
             "create (or open) a ledger for simulation, which says so in its first record")
+
+
+def _check_clock(clock: Any, ledger: Any) -> None:
+    """Refuse a ``clock`` unless the ledger is in memory (``None``, ``"memory://"`` or a
+    ``MemoryLedger``), before anything is opened: a durable ledger keeps its own time, and a
+    caller that chose it would choose its renewal windows and unlock shares (ε a day, spent
+    every second).
+
+    Raises:
+        InvalidTypeError: ``clock`` is not callable.
+        InvalidArgumentError: ``clock`` given with a durable ledger.
+    """
+    if clock is None:
+        return
+    if not callable(clock):
+        raise InvalidTypeError("clock", clock, "a callable returning seconds since the epoch")
+    if not (ledger is None or ledger == "memory://" or isinstance(ledger, MemoryLedger)):
+        raise InvalidArgumentError(
+            "clock", "given", "omitted with a durable ledger (it keeps its own "
+            "time: the server's, or this process's wall clock never earlier than its last "
+            "record's); a clock is for an in-memory ledger (tests, simulations)",
+            "nothing was opened")

@@ -163,7 +163,7 @@ class Pipeline:
         if not self._open:
             raise InvalidArgumentError("pipeline", self.id, "open (a closed pipeline accepts no "
                                        "more releases; open a new one)")
-        if self._ends is not None and self._gate.clock() >= self._ends:
+        if self._ends is not None and self._gate.now() >= self._ends:
             raise WindowEndedError(
                 f"pipeline {self.id!r} was opened in a renewal window that has ended; the window "
                 "paid for it, so it releases nothing more (nothing was drawn or debited). Open "
@@ -200,9 +200,9 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
 
     try:
         parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
-        ends = gate.window_end(parent_plan, None if parent is None else parent._ends)
         gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
                    extra=members)
+        ends = gate.window_end(parent_plan, None if parent is None else parent._ends)
     except REFUSALS as refusal:
         gate.refused(refusal, f"Pipeline {name}", budget, where, label)
         raise

@@ -20,7 +20,8 @@ Who is held to what:
 - A join (``dataset=("adult", "census")``) is charged to every limit of every dataset
   named, and must be admitted by each dataset's checks.
 - A windowed limit (``period``) charges the account of the window in force at the
-  release; see ``policies.periods`` for why that is a weaker guarantee.
+  debit's time — its transaction's, the ledger's, never the caller's (``Gate.debit``); see
+  ``policies.periods`` for why that is a weaker guarantee.
 
 Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than what a ledger has already spent
 loads, and those limits then refuse every release (``dpbudget status --policy`` marks
@@ -130,6 +131,18 @@ class Plan(NamedTuple):
         """When the earliest renewal window among the targets ends (None: no window)."""
         ends = [t.period.end(now) for t in self.targets if t.period is not None]
         return min(ends) if ends else None
+
+    def begun(self, now: float) -> float:
+        """``now``, once checked to be no earlier than the start of every block this plan reads.
+
+        Raises:
+            InvalidArgumentError: a block has not begun at ``now`` (it does not exist yet:
+                nothing was drawn or debited).
+        """
+        if self.opens is not None and now < self.opens[0]:
+            raise InvalidArgumentError("blocks", self.opens[1], "blocks that have begun (this "
+                                       "one has not: it has no data yet)")
+        return now
 
     def keys_at(self, now: float) -> list[str]:
         """What a debit at time ``now`` reads: the policy pointer and ``keys(now)``."""

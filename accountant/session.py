@@ -47,7 +47,8 @@ class Session:
         self._close = close
         self._stream = stream
         self._receipt = receipt
-        # Opened in a renewal window: it answers only until that window ends (policies.periods).
+        # Opened in a renewal window: it answers only until that window ends (policies.periods),
+        # by the ledger's time (``Ledger.now``; the gate passes it), never the caller's.
         self._ends, self._clock = ends, clock
         # One query at a time: the stream's cutoff counter and its noise generator are not
         # atomic, and threads racing them could pass the cutoff (more ⊤ answers than paid for).

@@ -10,14 +10,16 @@ from typing import Any, NamedTuple
 
 from accountant.budget import Budget
 from accountant.charge import Charge
-from accountant.composition import CompositionRule, State, batch_charge
+from accountant import _numeric
+from accountant.composition import CompositionRule, Refused, State, batch_charge
 from accountant.composition.base import check_charge, clip_delta
 from accountant.errors import LedgerConflictError
 from accountant.ledger import Account
 from accountant.ledger.record import canonical, step_fragments
 from mechanisms.base import Mechanism
+from policies.blocks import Unlock
 
-__all__ = ["Step", "check_continues", "step_account"]
+__all__ = ["Step", "check_continues", "check_unlocked", "step_account"]
 
 
 def check_continues(key: str, rule: CompositionRule, current: Account | None) -> None:
@@ -33,6 +35,23 @@ def check_continues(key: str, rule: CompositionRule, current: Account | None) ->
         why = rule.conflict({**current.config, "rule": current.rule})
         if why is not None:
             raise LedgerConflictError(f"{key} cannot continue: {why}")
+
+
+def check_unlocked(unlock: Unlock, start: float, rule: CompositionRule, state: State,
+                   now: float) -> None:
+    """Refuse a block's state beyond the share of its ε limit unlocked at ``now`` (the debit's
+    time) for a block that began at ``start`` — a usage policy (``policies.blocks.Unlock``; the
+    guarantee is the block's whole limit either way), checked by the gate and the audit alike.
+
+    Raises:
+        Refused: saying the share unlocked so far.
+    """
+    share = unlock.share(start, now)
+    limit = rule.limit
+    if share < 1.0 and limit is not None and not _numeric.within(
+            rule.spent(state).epsilon, share * limit.epsilon):
+        raise Refused(f"the block has unlocked {share:.0%} of its limit so far "
+                      f"({unlock.fraction:.0%} more every {unlock.every})")
 
 
 def step_account(key: str, rule: CompositionRule, current: Account | None,

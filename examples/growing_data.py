@@ -28,6 +28,7 @@ import numpy as np
 
 from accountant import Accountant, BudgetExceededError
 from accountant.audit import audit
+from accountant.ledger import Ledger, MemoryLedger
 from mechanisms import Laplace, count
 from policies.blocks import block_of
 
@@ -52,11 +53,14 @@ def events(rng: np.random.Generator) -> "object":
     return pd.DataFrame({"time": pd.to_datetime(times, unit="s", utc=True)})
 
 
-def simulate(name: str, table: object, folder: Path) -> tuple[list[int], str]:
-    """Answered queries per day under policy ``name``; returns them and the ledger's URL."""
+def simulate(name: str, table: object, folder: Path) -> tuple[list[int], Ledger]:
+    """Answered queries per day under policy ``name``; returns them and the ledger.
+
+    A simulation: its ledger is in memory, the only kind that takes a clock (a durable ledger
+    keeps its own time, so that no caller can choose its windows or blocks)."""
     policy = folder / f"{name}.toml"
     policy.write_text(POLICIES[name])
-    ledger = f"sqlite:///{folder / name}.db"
+    ledger = MemoryLedger()
     clock = [START]
     # A simulation, seeded to be reproducible: its ledger is created as a simulation ledger.
     acc = Accountant.from_policy(policy, ledger=ledger, rng=0, simulation=True,

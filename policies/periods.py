@@ -15,6 +15,8 @@ with the suffix ``@<window start>+<period>``, e.g. ``dataset:adult@2026-11-21+1d
 
 Invariant: the key of the window containing time ``t`` is a pure function of (period, t); the
 current window is found in O(1) (one integer division, its key cached until the window changes).
+The ``t`` of a debit is its ledger transaction's time, which its record carries (the ledger's
+clock, never the caller's), so the audit can recompute every window a record charges.
 
 **Allocations end with their window.** A session or pipeline opened in a window was paid for by
 that window; it answers only until the window ends (then ``WindowEndedError``; open a new one,

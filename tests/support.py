@@ -97,3 +97,27 @@ def __getattr__(name: str) -> Any:
     seed = hashlib.sha256(b"dpbudget tests: the ledger owner").digest()
     globals()["OWNER"] = key = OwnerKey(Ed25519PrivateKey.from_private_bytes(seed))
     return key
+class LedgerTime:
+    """Stands in for the ``time`` module inside ``accountant.ledger.base``: the wall clock a
+    durable (SQLite) ledger reads for its transactions' times, set by a test. Not a public API:
+    the library takes no clock for a durable ledger (``Accountant.from_policy``)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+
+    def time(self) -> float:
+        return float(self.clock())
+
+    def time_ns(self) -> int:
+        return round(self.clock() * 1e9)
+
+
+def set_ledger_clock(clock: Any, monkeypatch: Any = None) -> None:
+    """Make SQLite ledgers of this process read ``clock`` as their wall clock (``monkeypatch``:
+    undone after the test; without it, for a process of the test's own, such as a spawned one)."""
+    import accountant.ledger.base as base
+
+    if monkeypatch is None:
+        base.time = LedgerTime(clock)  # type: ignore[assignment]
+    else:
+        monkeypatch.setattr(base, "time", LedgerTime(clock))

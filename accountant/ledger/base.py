@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from typing import Any
 from accountant.errors import LedgerCorruptedError, LedgerError
 from accountant.ledger import table_sum
 from accountant.ledger.entry import Account, Entry
-from accountant.ledger.record import GENESIS, auth_name, key_from_env
+from accountant.ledger.record import GENESIS, auth_name, key_from_env, time_micros
 from accountant.ledger.transaction import Scope, Transaction
 from accountant.ledger.writer import Writer
 
@@ -40,6 +41,12 @@ class Ledger(ABC):
     optimistic = False  # the transaction begun last read a cache (may end in LedgerStaleError)
     lanes = False  # linked per account (format 2, ``accountant.ledger.lanes``), not one chain
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
+    # Set by ``Scope.begin``: the transaction begun must read the time in force (a debit on
+    # windows or blocks): a backend whose optimistic begin reads nothing then reads.
+    _tx_timed = False
+    # (seq, hash, time in microseconds) of the last record this object wrote or read the time
+    # of: the head's time without re-reading it while no other writer moved on.
+    _last_time: tuple[int, str, int] = (0, GENESIS, 0)
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock: Any = threading.RLock()  # (a backend may count its waiters: postgres_sync)
@@ -108,6 +115,40 @@ class Ledger(ABC):
         hash somewhere else to detect a truncated tail later."""
         with self._lock:
             return self._head()
+
+    def now(self) -> float:
+        """What this ledger's next transaction will most likely record as its time (seconds since
+        the epoch): an estimate, for reads (what is left in the window in force) and for the keys
+        a debit locks before its transaction's own time is known (``Transaction.time``)."""
+        return max(time.time(), self._last_time[2] / 1e6)
+
+    def _tx_micros(self, head: tuple[int, str] | None) -> int:
+        """The time of the transaction this thread has begun, in microseconds since the epoch
+        (called once per transaction, under its write lock): this process's wall clock, never
+        earlier than the head record's time (``head``: the head, if just read). A clock set back
+        cannot reopen a window or a block's locked share: one chain's times never run backwards.
+
+        Raises:
+            LedgerCorruptedError: the head record's time is unreadable.
+        """
+        floor = self._head_micros(self._head() if head is None else head)
+        return max(time.time_ns() // 1000, floor)
+
+    def _head_micros(self, head: tuple[int, str]) -> int:
+        """The time of record ``head`` (``(seq, hash)``; 0 for an empty ledger)."""
+        seq, digest = head
+        known = self._last_time
+        if seq == 0 or (known[0] == seq and known[1] == digest):
+            return known[2] if seq else 0
+        entry = self.entry(seq)
+        try:
+            micros = time_micros(json.loads(entry.text)["time"]) if entry is not None else 0
+        except (KeyError, TypeError, ValueError):
+            raise LedgerCorruptedError(f"record {seq}: its time is unreadable; the ledger was "
+                                       "edited outside dpbudget. Nothing was written; run "
+                                       "`dpbudget audit` on it") from None
+        self._last_time = (seq, digest, micros)
+        return micros
 
     @abstractmethod
     def accounts(self) -> list[Account]:

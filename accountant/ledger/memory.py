@@ -11,7 +11,8 @@ copy of the budget that the parent never sees, each child as much again (workers
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from accountant.errors import LedgerError
 from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
@@ -22,6 +23,13 @@ __all__ = ["MemoryLedger"]
 class MemoryLedger(Ledger):
     """A ledger held in memory. ``MemoryLedger()`` or the URL ``"memory://"``.
 
+    Args:
+        hmac_key: as for the durable ledgers.
+        clock: seconds since the epoch (default ``time.time``): the time of each transaction,
+            hence the renewal windows, blocks and unlock shares of its debits. Simulations and
+            tests inject one (``Accountant(..., clock=...)`` sets it); only an in-memory ledger
+            takes one — a durable ledger keeps its own time (``Ledger._tx_micros``).
+
     >>> ledger = MemoryLedger()
     >>> ledger.head()[0]
     0
@@ -30,8 +38,10 @@ class MemoryLedger(Ledger):
     url = "memory://"
     durable = False
 
-    def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
+    def __init__(self, *, hmac_key: bytes | str | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         super().__init__(hmac_key=hmac_key)
+        self.clock = clock
         self._entries: list[Entry] = []
         self._accounts: dict[str, Account] = {}
         self._staged_entries: list[Entry] = []
@@ -47,6 +57,15 @@ class MemoryLedger(Ledger):
                 "others; nothing was written. Share a budget between processes through a durable "
                 "ledger (sqlite:///path or postgresql://...)")
         self._rollback()
+
+    def now(self) -> float:
+        return (self.clock or time.time)()
+
+    def _tx_micros(self, head: tuple[int, str] | None) -> int:
+        """The clock's time, as given: a simulation's clock may be set back (the audit then
+        reports the records' times running backwards)."""
+        clock = self.clock
+        return time.time_ns() // 1000 if clock is None else round(clock() * 1_000_000)
 
     def _commit(self) -> None:
         # Accounts first: an interrupt between the two calls then leaves the debit counted

@@ -3,11 +3,11 @@
 Same records and account states as the SQLite ledger, but linked per account (record format 2,
 ``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
 in parallel. A debit is one transaction that first locks its accounts' lanes (advisory locks, in
-one order: ``postgres_lanes.locks``) and the policy's lane (shared), so that a
-check made on the states it read is still true when it commits. The COMMIT is asynchronous, and
-the same round trip then waits until it is on disk (``PostgresLedger._commit``: group commit),
-before anything is drawn on it. A debit is two round trips through libpq itself, or one when it
-can start from what this object's last commit left (``_begin``: optimistic, checked by the
+one order: ``postgres_lanes.locks``) and the policy's lane (shared), so that a check made on the
+states it read is still true when it commits; its time is the server's (``postgres_time``). The
+COMMIT is asynchronous, and the same round trip then waits until it is on disk (``_commit``: group
+commit), before anything is drawn on it. A debit is two round trips through libpq itself, or one
+when it can start from what this object's last commit left (``_begin``: optimistic, checked by the
 server's lane trigger and redone by the gate on fresh reads if another writer moved a lane).
 
 The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
@@ -30,11 +30,12 @@ from typing import NamedTuple
 from accountant.errors import LedgerError, LedgerStaleError
 from accountant.ledger.base import Account, Entry
 from accountant.ledger.lanes import FORMAT, START
-from accountant.ledger.postgres_lanes import locks
+from accountant.ledger.postgres_lanes import locks, reads
 from accountant.ledger.postgres_schema import prepare
 from accountant.ledger.postgres_reads import PgReads
 from accountant.ledger.postgres_session import _INHERITED, PgSession
 from accountant.ledger.postgres_sync import FLUSH, PgSync, WaitedLock
+from accountant.ledger.postgres_time import PgTime, lane_time
 from accountant.ledger.record import float_object
 from accountant.ledger.sql import SqlLedger, _account
 
@@ -48,8 +49,7 @@ _FLUSH = FLUSH.replace("RETURNING 0", "RETURNING nextval('dpbudget_seq')")
 # Debits run on fresh reads after an optimistic one found the cache stale (other writers are
 # active: optimism would mostly cost a wasted round trip).
 _BACKOFF = 16
-# Taken while a ledger's tables are created or brought up to date, so that two openers do not
-# run the DDL at once; per database.
+# Taken while a ledger's tables are created or updated: two openers never run the DDL at once.
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 # Every transaction's start: asynchronous commit (``PostgresLedger._commit``).
 _BEGIN = "BEGIN; SET LOCAL synchronous_commit = off"
@@ -62,9 +62,10 @@ class _Cache(NamedTuple):
     lanes: dict[str, tuple[int, str]]
     read: dict[str, Account | None]
     seq: int  # a number taken for the next record
+    micros: int  # the committed record's time: no record on ``lanes`` is later
 
 
-class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
+class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -103,6 +104,7 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
         self._spare: int | None = None  # a number taken after the last commit, still unused
         self._backoff = 0  # debits to run pessimistically after a stale optimistic one
         self._audited: list[Account] | None = None  # read with the last full entries()
+        self._init_time()
         try:
             import psycopg
         except ImportError:
@@ -155,7 +157,8 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
         self._writes, self._tx_entry = 0, None
         if self._backoff:
             self._backoff -= 1
-        elif (cached and cache is not None and prefetch and all(k in cache.read for k in prefetch)
+        elif (cached and cache is not None and not self._tx_timed and prefetch
+              and all(k in cache.read for k in prefetch)
               and all(k in cache.lanes for k in prefetch) and not self._pending_input()):
             # Optimistic: this object knows every account and lane the debit reads, as its last
             # commit left them. Nothing is sent now: the begin, the locks, the writes and the
@@ -165,46 +168,43 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
             self._tx_lanes, self._tx_read = dict(cache.lanes), dict(cache.read)
             self._tx_seq, self._tx_head, self._spare = cache.seq, None, None
             self._tx_first = cache.seq
+            self._carry_time(cache.micros)  # (never ``timed``: accountant.ledger.postgres_time)
             # (The policy's lane is checked by the server through the record's ``reads``.)
             self._pending = [locks(self._salt, written, read_only)]
             return
         # One round trip: begin, lock the lanes, then (statements of their own: a statement reads
-        # from the snapshot it began with, older than a lock it waited for) read them and the
-        # accounts, and take a number for the record: the spare one while it is above every
-        # locked lane's last, read ones included (numbers need only grow along each lane, and a
-        # record must come after what it read), so that a lone writer's records are numbered
-        # without gaps. Commits are asynchronous (the locks are released
-        # without waiting for the disk); ``_commit`` makes each one durable before it returns.
+        # from the snapshot it began with, older than a lock it waited for) read them, the
+        # accounts and the server's clock, and take a number for the record: the spare one while
+        # it is above every locked lane's last, read ones included (numbers need only grow along
+        # each lane, and a record must come after what it read), so that a lone writer's records
+        # are numbered without gaps. Commits are asynchronous (the locks are released without
+        # waiting for the disk); ``_commit`` makes each one durable before it returns.
         every = self._array([*written, *read_only])
-        # (Only a debit uses a spare number: whatever writes a lane others read — a policy
-        # change — must come after every record that read it, so it takes a new number once
-        # its lock is held.)
+        # (Only a debit uses a spare number: whatever writes a lane others read — a policy change —
+        # must come after every record that read it, so takes a new number once it is locked.)
         spare = "NULL" if self._spare is None or not cached else str(int(self._spare))
-        sql = (f"{_BEGIN}; {locks(self._salt, written, read_only)}; "
-               f"SELECT 'l', key, seq, hash, NULL, NULL FROM dpbudget_lanes WHERE key = ANY({every}) "
-               f"UNION ALL SELECT 's', NULL, CASE WHEN {spare} > coalesce((SELECT max(seq) FROM "
-               f"dpbudget_lanes WHERE key = ANY({every})), 0) THEN {spare} ELSE "
-               "nextval('dpbudget_seq') END, NULL, NULL, NULL UNION ALL SELECT 'a', key, seq, "
-               f"rule, config, state FROM dpbudget_accounts WHERE key = ANY({every})")
+        sql = f"{_BEGIN}; {locks(self._salt, written, read_only)}; {reads(every, spare)}"
         try:
             rows = self._raw(sql)
         except LedgerError:
             if not self._conn.broken:
                 raise
-            # The session died since its last use and only this found out: nothing has run in
-            # this transaction, so a new session can start it afresh.
+            # The session died unseen since its last use: nothing has run in this transaction,
+            # so a new session can start it afresh.
             self._reconnect()
             rows = self._raw(sql)
         read: dict[str, Account | None] = dict.fromkeys(prefetch)
         lanes: dict[str, tuple[int, str]] = dict.fromkeys((*written, *read_only), START)
-        self._tx_head, self._tx_seq = None, None  # (the last record: read when asked)
+        self._tx_head, self._tx_seq, floor, server = None, None, 0, None  # (head: when asked)
         for kind, key, seq, a, b, c in rows:
             if kind == "l":
                 lanes[key] = (int(seq), a)
+                floor = max(floor, lane_time(key, b))
             elif kind == "a":
                 read[key] = _account((key, a, b, c, int(seq)))
             else:
-                self._tx_seq = int(seq)
+                self._tx_seq, server = int(seq), a
+        self._read_time(server, floor)
         self._spare, self._tx_first = None, self._tx_seq
         self._tx_read, self._tx_lanes, self._pending = read, lanes, []
 
@@ -370,7 +370,7 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
                 "refused); nothing was drawn on it, and its budget stays spent")
         self._spare = (int(rows[0][0]) or None) if cached and rows and rows[0][0] else None
         if staged is not None and read is not None and self._spare is not None:
-            self._cache = _Cache(lanes, read, self._spare)
+            self._cache = _Cache(lanes, read, self._spare, self._tx_time)
         return None if defer is None else self._deferred(defer)
 
     def _landed_after(self, staged: Entry | None, error: LedgerError) -> bool | None:
@@ -397,3 +397,4 @@ class PostgresLedger(PgReads, PgSync, PgSession, SqlLedger):
             self._conn.execute("ROLLBACK")
         except self._psycopg.Error:
             pass  # the connection is broken; nothing was committed
+

@@ -11,7 +11,10 @@ from typing import Any
 from accountant.errors import LedgerCorruptedError
 from accountant.ledger import table_sum
 
-__all__ = ["check_rows", "locks"]
+__all__ = ["check_rows", "locks", "reads"]
+
+# The server's clock in whole microseconds since the epoch, as text (``reads``).
+_SERVER_TIME = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text"
 
 
 def locks(salt: str, written: Sequence[str], shared: Sequence[str]) -> str:
@@ -29,6 +32,21 @@ def locks(salt: str, written: Sequence[str], shared: Sequence[str]) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
+def reads(every: str, spare: str) -> str:
+    """The statement a debit's begin sends once its locks are held: rows ``('l', lane, seq,
+    hash, time of the lane's last record, NULL)`` for each locked lane of ``every`` (an SQL
+    array), one ``('s', NULL, the record's number, the server's clock in microseconds, NULL,
+    NULL)`` — ``spare`` (an SQL number or NULL) while above every locked lane's last, else a new
+    one — and ``('a', key, seq, rule, config, state)`` for each account of ``every``
+    (``accountant.ledger.postgres_time`` says why the times)."""
+    return ("SELECT 'l', l.key, l.seq, l.hash, (SELECT e.record::jsonb ->> 'time' FROM "
+            f"dpbudget_entries e WHERE e.seq = l.seq), NULL FROM dpbudget_lanes l WHERE l.key = "
+            f"ANY({every}) UNION ALL SELECT 's', NULL, CASE WHEN {spare} > coalesce((SELECT "
+            f"max(seq) FROM dpbudget_lanes WHERE key = ANY({every})), 0) THEN {spare} ELSE "
+            f"nextval('dpbudget_seq') END, {_SERVER_TIME}, NULL, NULL UNION ALL SELECT 'a', key, "
+            f"seq, rule, config, state FROM dpbudget_accounts WHERE key = ANY({every})")
+
+
 def lock_id(salt: str, key: str) -> int:
     """A lane's advisory lock: 64 bits of BLAKE2b of its key, keyed by the ledger's salt (ledgers
     in one database do not share locks; a collision only makes two lanes wait for each other)."""

@@ -69,7 +69,8 @@ KEY_ENV = "DPBUDGET_LEDGER_KEY"
 
 __all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "assemble",
            "auth_name", "canonical", "charge_from_record", "charge_record", "export_line",
-           "key_from_env", "record_hash", "step_fragments", "utc_now"]
+           "key_from_env", "record_hash", "step_fragments", "time_micros", "utc_now",
+           "utc_time"]
 
 
 # One encoder for the process: json.dumps with non-default options builds a new encoder per call,
@@ -211,15 +212,43 @@ def export_line(digest: str, text: str) -> str:
     return f'{{"hash":"{digest}","record":{text}}}'
 
 
-_clock: list[Any] = [None, ""]  # [whole second, its ISO prefix], reused within the same second
+# (whole second, its ISO prefix), reused within the same second; replaced whole (atomic), since
+# threads may format times of different seconds at once.
+_clock: list[tuple[int, str]] = [(-1, "")]
 
 
 def utc_now() -> str:
-    """Now, as a JSON string in ISO 8601 UTC with microseconds (the record's ``time``; the date
-    part formatted once per second: it is on the hot path)."""
-    now = time.time_ns() // 1000
-    second, micros = divmod(now, 1_000_000)
-    if _clock[0] != second:
+    """Now by this process's wall clock, as ``utc_time`` writes it."""
+    return utc_time(time.time_ns() // 1000)
+
+
+def utc_time(micros: int) -> str:
+    """A time in whole microseconds since the epoch, as a JSON string in ISO 8601 UTC with
+    microseconds (a record's ``time``; the date part formatted once per second: it is on the hot
+    path). ``time_micros`` reads it back exactly, so a record's time is the very instant its
+    windows and blocks were computed from (``accountant.ledger.transaction``)."""
+    second, micros = divmod(micros, 1_000_000)
+    cached = _clock[0]
+    if cached[0] != second:
         stamp = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-        _clock[0], _clock[1] = second, stamp
-    return f'"{_clock[1]}.{micros:06d}+00:00"'
+        cached = _clock[0] = (second, stamp)
+    return f'"{cached[1]}.{micros:06d}+00:00"'
+
+
+def time_micros(text: str) -> int:
+    """A record's ``time`` (the string, without its JSON quotes) in whole microseconds since the
+    epoch: the inverse of ``utc_time``.
+
+    Raises:
+        ValueError: not an ISO 8601 time with a UTC offset (the audit reports it as malformed).
+    """
+    if not isinstance(text, str):
+        raise ValueError("a record's time must be an ISO 8601 string")
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise ValueError("a record's time must state its UTC offset")
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

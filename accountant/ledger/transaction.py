@@ -12,7 +12,7 @@ from accountant.errors import LedgerError
 from accountant.ledger import lanes as _lanes
 from accountant.ledger import table_sum
 from accountant.ledger.entry import Account, Entry
-from accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_now
+from accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
 from accountant.ledger.writer import log_records, writer_for
 
 # The ledger (``accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
@@ -23,12 +23,34 @@ _LANES_VERSION = str(_lanes.FORMAT)
 
 
 class Transaction:
-    """The view of a ledger inside ``Ledger.transaction()``."""
+    """The view of a ledger inside ``Ledger.transaction()``.
+
+    Its time (``time``, ``micros``) is the ledger's, never the caller's: fixed once read, it is
+    the ``time`` of every record the transaction appends, so that the windows and blocks a debit
+    computed from it can be checked against its record by the audit. Each backend says where it
+    comes from (``Ledger._tx_micros``): the server's clock (PostgreSQL), this process's wall
+    clock but never earlier than the head record's (SQLite), the clock it was given (in memory).
+    """
 
     def __init__(self, ledger: Any) -> None:
         self._ledger = ledger
         self.appended: list[Entry] = []
         self._read: dict[str, Account | None] = {}
+        self._micros: int | None = None
+
+    @property
+    def micros(self) -> int:
+        """This transaction's time, in whole microseconds since the epoch (read once)."""
+        micros = self._micros
+        if micros is None:
+            micros = self._micros = self._ledger._tx_micros(None)
+        return micros
+
+    @property
+    def time(self) -> float:
+        """This transaction's time, in seconds since the epoch: what a debit's renewal windows,
+        blocks and unlock shares are computed from."""
+        return self.micros / 1e6
 
     def account(self, key: str) -> Account | None:
         current: Account | None = self._ledger._read_account(key)
@@ -81,8 +103,9 @@ class Transaction:
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
+        micros = self._micros if self._micros is not None else self.micros
         text = assemble({
-            **fields, **extra, "seq": str(seq + 1), "time": utc_now(), "auth": ledger._auth,
+            **fields, **extra, "seq": str(seq + 1), "time": utc_time(micros), "auth": ledger._auth,
             "writer": writer.member(n),
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
@@ -94,6 +117,7 @@ class Transaction:
         self._read.update((a.key, a) for a in written)
         if table is not None:
             ledger._table = (seq + 1, entry.hash, table)
+            ledger._last_time = (entry.seq, entry.hash, micros)  # (the next one's floor)
         if ledger.lanes:
             ledger._advance(keys, entry)
         self.appended.append(entry)
@@ -104,6 +128,8 @@ class Transaction:
         """The members that link a record of one chain (format 1), the table sum, and the
         head's seq."""
         seq, prev = ledger._head()
+        if self._micros is None:  # (from the head just read: no second read of it)
+            self._micros = ledger._tx_micros((seq, prev))
         table = None
         if ledger.durable:  # only a stored table can be edited behind the chain's back
             table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
@@ -187,16 +213,19 @@ class Scope:
         self._tx: Transaction | None = None
 
     def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (), *,
-              cached: bool = False) -> Transaction:
+              cached: bool = False, timed: bool = False) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
         (an optimisation only: any account can still be read). In a ledger of lanes
         (``accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
         those also in ``shared``, locked for reading: writing a lane not locked here may end in
         ``LedgerStaleError`` (another writer moved it; nothing is written). ``cached``: the
         backend may start from what its last commit left (one round trip on PostgreSQL), which
-        may end in ``LedgerStaleError``: only for a caller that redoes it (the gate's debit)."""
+        may end in ``LedgerStaleError``: only for a caller that redoes it (the gate's debit).
+        ``timed``: the caller reads ``Transaction.time`` (a debit on windows or blocks), which a
+        backend then reads in its begin (PostgreSQL: the server's clock, so never from a cache)."""
         ledger = self._ledger
         ledger._lock.acquire()
+        ledger._tx_timed = timed
         writer = ledger._w
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())

@@ -12,6 +12,8 @@ import pytest
 
 from accountant import Accountant
 from accountant.composition import RULES, BasicComposition
+from accountant.ledger import MemoryLedger
+from tests.support import set_ledger_clock
 
 # 2026-11-21T10:00:00Z, a fixed instant: no test depends on wall time.
 T0 = 1_795_255_200.0
@@ -50,12 +52,25 @@ def write(tmp_path: Path):
 
 
 @pytest.fixture
-def make(write, clock):
-    """``make(policy_text, **kw)`` -> an Accountant from that policy, seeded, with the clock."""
+def ledger_clock(monkeypatch, clock) -> Clock:
+    """``clock``, read by SQLite ledgers as their wall clock (a durable ledger takes no clock:
+    its records' times are the ones a test needs only this way, which is not a public API)."""
+    set_ledger_clock(clock, monkeypatch)
+    return clock
+
+
+@pytest.fixture
+def make(write, clock, monkeypatch):
+    """``make(policy_text, **kw)`` -> an Accountant from that policy, seeded, with the clock
+    (passed for an in-memory ledger; read by a durable one as its wall clock)."""
 
     def _make(text: str, **kw) -> Accountant:
         kw.setdefault("rng", np.random.default_rng(7))
-        kw.setdefault("clock", clock)
+        ledger = kw.get("ledger")
+        if ledger is None or ledger == "memory://" or isinstance(ledger, MemoryLedger):
+            kw.setdefault("clock", clock)
+        else:
+            set_ledger_clock(clock, monkeypatch)
         acc = Accountant.from_policy(write(text), **kw)
         RNGS[id(acc)] = kw["rng"]
         return acc

@@ -21,8 +21,7 @@ from accountant.audit import audit
 from mechanisms import AboveThreshold, Laplace, SubsampledGaussian
 from policies.blocks import Blocks, block_names, block_of, block_start
 from tests.policies.conftest import DAY, T0
-from tests.support import snapshot
-from tests.support import OWNER
+from tests.support import OWNER, set_ledger_clock, snapshot
 
 # T0 is 2026-11-21 10:00 UTC.
 DAILY = """
@@ -142,9 +141,11 @@ def test_a_join_or_a_dataset_without_blocks_cannot_name_them(make) -> None:
         acc.release(Laplace(0.1), 1.0, dataset=("events", "plain"), blocks="2026-11-20")
 
 
-def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock) -> None:
+def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock,
+                                                         ledger_clock) -> None:
     db = tmp_path / "l.db"
-    acc = Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0, simulation=True, owner_key=OWNER)
+    acc = Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True,
+                                 owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     weekly = DAILY.replace('by = "day"', 'by = "week"').replace('first = "2026-11-15"\n', '')
     change = acc.apply_policy(write(weekly), by="admin", reason="test", owner_key=OWNER)
@@ -152,10 +153,10 @@ def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock)
     acc.close()
 
 
-def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock) -> None:
+def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, clock,
+                                                                ledger_clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
-                                simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
         for day in range(15, 22):
             acc.release(Laplace(0.3), 1.0, dataset="events",
                         blocks=slice(f"2026-11-{day - 2 if day > 16 else 15}", f"2026-11-{day}"))
@@ -193,7 +194,8 @@ def test_block_rows_selects_exactly_the_rows_of_the_blocks(make) -> None:
 
 
 def _hammer(db: str, policy: str, seed: int, counts: "multiprocessing.Queue[int]") -> None:
-    acc = Accountant.from_policy(policy, ledger=db, clock=lambda: T0)
+    set_ledger_clock(lambda: T0)  # (this process's SQLite ledgers: a spawned one's own)
+    acc = Accountant.from_policy(policy, ledger=db)
     rng = np.random.default_rng(seed)
     n = 0
     for _ in range(60):
@@ -212,7 +214,7 @@ def _hammer(db: str, policy: str, seed: int, counts: "multiprocessing.Queue[int]
 def _contend(db: str, policy: str) -> None:
     """Four processes, random overlapping ranges of the 15th..21st, ε = 0.05 each: no block may
     end above its limit of 1, and the audit must replay clean."""
-    Accountant.from_policy(policy, ledger=db, clock=lambda: T0).close()
+    Accountant.from_policy(policy, ledger=db).close()
     ctx = multiprocessing.get_context("spawn")
     counts: "multiprocessing.Queue[int]" = ctx.Queue()
     procs = [ctx.Process(target=_hammer, args=(db, policy, seed, counts)) for seed in range(4)]
@@ -252,15 +254,14 @@ def test_the_example_runs(capsys) -> None:
     assert "audit of the blocks ledger: clean" in capsys.readouterr().out
 
 
-def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock) -> None:
+def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock, ledger_clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
-                                simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
         acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     renyi = DAILY.replace('limit = { epsilon = 1.0 }',
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')
     with pytest.raises(LedgerConflictError, match="block:2026-11-20 cannot continue"):
-        Accountant.from_policy(write(renyi), ledger=db, clock=clock, rng=0, simulation=True)
+        Accountant.from_policy(write(renyi), ledger=db, rng=0, simulation=True)
 
 
 def test_an_unlocking_schedule_releases_a_block_gradually(make, clock) -> None:

@@ -39,8 +39,8 @@ def test_a_week_has_one_name_only(make) -> None:
 
 
 def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
-        make, write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+        make, write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", rng=0,
                                  simulation=True, owner_key=OWNER)
     spelled = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W\u0664\u0660"')  # week 40
     with pytest.raises(PolicyError, match="week block name"):  # only ASCII names exist
@@ -52,10 +52,9 @@ def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
 
 
 # 2. Audit false positive: every release inside a pipeline opened on blocks fails the audit.
-def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock) -> None:
+def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock, ledger_clock) -> None:
     db = tmp_path / "l.db"
-    with Accountant.from_policy(write(DAILY), ledger=db, clock=clock, rng=0,
-                                simulation=True) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
         with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-20") as p:
             p.release(Laplace(0.2), 1.0)
     report = audit(f"sqlite:///{db}")
@@ -63,8 +62,8 @@ def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock) -> None:
 
 
 # 3. Privacy (unflagged raise): dropping [datasets.X.blocks] removes every per-block limit.
-def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", rng=0,
                                  simulation=True, owner_key=OWNER)
     acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
     plain = "[datasets.events]\nlimit = { epsilon = 100.0 }\n"
@@ -76,8 +75,8 @@ def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock) -> None:
 
 # 4. Robustness: apply_policy (and opening) never check recorded block accounts' rules.
 def test_a_block_rule_change_under_recorded_spend_is_refused_by_apply_policy(
-        write, tmp_path, clock) -> None:
-    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", clock=clock, rng=0,
+        write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", rng=0,
                                  simulation=True, owner_key=OWNER)
     acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
     advanced = DAILY.replace('by = "day"\n    limit = { epsilon = 1.0 }',
@@ -126,13 +125,13 @@ def test_blocks_refusals_are_typed(make) -> None:
 
 
 # 8. Status: block accounts of a dataset under other_datasets are reported "not in the policy".
-def test_status_knows_default_blocks(make, write, tmp_path, clock) -> None:
+def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock) -> None:
     from accountant.report import budget_rows
 
     text = ('[datasets.a]\nlimit = { epsilon = 1.0 }\n[other_datasets]\n'
             'limit = { epsilon = 10.0 }\n[other_datasets.blocks]\nby = "day"\n'
             'limit = { epsilon = 1.0 }\n')
-    with Accountant.from_policy(write(text), ledger=tmp_path / "l.db", clock=clock,
+    with Accountant.from_policy(write(text), ledger=tmp_path / "l.db",
                                 rng=0, simulation=True) as acc:
         acc.release(Laplace(0.1), 1.0, dataset="logs", blocks="2026-11-20")
         rows = budget_rows(acc.ledger, acc.policy)
@@ -143,12 +142,13 @@ def test_status_knows_default_blocks(make, write, tmp_path, clock) -> None:
 # Checked and sound (passes): PostgreSQL, several processes on overlapping ranges in any order.
 
 
-def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(write, tmp_path,
-                                                                        clock) -> None:
+def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(
+        write, tmp_path, clock, ledger_clock) -> None:
     """Found by the review of issue 15 (older than blocks): a dataset removed from a policy that
     admits unlisted datasets is not refused afterwards but held to the default limit."""
     acc = Accountant.from_policy(write(WEEKLY + "\n[other_datasets]\nlimit = { epsilon = 1.0 }\n"),
-                                 ledger=tmp_path / "l.db", clock=clock, rng=0, simulation=True, owner_key=OWNER)
+                                 ledger=tmp_path / "l.db", rng=0, simulation=True,
+                                 owner_key=OWNER)
     change = acc.apply_policy(write("[datasets.other]\nlimit = { epsilon = 1.0 }\n"
                                     "[other_datasets]\nlimit = { epsilon = 5.0 }\n"),
                               by="admin", reason="test", owner_key=OWNER)

@@ -237,7 +237,7 @@ def _stale_gate(url: str) -> Iterator[Gate]:
     with Accountant.open(url) as owner:
         owner.apply_policy(load_policy_text(IN_FORCE), by="o", reason="tighten", owner_key=OWNER)
     with open_ledger(url) as ledger:
-        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0), time.time)
+        stale = Gate(ledger, Planner(stale_policy, None), Sampler(0))
         stale._check_policy = lambda pointer: None  # type: ignore[method-assign]
         yield stale
 

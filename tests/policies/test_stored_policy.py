@@ -149,8 +149,7 @@ def test_audit_without_policy_catches_a_release_above_the_limit_in_force(tmp_pat
     Accountant(Budget(1.0), ledger=url).close()
     with open_ledger(url) as ledger:
         forged = Policy.model_construct(datasets={})
-        gate = Gate(ledger, Planner(forged, DatasetLimit(limit=Budget(100.0))), Sampler(0),
-                    lambda: 0.0)
+        gate = Gate(ledger, Planner(forged, DatasetLimit(limit=Budget(100.0))), Sampler(0))
         gate._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
         for _ in range(3):
             gate.release(Laplace(0.5), 1.0, None, ("people", None))

@@ -5,6 +5,8 @@ injected; nothing depends on wall time."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from accountant import Budget, WindowEndedError
@@ -78,14 +80,23 @@ def test_a_lifetime_limit_has_no_end(make, clock) -> None:
     session.test(-1e9)
 
 
-def test_an_allocation_opened_across_midnight_ends_at_once(make, clock) -> None:
-    """The end is read before the debit: a debit that lands on the next day is charged there and
-    the allocation ends at the earlier midnight — never the other way round (charged to one day,
-    answering through the next)."""
+def test_an_allocation_opened_across_midnight_is_charged_and_ends_by_its_record_time(
+        make, clock) -> None:
+    """The keys a debit locks come from an estimate of the ledger's time; the window charged and
+    the allocation's end come from its transaction's own time (its record's). A debit estimated
+    at 23:59:59.999999 whose transaction runs at 00:00:01 is redone on the next day's window and
+    answers until the next midnight — never charged to one day and answering through the next."""
     acc = make(DAILY)
-    clock.now = MIDNIGHT - 1e-6
-    ticks = iter([MIDNIGHT - 1e-6] + [MIDNIGHT + 1.0] * 10)
-    acc._gate.clock = lambda: next(ticks)
+    ticks = iter([MIDNIGHT - 1e-6, MIDNIGHT + 1.0] + [MIDNIGHT + 1.0] * 10)
+    acc.ledger.clock = lambda: next(ticks)  # (the in-memory ledger's clock: estimate, then tx)
     session = acc.session(AboveThreshold(0.2, threshold=0.0), dataset="adult")
+    assert _released_on(acc, "2026-11-22") == pytest.approx(0.2)
+    assert _released_on(acc, "2026-11-21") == 0.0
+    record = json.loads(acc.ledger.entry(session.receipt.seq).text)
+    assert record["time"] == "2026-11-22T00:00:01.000000+00:00"
+    assert list(record["accounts"]) == ["dataset:adult@2026-11-22+1d"]
+    acc.ledger.clock = lambda: MIDNIGHT + DAY - 1e-6
+    session.test(1.0)  # (the 22nd's last instant: still answering)
+    acc.ledger.clock = lambda: MIDNIGHT + DAY
     with pytest.raises(WindowEndedError):
         session.test(1.0)
