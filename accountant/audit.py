@@ -19,6 +19,7 @@ from accountant._numeric import within_budget
 from accountant.audit_chain import ChainCheck
 from accountant.audit_policy import InForce, PolicyRecords
 from accountant.audit_release import LibraryRecords
+from accountant.audit_tally import Tallies
 from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
 from accountant.audit_time import TimeCheck
 from accountant.charge import Charge
@@ -115,9 +116,9 @@ class _Replay:
         self.over_in_force: set[str] = set()
         self.in_force: InForce | None = None  # from the ledger's own policy records
         self.policies = PolicyRecords()
-        self.library = LibraryRecords()  # records naming library mechanisms, checked
+        self.library = LibraryRecords()  # what release records claim (``audit_release``)
         # Whether the first record, verified, says the ledger was created for simulation (None
-        # until it is read); only there, or in an in-memory ledger, is seeded noise no problem.
+        # until read); only there, or in an in-memory ledger, is seeded noise no problem.
         self.simulation: bool | None = None
         self.memory = src.ledger is not None and not src.ledger.durable
         self.diverged: dict[str, int] = {}
@@ -127,8 +128,7 @@ class _Replay:
         self.charges: dict[tuple[Any, ...], Charge] = {}
         self.first_time: str | None = None
         self.last_time: str | None = None
-        self.tallies: dict[str, dict[Any, list[Any]]] = {
-            g: {} for g in ("analyst", "mechanism", "label", "pipeline", "dataset", "noise")}
+        self.tallies = Tallies()  # per analyst, mechanism, label... (``audit_tally``)
 
     def problem(self, kind: str, message: str, seq: int | None = None,
                 position: int | None = None) -> None:
@@ -147,20 +147,21 @@ class _Replay:
             self.records += 1
             verified = self.chain.verified
             record = self.chain.check(item)
-            if record is not None and record.get("seq") == 1:
+            if record is None:
+                continue
+            if self.simulation is None:  # the source's first record: only it, verified, says so
+                self.simulation = (self.chain.verified > verified
+                                   and record.get("simulation") is True)
+            if record.get("seq") == 1:
                 self.policies.first_record(record, item.hash)
-            if record is not None:
-                if self.simulation is None:
-                    self.simulation = (self.chain.verified > verified
-                                       and record.get("simulation") is True)
-                self.head_table = record.get("table")
-                try:
-                    self.apply(record)
-                except (KeyError, TypeError, ValueError, AttributeError, RecursionError,
-                        PrivacyError) as exc:
-                    self.problem("malformed", f"record {record.get('seq')} has an unreadable "
-                                 f"member ({type(exc).__name__}: {exc})", record.get("seq"),
-                                 item.position)
+            self.head_table = record.get("table")
+            try:
+                self.apply(record)
+            except (KeyError, TypeError, ValueError, AttributeError, RecursionError,
+                    PrivacyError) as exc:
+                self.problem("malformed", f"record {record.get('seq')} has an unreadable "
+                             f"member ({type(exc).__name__}: {exc})", record.get("seq"),
+                             item.position)
 
     def refusal(self, entry: Any) -> None:
         """A refused request in a log: counted per analyst for review, never spend."""
@@ -170,12 +171,9 @@ class _Replay:
 
     def apply(self, record: dict[str, Any]) -> None:
         seq, when = record["seq"], record.get("time")
-        noise = record.get("noise")
-        if isinstance(noise, str) and noise.endswith("-seeded") and not (self.simulation
-                                                                          or self.memory):
-            self.problem("release", f"record {seq}: seeded noise ({noise}) on a ledger not "
-                         "created for simulation (its first record does not say so): anyone "
-                         "who knows the seed subtracts it", seq)
+        why = self.library.check(record, bool(self.simulation or self.memory))
+        if why is not None:
+            self.problem("release", f"record {seq}: {why}", seq)
         self.micros = self.times.record(record)
         if self.until is not None and when is not None and when > self.until:
             return
@@ -196,14 +194,11 @@ class _Replay:
                 self.problem("limit", f"record {seq}: the policy in force (policy record "
                              f"{self.in_force.seq}) refuses it: {why}", seq)
         if accounts:
-            why = self.library.check(record)
-            if why is not None:
-                self.problem("release", f"record {seq}: {why}", seq)
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
                 self.debit(seq, key, stored, charge)
             if self.since is None or (when is not None and when >= self.since):
-                self.tally(record, charge)
+                self.tallies.add(record, charge)
 
     def charge(self, cost: dict[str, Any], mechanism: Any) -> Charge:
         # Records of the same mechanism repeat the same cost: decode each distinct one once.
@@ -325,27 +320,6 @@ class _Replay:
                 del points[::2]
                 self.stride *= 2
 
-    def tally(self, record: dict[str, Any], charge: Charge) -> None:
-        # Plain lists while replaying (a million records); Tally models are built at the end.
-        # A record charged only to pipelines' accounts was paid for by an allocation already
-        # tallied: its cost goes in the "inside" columns (offset 3), never in the totals.
-        inside = 3 if all(k.startswith("pipeline:") for k in record["accounts"]) else 0
-        t = self.tallies
-        names = [("analyst", record.get("analyst")),
-                 ("mechanism", (record.get("mechanism") or {}).get("name")),
-                 ("label", record.get("label")), ("pipeline", record.get("pipeline")),
-                 ("noise", record.get("noise") or ("unrecorded" if record.get("mechanism")
-                                                   else None))]
-        names += [("dataset", d) for d in record.get("datasets") or [record.get("dataset")]]
-        for group, name in names:
-            if name is not None:
-                row = t[group].get(name)
-                if row is None:
-                    row = t[group][name] = [0, 0.0, 0.0, 0, 0.0, 0.0]
-                row[inside] += 1
-                row[inside + 1] += charge.epsilon
-                row[inside + 2] += charge.delta
-
     def report(self, expected_head: str | None) -> AuditReport:
         out = self.out
         chain = self.chain
@@ -358,10 +332,7 @@ class _Replay:
         out.duplicates = chain.duplicates + (self.src.duplicates
                                              if isinstance(self.src, MergedSource) else 0)
         out.first_time, out.last_time = self.first_time, self.last_time
-        for group, rows in self.tallies.items():
-            setattr(out, f"by_{group}", {str(name): Tally(
-                releases=n, epsilon=e, delta=d, inside_releases=n2, inside_epsilon=e2,
-                inside_delta=d2) for name, (n, e, d, n2, e2, d2) in rows.items()})
+        self.tallies.into(out)
         out.expected_head = expected_head
         out.owner, out.policies = self.policies.owner, self.policies.listed
         if expected_head is not None and expected_head != out.head_hash:

@@ -1,4 +1,5 @@
-"""Whether a record that names one of the library's mechanisms is one that mechanism could write.
+"""Whether a release record can be what it claims: seeded noise only in a simulation ledger, and
+a record that names one of the library's mechanisms one that mechanism could write.
 
 The gate records a mechanism under its class identity (``mechanisms.base.mechanism_name``): only
 the library's own ``Laplace`` is ever recorded as ``"Laplace"``, a custom class under its
@@ -41,9 +42,15 @@ class LibraryRecords:
         self.verdicts: dict[Any, str | None] = {}
         self.classes: dict[str, type] | None = None
 
-    def check(self, record: dict[str, Any]) -> str | None:
-        """Why ``record`` cannot be a release of the library mechanism it names, or None (it can,
-        or it names none)."""
+    def check(self, record: dict[str, Any], seeded_ok: bool) -> str | None:
+        """Why ``record`` cannot be the release it claims, or None: seeded noise where
+        ``seeded_ok`` is false (a ledger not created for simulation, whose first record does not
+        say so: anyone who knows the seed subtracts it), or not a release of the library
+        mechanism it names."""
+        noise = record.get("noise")
+        if not seeded_ok and isinstance(noise, str) and noise.endswith("-seeded"):
+            return (f"seeded noise ({noise}) on a ledger not created for simulation (its first "
+                    "record does not say so): anyone who knows the seed subtracts it")
         if record.get("kind") not in _RELEASES:
             return None
         mechanism = record.get("mechanism") or {}
@@ -54,7 +61,7 @@ class LibraryRecords:
                     return f"its item {i}: {why}"
             return None
         return self._item(mechanism.get("name"), mechanism.get("params"), record.get("cost"),
-                          record.get("noise"))
+                          noise)
 
     def _item(self, name: Any, params: Any, cost: Any, noise: Any) -> str | None:
         """``noise`` is the record's member ("exact-csprng"...), None for a batch item."""

@@ -10,9 +10,8 @@ per (dataset, analyst) in a bounded cache; a pipeline's plan is derived from its
 Who is held to what:
 
 - The analyst is the one the ledger authenticated (``Ledger.authenticated_analyst``: on
-  PostgreSQL the session's role), which ``analyst=None`` names; any other name is refused
-  (``AnalystMismatchError``). On SQLite and in memory the caller's name stands (quotas against
-  mistakes, not against an analyst who lies: docs/threat-model.md).
+  PostgreSQL the session's role; ``analyst=None`` names it, another is refused). On SQLite and
+  in memory the caller's name stands: quotas against mistakes (docs/threat-model.md).
 - ``analyst=None``, or an analyst a dataset does not list: only the dataset-level (and
   global) limits apply — unless the dataset sets ``other_analysts = "deny"``, which
   refuses them (``UnknownAnalystError``). The same holds for the top-level
@@ -38,23 +37,11 @@ from typing import Any, NamedTuple
 from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
-from accountant.errors import (
-    AnalystMismatchError,
-    InvalidArgumentError,
-    InvalidTypeError,
-    UnknownAnalystError,
-    UnknownDatasetError,
-)
+from accountant.errors import (AnalystMismatchError, InvalidArgumentError, InvalidTypeError,
+                               UnknownAnalystError, UnknownDatasetError)
 from accountant.ledger.record import AccountLayout, canonical
-from policies.accounts import (
-    AccountSpec,
-    analyst_key,
-    block_spec,
-    block_template_key,
-    dataset_analyst_key,
-    dataset_key,
-    policy_accounts,
-)
+from policies.accounts import (AccountSpec, analyst_key, block_spec, block_template_key,
+                               dataset_analyst_key, dataset_key, policy_accounts)
 from policies.blocks import Blocks, Unlock, block_names
 from policies.limits import DatasetLimit, folded_name, valid_name
 from policies.periods import Period
@@ -133,12 +120,8 @@ class Plan(NamedTuple):
         return min(ends) if ends else None
 
     def begun(self, now: float) -> float:
-        """``now``, once checked to be no earlier than the start of every block this plan reads.
-
-        Raises:
-            InvalidArgumentError: a block has not begun at ``now`` (it does not exist yet:
-                nothing was drawn or debited).
-        """
+        """``now``, checked to be no earlier than the start of every block this plan reads;
+        else ``InvalidArgumentError`` (the block has no data yet: nothing drawn or debited)."""
         if self.opens is not None and now < self.opens[0]:
             raise InvalidArgumentError("blocks", self.opens[1], "blocks that have begun (this "
                                        "one has not: it has no data yet)")

@@ -205,15 +205,20 @@ class _OneShotBits(RandomBits):
         raise TypeError("a one-shot sampler cannot be copied or pickled")
 
 
+def _spent(*_: Any) -> Any:
+    raise SamplerSpentError("this sampler was handed to a release that has returned (or a "
+                            "session that has closed): it draws nothing more; a mechanism "
+                            "draws only from the sampler its own draw is given")
+
+
 class _Spent:
-    """The source of a one-shot sampler after ``end``: any use raises, drawing nothing."""
+    """The source of a one-shot sampler after ``end``: every draw raises, drawing nothing. (Each
+    method named, not ``__getattr__``: tools that probe attributes, such as doctest's finder,
+    must get an ``AttributeError`` for names it does not have.)"""
 
     __slots__ = ()
-
-    def __getattr__(self, name: str) -> Any:
-        raise SamplerSpentError("this sampler was handed to a release that has returned (or a "
-                                "session that has closed): it draws nothing more; a mechanism "
-                                "draws only from the sampler its own draw is given")
+    word = words = pooled = below = below_array = _half_words = staticmethod(_spent)
+    is_cryptographic = property(_spent)
 
 
 _SPENT = _Spent()

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("training", [["accountant.training", "accountant.estimator"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",
                             "accountant.audit_chain", "accountant.audit_policy",
-                            "accountant.audit_release", "accountant.audit_text",
+                            "accountant.audit_release", "accountant.audit_tally", "accountant.audit_text",
                             "accountant.audit_time", "accountant.audit",
                             "accountant.report", "accountant.transfer", "accountant.plot",
                             "accountant.plot_blocks",

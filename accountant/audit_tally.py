@@ -1,0 +1,50 @@
+"""The audit's per-group tallies: releases and declared cost by analyst, mechanism, label,
+pipeline, dataset and noise kind (``AuditReport.by_*``).
+
+Invariant: a record charged only to pipelines' accounts was paid for by an allocation already
+tallied, so its cost goes in the "inside" columns, never in the totals: no total counts the same
+budget twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accountant.audit_report import AuditReport, Tally
+from accountant.charge import Charge
+
+__all__ = ["Tallies"]
+
+GROUPS = ("analyst", "mechanism", "label", "pipeline", "dataset", "noise")
+
+
+class Tallies:
+    """Plain lists while replaying (a million records); ``Tally`` models are built at the end."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[Any, list[Any]]] = {g: {} for g in GROUPS}
+
+    def add(self, record: dict[str, Any], charge: Charge) -> None:
+        inside = 3 if all(k.startswith("pipeline:") for k in record["accounts"]) else 0
+        t = self.rows
+        names = [("analyst", record.get("analyst")),
+                 ("mechanism", (record.get("mechanism") or {}).get("name")),
+                 ("label", record.get("label")), ("pipeline", record.get("pipeline")),
+                 ("noise", record.get("noise") or ("unrecorded" if record.get("mechanism")
+                                                   else None))]
+        names += [("dataset", d) for d in record.get("datasets") or [record.get("dataset")]]
+        for group, name in names:
+            if name is not None:
+                row = t[group].get(name)
+                if row is None:
+                    row = t[group][name] = [0, 0.0, 0.0, 0, 0.0, 0.0]
+                row[inside] += 1
+                row[inside + 1] += charge.epsilon
+                row[inside + 2] += charge.delta
+
+    def into(self, out: AuditReport) -> None:
+        """Set the report's ``by_*`` tallies."""
+        for group, rows in self.rows.items():
+            setattr(out, f"by_{group}", {str(name): Tally(
+                releases=n, epsilon=e, delta=d, inside_releases=n2, inside_epsilon=e2,
+                inside_delta=d2) for name, (n, e, d, n2, e2, d2) in rows.items()})
