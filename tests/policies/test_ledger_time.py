@@ -106,8 +106,8 @@ def test_365_epsilon_in_seconds_is_refused_and_the_old_path_let_it_through(
 
     # Now: the attacker's clock is refused, and the honest ledger's time (a day that does not
     # move) grants one day's budget once.
-    honest = Accountant.open(url, rng=0)
-    assert attack(lambda: Accountant.open(url, clock=days, rng=0)) == 0.0
+    honest = Accountant.open(url)
+    assert attack(lambda: Accountant.open(url, clock=days)) == 0.0
     assert attack(lambda: honest) == 1.0
     assert audit(url).ok
     honest.close()
@@ -117,7 +117,7 @@ def test_365_epsilon_in_seconds_is_refused_and_the_old_path_let_it_through(
     Accountant.from_policy(write(DAILY), ledger=old).close()
     with monkeypatch.context() as m:
         _old_behaviour(m, days)
-        acc = Accountant.open(old, rng=0)
+        acc = Accountant.open(old)
         assert attack(lambda: acc) == 365.0
         acc.close()
     report = audit(old)
@@ -130,7 +130,7 @@ def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(
         write, tmp_path, monkeypatch, ledger_clock) -> None:
     ledger_clock.now = AN_HOUR_IN
     url = _url(tmp_path)
-    acc = Accountant.from_policy(write(UNLOCKING), ledger=url, rng=0)
+    acc = Accountant.from_policy(write(UNLOCKING), ledger=url)
     acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
     with SqliteLedger(tmp_path / "l.db") as ledger:
         before = snapshot(ledger)
@@ -148,7 +148,7 @@ def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(
     old = _url(tmp_path, "old.db")
     with monkeypatch.context() as m:
         _old_behaviour(m, pushed)
-        with Accountant.from_policy(write(UNLOCKING), ledger=old, rng=0) as acc:
+        with Accountant.from_policy(write(UNLOCKING), ledger=old) as acc:
             for _ in range(4):
                 acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
     report = audit(old)
@@ -161,7 +161,7 @@ def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(
         write, tmp_path, monkeypatch, ledger_clock) -> None:
     ledger_clock.now = block_start(BLOCK, "day") - 1.0
     url = _url(tmp_path)
-    with Accountant.from_policy(write(UNLOCKING), ledger=url, rng=0) as acc:
+    with Accountant.from_policy(write(UNLOCKING), ledger=url) as acc:
         with pytest.raises(InvalidArgumentError, match="have begun"):
             acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
         assert acc.ledger.head()[0] == 1  # only the policy record
@@ -169,7 +169,7 @@ def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(
     # record's time precedes the block, which the audit flags.
     with monkeypatch.context() as m:
         _old_behaviour(m, Clock(AN_HOUR_IN))
-        with Accountant.open(url, rng=0) as acc:
+        with Accountant.open(url) as acc:
             acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
     report = audit(url)
     assert [p.kind for p in report.problems] == ["time"]
@@ -182,7 +182,7 @@ def test_sqlite_time_never_runs_earlier_than_the_head_record(
     the head's, its window the later one, and the audit is clean."""
     ledger_clock.now = T0 - 10 * 3600 + DAY + 60  # 00:01 on the 22nd
     url = _url(tmp_path)
-    with Accountant.from_policy(write(DAILY), ledger=url, rng=0) as acc:
+    with Accountant.from_policy(write(DAILY), ledger=url) as acc:
         acc.release(Laplace(1.0), 1.0, dataset="adult")
         ledger_clock.now -= DAY  # back to the 21st, whose budget is untouched
         with pytest.raises(BudgetExceededError):
@@ -199,7 +199,7 @@ def test_record_times_running_backwards_are_flagged(
         write, tmp_path, monkeypatch, ledger_clock) -> None:
     url = _url(tmp_path)
     acc = Accountant.from_policy(write("[datasets.adult]\nlimit = { epsilon = 10.0 }"),
-                                 ledger=url, rng=0)
+                                 ledger=url)
     acc.release(Laplace(1.0), 1.0, dataset="adult")
     # Negative control: the process's wall clock without the head's floor (the old utc_now).
     monkeypatch.setattr(SqliteLedger, "_tx_micros", lambda self, head: round(
@@ -249,7 +249,7 @@ def test_postgres_uses_the_servers_clock_not_the_clients(
                          .fetchone()[0])
 
     lifetime = DAILY + "[datasets.people]\nlimit = { epsilon = 10.0 }\n"
-    with Accountant.from_policy(write(lifetime), ledger=dsn, rng=0) as acc:
+    with Accountant.from_policy(write(lifetime), ledger=dsn) as acc:
         before = server_now()
         for dataset in ("adult", "adult", "people", "people", "people", "adult"):
             acc.release(Laplace(0.1), 1.0, dataset=dataset)

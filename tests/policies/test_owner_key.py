@@ -30,7 +30,7 @@ from accountant.owner_key import OwnerKey, new_key_file, signed_text, verify
 from mechanisms import Laplace
 from policies.policy import Policy
 from policies.stored import POLICY_KEY, document
-from tests.support import OWNER, snapshot
+from tests.support import OWNER, set_ledger_clock, snapshot
 
 ONE = Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}})
 HUNDRED = Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 100.0}}}})
@@ -214,14 +214,15 @@ def test_the_audit_lists_every_policy_record(tmp_path: Path) -> None:
 
 
 def test_a_new_block_length_re_opens_spent_blocks_only_with_the_owners_key_and_is_listed(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     daily = Policy.model_validate({"datasets": {"events": {"limit": {"epsilon": 100.0}, "blocks": {
         "by": "day", "limit": {"epsilon": 1.0}}}}})
     hourly = Policy.model_validate({"datasets": {"events": {"limit": {"epsilon": 100.0}, "blocks": {
         "by": "hour", "limit": {"epsilon": 1.0}}}}})
     url = _url(tmp_path)
     now = 1_795_255_200.0  # 2026-11-21T10:00Z: a fixed instant
-    acc = Accountant.from_policy(daily, ledger=url, clock=lambda: now, owner_key=OWNER)
+    set_ledger_clock(lambda: now, monkeypatch)  # (the SQLite ledger's wall clock)
+    acc = Accountant.from_policy(daily, ledger=url, owner_key=OWNER)
     acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # the day: spent
     with pytest.raises(OwnerKeyError):
         acc.apply_policy(hourly, by="analyst", reason="finer blocks")
