@@ -114,6 +114,19 @@ class _Frozen(ABCMeta):
                     "cost")
         return super().__new__(mcs, name, bases, namespace, **kwargs)
 
+    def __setattr__(cls, key: str, value: Any) -> None:
+        # Assigned after the class statement (``Poser.name = ...``) is defined all the same.
+        if key in _FINAL:
+            raise TypeError(f"mechanism class {cls.__name__}: {key} is fixed by the base class "
+                            "and cannot be assigned")
+        super().__setattr__(key, value)
+
+    def __delattr__(cls, key: str) -> None:
+        if key in _FINAL:
+            raise TypeError(f"mechanism class {cls.__name__}: {key} is fixed by the base class "
+                            "and cannot be deleted")
+        super().__delattr__(key)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         name = _NAMES.get(cls) or mechanism_name(cls)  # (a poser is refused before it runs)
         try:

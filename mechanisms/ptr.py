@@ -202,12 +202,16 @@ class ProposeTestRelease(Mechanism):
         elif not isinstance(statistic, PTRStatistic):
             raise InvalidTypeError("statistic", statistic, "'mean', 'median' or a PTRStatistic")
         self.statistic = statistic
+        # What the statistic says of itself is read once, here: a statistic is the caller's
+        # code, and a member read after the debit could raise on what its distance() saw.
+        self.lower, self.upper = clamp_range(statistic.lower, statistic.upper)
+        self._statistic_params = dict(statistic.params())
         half = self.epsilon / 2
         self._answer = Laplace(half, sensitivity=self.bound)
-        reach = max(abs(statistic.lower), abs(statistic.upper))
+        reach = max(abs(self.lower), abs(self.upper))
         assert self._answer.grid is not None  # (exact by construction)
         if reach > self._answer.grid.limit_for(1):  # refused now, never after the debit
-            raise InvalidArgumentError("upper", statistic.upper, "a range whose values the "
+            raise InvalidArgumentError("upper", self.upper, "a range whose values the "
                                        f"answer's noise grid can represent (at most "
                                        f"{self._answer.grid.limit_for(1):.6g} in magnitude)")
         self._rate = Fraction(half)  # the test's discrete Laplace: P(z) ∝ exp(−|z|·ε₁)
@@ -216,15 +220,14 @@ class ProposeTestRelease(Mechanism):
         self._cap = self.threshold + math.ceil(40 / half)
         self.declare(Budget(self.epsilon, self.delta), noise="exact")
 
-
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
-                "threshold": self.threshold, **self.statistic.params(), "noise": "exact"}
+                "threshold": self.threshold, **self._statistic_params, "noise": "exact"}
 
     def prepare(self, value: Any) -> np.ndarray:
         """The values, clamped into [lower, upper] and sorted; NaN refused naming its index."""
         data = row_values(value, "value")
-        return np.sort(np.clip(data, self.statistic.lower, self.statistic.upper))
+        return np.sort(np.clip(data, self.lower, self.upper))
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
         # A statistic (a user's PTRStatistic) that raises must not tell, without noise, that it
@@ -240,7 +243,7 @@ class ProposeTestRelease(Mechanism):
         z = discrete_laplace(sampler.bits, self._rate.numerator, self._rate.denominator)
         if gamma + z <= self.threshold:
             return PTRRefused(self.bound)
-        lower, upper = self.statistic.lower, self.statistic.upper
+        lower, upper = self.lower, self.upper
         statistic = guarded.call(_value, self.statistic, value)
         statistic = math.nan if statistic is guarded.FAILED else min(max(statistic, lower), upper)
         if not math.isfinite(statistic):

@@ -183,6 +183,41 @@ def test_a_subclass_defining_what_it_is_charged_or_recorded_as_is_refused(member
             locals()[member] = property(lambda self: Budget(0.1))
 
 
+class _Poser(NumericMechanism):
+    """A custom class that takes a genuine Laplace's name and charge after its class statement,
+    and releases the true value (found by review)."""
+
+    def __init__(self) -> None:
+        self.declare(Budget(0.1), noise="exact")
+
+    def params(self) -> dict[str, Any]:
+        return mechanisms.Laplace(0.1).params()
+
+    def draw(self, value: Any, sampler: Sampler) -> Any:
+        return value
+
+
+@pytest.mark.parametrize("member", ["name", "charge", "cost", "noise"])
+def test_members_assigned_after_the_class_statement_are_refused(member: str) -> None:
+    genuine = mechanisms.Laplace(0.1)
+    with pytest.raises(TypeError, match=f"{member} is fixed"):
+        setattr(_Poser, member, getattr(genuine, member))
+    with pytest.raises(TypeError, match=f"{member} is fixed"):
+        delattr(mechanisms.Mechanism, member)
+
+
+def test_negative_control_members_assigned_past_the_guard_pose_as_laplace() -> None:
+    """``type.__setattr__`` is what a metaclass without the guard does: the poser passes the
+    policy as "Laplace" and releases the true value."""
+    poser = type("_Poser", (_Poser,), {"__module__": __name__,
+                                       "__qualname__": "f.<locals>._Poser"})
+    genuine = mechanisms.Laplace(0.1)
+    type.__setattr__(poser, "name", genuine.name)
+    type.__setattr__(poser, "charge", genuine.charge)
+    acc = _accountant(ALLOW_LAPLACE)
+    assert acc.release(poser(), TRUE_VALUE, dataset="people") == TRUE_VALUE
+
+
 class _Declares09(NumericMechanism):
     def __init__(self) -> None:
         self.declare(Budget(0.9))

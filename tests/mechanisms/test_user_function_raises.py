@@ -183,3 +183,46 @@ def test_a_returned_object_whose_conversion_raises_is_a_failure() -> None:
     answer = Accountant(Budget(1.0), rng=0).release(
         SampleAndAggregate(1.0, lambda rows: Evil(), 5, 0.0, 100.0), BASE)
     assert 0.0 <= answer <= 100.0
+
+
+class _Remembers(PTRMedian):
+    """Found by review: ``distance`` remembers whether the target's row is there, and the
+    statistic's ``lower``/``upper`` then raise — a member the mechanism read after the debit
+    would leak the bit."""
+
+    def __init__(self, exc: type[BaseException]) -> None:
+        self.exc, self.seen = exc, False
+        super().__init__(0.0, 100.0)
+
+    def _member(self, value: float) -> float:
+        if self.seen:
+            raise self.exc()
+        return value
+
+    lower = property(lambda self: self._member(self._lower),
+                     lambda self, v: setattr(self, "_lower", v))
+    upper = property(lambda self: self._member(self._upper),
+                     lambda self, v: setattr(self, "_upper", v))
+
+    def distance(self, ordered: np.ndarray, bound: float, cap: int) -> int:
+        self.seen = bool(ordered[-1] >= 100.0)
+        return cap  # far from any dataset of high sensitivity: the test passes
+
+    def value(self, ordered: np.ndarray) -> float:
+        return 50.0
+
+
+def _ptr_members(exc: type[BaseException]) -> ProposeTestRelease:
+    return ProposeTestRelease(0.1, 0.4, bound=1.0, statistic=_Remembers(exc))
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)
+def test_a_statistics_members_are_read_once_before_the_debit(
+        exc: type[BaseException], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _attack(_ptr_members, exc, range(20)) == 0.5  # chance
+    # Negative control: the mechanism reading the statistic's range after the debit, as before.
+    for member in ("lower", "upper"):
+        monkeypatch.setattr(ProposeTestRelease, member, property(
+            lambda self, m=member: getattr(self.statistic, m), lambda self, v: None),
+            raising=False)
+    assert _attack(_ptr_members, exc, range(20)) == 1.0
