@@ -250,18 +250,23 @@ def test_raw_sql_charging_another_analysts_quota_is_refused(analysts: Analysts) 
     before = analysts.rows()
     insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
     mine = f"dataset:adult/analyst:{analysts.alice}"
+    escaped = "\\u003a"  # (a ':' spelled as a JSON escape in the record's text)
     for theirs in (f"dataset:adult/analyst:{analysts.bob}", f"analyst:{analysts.bob}",
                    f"dataset:adult/analyst:{analysts.bob}@2026-11-21+1d",
-                   f"dataset:adult/analyst:{analysts.alice}x"):
+                   f"dataset:adult/analyst:{analysts.alice}x", f"analyst{escaped}{analysts.bob}"):
+        key = theirs.replace(escaped, ":")
         with psycopg.connect(analysts.dsn(analysts.alice)) as conn:  # one transaction each
             conn.execute(insert, _record_as(conn, analysts.alice, {mine: mine}))  # accepted
             conn.rollback()
+            seq, _, text = _record_as(conn, analysts.alice, {mine: key})
+            text = text.replace(json.dumps(key), json.dumps(theirs).replace("\\\\", "\\"))
+            assert (escaped in text) == (escaped in theirs)
             with pytest.raises(psycopg.errors.InsufficientPrivilege,
                                match="another analyst's than the role that logged in"):
-                conn.execute(insert, _record_as(conn, analysts.alice, {mine: theirs}))
+                conn.execute(insert, (seq, record_hash(text), text))
             conn.rollback()
         with psycopg.connect(analysts.dsn(analysts.owner)) as conn:
-            conn.execute(insert, _record_as(conn, analysts.alice, {mine: theirs}))  # accepted
+            conn.execute(insert, _record_as(conn, analysts.alice, {mine: key}))  # accepted
             conn.rollback()
     assert analysts.rows() == before
 

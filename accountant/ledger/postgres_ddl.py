@@ -149,8 +149,9 @@ BEGIN
     -- Nor may it charge another analyst's quota: every per-analyst account it lists
     -- (``analyst:<name>``, ``dataset:<d>/analyst:<name>``, a window's ``@...`` after the name;
     -- policy names hold no ':', '/', '@' or '+', policies.accounts) is session_user's, unless the
-    -- owner writes it. Only a record whose text names such an account pays for the scan.
-    IF strpos(NEW.record, 'analyst:') > 0 THEN
+    -- owner writes it. Only a record that lists such an account pays for the scan (its accounts
+    -- as jsonb text: the record's own text may spell ':' as an escape).
+    IF strpos(v_accounts::text, 'analyst:') > 0 THEN
         SELECT k INTO v_key FROM jsonb_object_keys(v_accounts) k
             WHERE substring(k FROM '(?:^|/)analyst:([^@/]*)') <> session_user::text LIMIT 1;
         IF v_key IS NOT NULL AND NOT pg_has_role(current_user,
