@@ -43,6 +43,7 @@ __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "Tally", "aud
 
 _MAX_PROBLEMS = 1000  # beyond this only the count grows: a wholly corrupt file stays readable
 _PLOT_POINTS = 5000
+_CHARGED = ("release", "session", "pipeline")  # kinds the gate always charges to some account
 
 
 def audit(source: str | Ledger | Sequence[str], policy: Any = None, *,
@@ -187,7 +188,7 @@ class _Replay:
             self.in_force = InForce(seq, record["policy"])
             return
         accounts = record.get("accounts") or {}
-        if accounts and self.in_force is not None:
+        if self.in_force is not None and (accounts or record.get("kind") in _CHARGED):
             why = self.in_force.refuses(record)
             if why is not None:
                 self.over.update(accounts)
@@ -334,6 +335,8 @@ class _Replay:
         out.first_time, out.last_time = self.first_time, self.last_time
         self.tallies.into(out)
         out.expected_head = expected_head
+        if not self.memory:  # (an in-memory ledger's time is a simulation's clock, as given)
+            self.times.finish()  # records dated after the audit's clock: one problem, counted
         out.owner, out.policies = self.policies.owner, self.policies.listed
         if expected_head is not None and expected_head != out.head_hash:
             self.problem("head", f"the ledger ends at record {out.head_seq} with hash "

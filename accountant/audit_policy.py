@@ -2,8 +2,10 @@
 
 The audit holds every release to that policy as the gate would have: its dataset and analyst must
 be admitted (declared, or under the default limit; not denied), its mechanism allowed and its cost
-within the per-query caps, and every account's replayed spend within the limit in force — whatever
-limits the record itself carries. A writer that kept an older policy (or wrote records by hand)
+within the per-query caps, the accounts it charges exactly those of the gate's plan (its analyst's
+quotas, no one else's: a record naming alice that charges bob's quota, or skips her own, is
+flagged), and every account's replayed spend within the limit in force — whatever limits the
+record itself carries. A writer that kept an older policy (or wrote records by hand)
 shows up here, record by record.
 
 Each policy record is listed (``PolicyRecords``: when, who, why, what it grants more than the
@@ -21,11 +23,12 @@ from accountant.audit_report import PolicyRecordReport
 from accountant.budget import Budget
 from accountant.composition import CompositionRule
 from accountant.errors import OwnerKeyError, PrivacyError
-from accountant.planner import Planner
-from policies.accounts import PolicyLimits
+from accountant.planner import Plan, Planner
+from policies.accounts import PolicyLimits, pipeline_key
+from policies.periods import split_window
 from policies.stored import from_document, raised
 
-__all__ = ["InForce", "PolicyRecords"]
+__all__ = ["InForce", "PolicyRecords", "charged"]
 
 
 class InForce:
@@ -39,24 +42,28 @@ class InForce:
 
     def refuses(self, record: dict[str, Any]) -> str | None:
         """Why the policy in force would have refused this record's request, or None (the
-        gate checks releases inside a pipeline against their dataset's policy too)."""
+        gate checks releases inside a pipeline against their dataset's policy too). That
+        includes charging other accounts than the gate's plan: another analyst's quota, or
+        without one's own (``charged``)."""
         datasets = record.get("datasets") or record.get("dataset")
         blocks = record.get("blocks")
+        inside = _inside(record)
         try:
-            if "pipeline" in record and record.get("kind") != "pipeline":
-                # Inside a pipeline: charged to the pipeline only (its opening record paid the
-                # blocks), so only the datasets' checks apply.
+            if inside is not None:
+                # Inside a pipeline (or a pipeline opened in one): charged to the pipeline only
+                # (its opening record paid the blocks), so only the datasets' checks apply.
                 plan = self.planner.inside_plan(datasets, record.get("analyst"))
             else:
                 plan = self.planner.plan(datasets, record.get("analyst"),
                                          None if blocks is None else tuple(blocks))
         except (PrivacyError, TypeError) as refusal:
             return str(refusal)
-        charged = record.get("accounts") or {}
-        if blocks is not None:
-            missing = [t.key for t in plan.targets if "/block:" in t.key and t.key not in charged]
-            if missing:
-                return f"it names blocks it does not charge: {missing[:3]}"
+        return self._stateless(record, plan) or charged(record.get("accounts") or {},
+                                                        plan if inside is None else inside)
+
+    @staticmethod
+    def _stateless(record: dict[str, Any], plan: Plan) -> str | None:
+        """Why the policy's stateless checks (allowed mechanisms, per-query caps) refuse it."""
         mechanism = record.get("mechanism") or {}
         name = mechanism.get("name")
         if name is None:  # a pipeline's allocation: admitted by planning alone
@@ -90,6 +97,32 @@ class InForce:
         if within_budget(spent, declared):
             return None
         return f"{key} has spent {spent}, over the limit in force {declared}"
+
+
+def _inside(record: dict[str, Any]) -> str | None:
+    """The account a record made in a pipeline is charged to (its pipeline's; for a pipeline
+    opened in another, the parent's), or None for a record the planner's plan charges."""
+    if record.get("kind") == "pipeline":
+        parent = record.get("parent")
+        return None if parent is None else pipeline_key(str(parent))
+    return None if "pipeline" not in record else pipeline_key(str(record["pipeline"]))
+
+
+def charged(accounts: dict[str, Any], plan: Plan | str) -> str | None:
+    """How the accounts a record charges differ from those its ``plan`` (or one pipeline's
+    account) charges, or None. Compared without windows (which window is the time check's,
+    ``accountant.audit_time``), but a windowed limit must be charged in some window of its own
+    period and a lifetime one without: ``dataset:adult/analyst:alice@2026-11-21+1d`` is the
+    ``1d`` windows' account of ``dataset:adult/analyst:alice``. Blocks are those the record
+    names (its plan's)."""
+    want = {(plan, None)} if isinstance(plan, str) else {
+        (t.key, None if t.period is None else t.period.text) for t in plan.targets}
+    have = {split_window(key) for key in accounts}
+    if have == want:
+        return None
+    missing = sorted(k + ("" if p is None else f"@…+{p}") for k, p in want - have)
+    extra = sorted(k + ("" if p is None else f"@…+{p}") for k, p in have - want)
+    return f"it charged other accounts than its plan: missing {missing}, extra {extra}"
 
 
 class PolicyRecords:

@@ -7,8 +7,9 @@ of problem found (so each kind is distinct and combinations are readable):
 ====  ============  ==================================================================
 bit   kind          meaning
 ====  ============  ==================================================================
-1     time          a record's time runs backwards, or a windowed or block account a
-                    record charges does not contain the record's time
+1     time          a record's time runs backwards or lies over an hour after the
+                    audit's clock, or a windowed or block account a record charges does
+                    not contain the record's time
 4     policy        a policy record is unsigned or its signature does not verify under
                     the owner's key pinned in the ledger's first record
 8     chain         a record was edited, deleted, inserted or reordered; the last record
@@ -18,7 +19,8 @@ bit   kind          meaning
                     not created for simulation, or a custom mechanism recorded under a
                     library mechanism's name
 32    state         a stored state disagrees with the replay
-64    limit         a release was admitted that its limit should have refused
+64    limit         a release was admitted that its limit should have refused, or
+                    charged other accounts than the gate's plan
 128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
                     records where a key is required)
 ====  ============  ==================================================================

@@ -21,12 +21,18 @@ So the audit checks, from the records alone (problems of kind ``time``, exit bit
   (``accountant.ledger.postgres_time``), so along each lane — in ``seq`` order, which each lane
   follows — times never run backwards. A record is compared with the last one seen on each lane
   (absent records of a log are skipped; each step backwards is reported once).
+- **Future**: no record is dated after the audit's own clock (plus ``FUTURE_TOLERANCE``). An
+  SQLite ledger's time is the writing process's wall clock: code in that process can patch it
+  forward (``time.time_ns``) a day per release to renew a daily budget each time, and the windows
+  and order still check out. The clock cannot be taken back from the process, but its records
+  then lie in the future, which the audit sees: once per run, with the count.
 
 Invariant: pure functions of the records and the policy in force; memory is one entry per lane.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +46,10 @@ from policies.periods import Period, split_window
 __all__ = ["TimeCheck"]
 
 _CHAIN = ""  # the one lane of a ledger of one chain
+# How far after the audit's clock a record may be dated: the writer's and the auditor's clocks
+# differ honestly by seconds (NTP keeps them closer), and an audit run right after the last write
+# must not flag it; a clock pushed forward to renew windows moves by the window (a day), far more.
+FUTURE_TOLERANCE = 3600 * 1_000_000  # microseconds: one hour
 
 
 class TimeCheck:
@@ -49,6 +59,8 @@ class TimeCheck:
         self.problem = problem
         self.last: dict[str, tuple[int, int, str]] = {}  # lane -> (seq, micros, time) last seen
         self.periods: dict[str, Period] = {}
+        self.latest = time.time_ns() // 1000 + FUTURE_TOLERANCE  # later is in the future
+        self.future: list[Any] = []  # [count, first seq, its time] of records dated later
 
     def record(self, record: dict[str, Any]) -> int:
         """Check ``record``'s time against its lanes and windows; returns it in microseconds.
@@ -58,6 +70,11 @@ class TimeCheck:
         """
         seq, text = record["seq"], record["time"]
         micros = time_micros(text)
+        if micros > self.latest:
+            if self.future:
+                self.future[0] += 1
+            else:
+                self.future = [1, seq, text]
         links = record.get("links")
         for lane in links if isinstance(links, dict) and links else (_CHAIN,):
             last = self.last.get(lane)
@@ -78,6 +95,15 @@ class TimeCheck:
                     self.problem("time", f"record {seq}: charges {key} at {text}, which is in "
                                  f"the window {own[1:]}", seq)
         return micros
+
+    def finish(self) -> None:
+        """Report the records dated after the audit's clock, once (``record`` counted them)."""
+        if self.future:
+            n, seq, text = self.future
+            self.problem("time", f"{n} record(s) are dated more than "
+                         f"{FUTURE_TOLERANCE // 3_600_000_000} hour(s) after this audit's clock, "
+                         f"the first record {seq} at {text}: a writer's clock ran ahead (on "
+                         "SQLite, the writing process's clock)", seq)
 
     def block(self, seq: int, key: str, micros: int, in_force: Any, rule: CompositionRule,
               state: State) -> None:

@@ -263,7 +263,8 @@ def _demo(args: argparse.Namespace) -> int:
 _EXIT_HELP = """exit status:
   0    the chain verifies, replay and stored state agree, no limit was exceeded
   otherwise the sum of one bit per kind of problem found:
-  1    time       a record's time runs backwards, or falls outside a window or block it charges
+  1    time       a record's time runs backwards, is in the future (over an hour after the
+                  audit's clock), or falls outside a window or block it charges
   4    policy     a policy record unsigned, or not signed by the owner's pinned key
   8    chain      a record was edited, deleted, inserted or reordered; also head (the tail
                   was cut: not the expected head) and malformed (a record or line could not
@@ -271,7 +272,8 @@ _EXIT_HELP = """exit status:
   16   release    seeded noise on a ledger not created for simulation, or a custom mechanism
                   recorded under a library mechanism's name
   32   state      a stored state disagrees with the replay
-  64   limit      a release was admitted that its limit should have refused
+  64   limit      a release was admitted that its limit should have refused, or charged
+                  other accounts than its plan (another analyst's quota, say)
   128  auth       records not verifiable as HMAC-keyed (missing key, or unkeyed)
   2    bad usage, or a source that cannot be read"""
 

@@ -180,18 +180,23 @@ def test_the_server_refuses_a_record_under_another_name(
     assert audit(analysts.dsn(analysts.auditor)).ok
 
 
-def _record_as(conn: psycopg.Connection[Any], analyst: str | None) -> tuple[int, str, str]:
+def _record_as(conn: psycopg.Connection[Any], analyst: str | None,
+               moved: dict[str, str] | None = None) -> tuple[int, str, str]:
     """A copy of the last release, well formed and linked as the gate would link it (a number
-    from the ledger's sequence, each lane's last record), naming ``analyst``."""
+    from the ledger's sequence, each lane's last record), naming ``analyst``; ``moved``: accounts
+    it charges instead to other keys (old key -> new key)."""
     text = conn.execute("SELECT record FROM dpbudget_entries WHERE record::jsonb->>'kind' = "
                         "'release' ORDER BY seq DESC LIMIT 1").fetchone()[0]  # type: ignore[index]
     record = json.loads(text)
     (record["seq"],) = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()  # type: ignore[misc]
+    for old, new in (moved or {}).items():
+        record["accounts"][new] = record["accounts"].pop(old)
+        record["links"][new] = record["links"].pop(old)
     for lane in record["links"]:
         head = conn.execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
                             (lane,)).fetchone()
-        assert head is not None
-        record["links"][lane] = [head[0], head[1]]
+        assert head is not None or moved  # (a moved account's lane may be new: its first)
+        record["links"][lane] = [0, "0" * 64] if head is None else [head[0], head[1]]
     record["analyst"] = analyst
     text = canonical(record)
     return record["seq"], record_hash(text), text
@@ -231,6 +236,39 @@ def test_the_owner_may_write_others_records(analysts: Analysts) -> None:
         conn.execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
                      _record_as(conn, analysts.bob))
         conn.rollback()
+
+
+def test_raw_sql_charging_another_analysts_quota_is_refused(analysts: Analysts) -> None:
+    """The review's attack: a record that names alice, from alice's session, but charges bob's
+    quota (on the dataset, everywhere, in a renewal window) so that bob can no longer release
+    and alice's quota is untouched. The server refuses it; alice's own quota is accepted (the
+    control: the record is otherwise well formed), and so is bob's from the tables' owner (an
+    import)."""
+    Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
+    with Accountant.open(analysts.dsn(analysts.alice)) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult")
+    before = analysts.rows()
+    insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
+    mine = f"dataset:adult/analyst:{analysts.alice}"
+    escaped = "\\u003a"  # (a ':' spelled as a JSON escape in the record's text)
+    for theirs in (f"dataset:adult/analyst:{analysts.bob}", f"analyst:{analysts.bob}",
+                   f"dataset:adult/analyst:{analysts.bob}@2026-11-21+1d",
+                   f"dataset:adult/analyst:{analysts.alice}x", f"analyst{escaped}{analysts.bob}"):
+        key = theirs.replace(escaped, ":")
+        with psycopg.connect(analysts.dsn(analysts.alice)) as conn:  # one transaction each
+            conn.execute(insert, _record_as(conn, analysts.alice, {mine: mine}))  # accepted
+            conn.rollback()
+            seq, _, text = _record_as(conn, analysts.alice, {mine: key})
+            text = text.replace(json.dumps(key), json.dumps(theirs).replace("\\\\", "\\"))
+            assert (escaped in text) == (escaped in theirs)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                               match="another analyst's than the role that logged in"):
+                conn.execute(insert, (seq, record_hash(text), text))
+            conn.rollback()
+        with psycopg.connect(analysts.dsn(analysts.owner)) as conn:
+            conn.execute(insert, _record_as(conn, analysts.alice, {mine: key}))  # accepted
+            conn.rollback()
+    assert analysts.rows() == before
 
 
 def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> None:

@@ -146,6 +146,21 @@ BEGIN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: its accounts are not an object',
             NEW.seq USING ERRCODE = 'check_violation';
     END IF;
+    -- Nor may it charge another analyst's quota: every per-analyst account it lists
+    -- (``analyst:<name>``, ``dataset:<d>/analyst:<name>``, a window's ``@...`` after the name;
+    -- policy names hold no ':', '/', '@' or '+', policies.accounts) is session_user's, unless the
+    -- owner writes it. Only a record that lists such an account pays for the scan (its accounts
+    -- as jsonb text: the record's own text may spell ':' as an escape).
+    IF strpos(v_accounts::text, 'analyst:') > 0 THEN
+        SELECT k INTO v_key FROM jsonb_object_keys(v_accounts) k
+            WHERE substring(k FROM '(?:^|/)analyst:([^@/]*)') <> session_user::text LIMIT 1;
+        IF v_key IS NOT NULL AND NOT pg_has_role(current_user,
+                (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+            RAISE EXCEPTION 'dpbudget ledger: entry % refused: it charges account %, another '
+                'analyst''s than the role that logged in (%)', NEW.seq, v_key, session_user
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+    END IF;
     IF v_accounts <> '{}' THEN
         -- OFFSET 0 keeps one primary-key lookup per listed account, whatever the planner
         -- estimates for jsonb_each (a hash join would scan every account).

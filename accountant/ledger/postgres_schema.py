@@ -12,7 +12,9 @@ The triggers hold for any client, including one that bypasses dpbudget with raw 
   state below the stored one; a policy record (the limits in force) is accepted only from a
   member of the tables' owner role, so the owner sets the policy and writers cannot; any other
   record names as its ``analyst`` the role that logged in (``session_user``), unless the owner
-  writes it (an import), so that no one spends under another's name. A ledger of
+  writes it (an import), so that no one spends under another's name, and every per-analyst
+  account it lists (``…analyst:<name>``) is that role's, so that no one spends another's quota
+  (that it lists its own is the audit's check: it needs the policy). A ledger of
   one chain (format 1, before lanes) accepts format 1 records only while its last record is one,
   each the next link of that chain (its ``seq`` the last + 1, its ``prev`` the last hash);
 - an ``accounts`` row, inserted or updated, holds exactly the rule, configuration and state that
@@ -38,7 +40,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "prepare", "
 
 # Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.

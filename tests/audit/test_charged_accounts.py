@@ -1,0 +1,134 @@
+"""The audit holds each record to the accounts the gate's plan charges (issue 28 review).
+
+The attack the review measured on SQLite: a record written by hand that names alice but charges
+bob's quota (``dataset:adult/analyst:bob``). Bob can no longer release, alice's quota is
+untouched, and the audit passed it (exit 0): it checked blocks, caps and allowed mechanisms
+against the policy in force, never which accounts were charged. The same gap let alice leave out
+her own quota. Now a record whose accounts are not those of its plan — for its dataset(s),
+analyst and blocks under the policy in force — is a ``limit`` problem. On PostgreSQL the server
+refuses the first attack itself (tests/test_postgres_analysts.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import accountant.audit_policy as audit_policy
+from accountant import Accountant, Budget, BudgetExceededError
+from accountant.audit import audit
+from accountant.audit_report import EXIT_BITS
+from accountant.composition import rule_from_config
+from accountant.ledger import Account
+from accountant.ledger.record import AccountLayout, assemble, canonical
+from mechanisms import AboveThreshold, Laplace
+from policies.policy import Policy
+
+ALICE, BOB = "dataset:adult/analyst:alice", "dataset:adult/analyst:bob"
+# What the ledger adds to a record's members (``Transaction.append``): not copied.
+_LEDGER_MEMBERS = {"v", "seq", "prev", "table", "links", "reads", "time", "auth", "writer"}
+
+
+def _policy() -> Policy:
+    """A dataset of ε = 1, alice's and bob's quotas of 0.3 on it, and alice's 0.5 a day
+    everywhere (a windowed account)."""
+    return Policy.model_validate({
+        "datasets": {"adult": {"limit": {"epsilon": 1.0}, "analysts": {
+            "alice": {"limit": {"epsilon": 0.3}}, "bob": {"limit": {"epsilon": 0.3}}}}},
+        "analysts": {"alice": {"limit": {"epsilon": 0.5}, "period": "1d"}}})
+
+
+def _forge(acc: Accountant, keys: list[str]) -> None:
+    """Append, by hand, a copy of alice's first release (its analyst, dataset, mechanism, cost)
+    charged to ``keys`` instead: each debited by its cost under the rule of the genuine
+    record's account of the same kind (the dataset's, or a per-analyst one)."""
+    entries = [json.loads(e.text) for e in acc.ledger.entries()]
+    genuine = next(r for r in entries if r.get("kind") == "release")
+    assert genuine["analyst"] == "alice" and ALICE in genuine["accounts"]
+    configs = {k: {m: v for m, v in a.items() if m != "state"}
+               for k, a in genuine["accounts"].items()}
+    charge = Laplace(0.1).charge
+    assert genuine["cost"]["epsilon"] == pytest.approx(0.1)
+    with acc.ledger.transaction() as tx:
+        accounts, members = [], {}
+        for key in keys:
+            rule = rule_from_config(configs["dataset:adult" if key == "dataset:adult" else ALICE])
+            current = tx.account(key)
+            state = rule.debit(rule.initial_state() if current is None else current.state,
+                               charge)
+            accounts.append(Account(key, rule.name, rule.describe(), state, 0))
+            members[key] = AccountLayout(rule.describe()).text(state)
+        fields: dict[str, Any] = {m: canonical(v) for m, v in genuine.items()
+                                  if m not in _LEDGER_MEMBERS and m != "accounts"}
+        tx.append({**fields, "accounts": assemble(members)}, accounts)
+
+
+def _ledger(tmp_path: Path) -> Accountant:
+    """An SQLite ledger under ``_policy`` with one genuine release by alice (ε = 0.1)."""
+    acc = Accountant.from_policy(_policy(), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+    return acc
+
+
+def _charged_problems(report: Any) -> list[str]:
+    return [p.message for p in report.problems
+            if p.kind == "limit" and "charged other accounts than its plan" in p.message]
+
+
+def test_a_record_naming_alice_that_charges_bobs_quota_is_flagged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _ledger(tmp_path) as acc:
+        assert audit(acc.ledger).ok  # negative control: the genuine record audits clean
+        for _ in range(3):  # bob's whole quota, under alice's name
+            _forge(acc, ["dataset:adult", BOB])
+        # The attack's effect: bob can no longer release; alice's quotas are untouched.
+        with pytest.raises(BudgetExceededError):
+            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="bob")
+        assert acc.remaining("adult", analyst="alice").epsilon == pytest.approx(0.2)
+        report = audit(acc.ledger)
+        assert report.exit_status & EXIT_BITS["limit"]
+        flagged = _charged_problems(report)
+        assert len(flagged) == 3, report.problems
+        assert f"missing ['analyst:alice@…+1d', '{ALICE}'], extra ['{BOB}']" in flagged[0]
+        # Negative control: the audit as it was (no such check) passes the same ledger.
+        monkeypatch.setattr(audit_policy, "charged", lambda accounts, plan: None)
+        old = audit(acc.ledger)
+        assert old.ok and old.exit_status == 0, old.problems
+
+
+@pytest.mark.parametrize("omitted", [ALICE, "analyst:alice"])
+def test_a_record_that_skips_alices_own_quota_is_flagged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, omitted: str) -> None:
+    with _ledger(tmp_path) as acc:
+        genuine = json.loads(list(acc.ledger.entries())[-1].text)["accounts"]
+        kept = [k for k in genuine if not k.startswith(omitted)]
+        assert len(kept) == len(genuine) - 1
+        _forge(acc, kept)
+        report = audit(acc.ledger)
+        assert report.exit_status & EXIT_BITS["limit"]
+        (flagged,) = _charged_problems(report)
+        assert "missing [" in flagged and omitted in flagged and "extra []" in flagged
+        monkeypatch.setattr(audit_policy, "charged", lambda accounts, plan: None)
+        assert audit(acc.ledger).ok  # the old audit: passed
+
+
+def test_honest_records_of_every_kind_audit_clean(tmp_path: Path) -> None:
+    """Negative control: releases, a batch, a session, a pipeline and one opened inside it (each
+    charged to its parent's account only), with windowed and per-analyst accounts."""
+    with _ledger(tmp_path) as acc:
+        acc.release(Laplace(0.1), 1.0, dataset="adult")  # no analyst: the dataset's only
+        acc.release_many([(Laplace(0.01), 1.0), (Laplace(0.01), 2.0)], dataset="adult",
+                         analyst="bob")
+        with acc.session(AboveThreshold(0.05, 10.0), dataset="adult", analyst="alice") as svt:
+            svt.test(1.0)
+        with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.1)) as p:
+            p.release(Laplace(0.01), 1.0)
+            with p.pipeline("q", budget=Budget(0.02)) as q:
+                q.release(Laplace(0.01), 1.0)
+        kinds = {json.loads(e.text).get("kind") for e in acc.ledger.entries()}
+        assert {"release", "session", "pipeline"} <= kinds
+        report = audit(acc.ledger)
+        assert report.ok, [p.message for p in report.problems]
