@@ -11,9 +11,13 @@ block; a release that reads blocks S is charged to each block of S, so the relea
 depend on a given record are exactly those charged to its block, and that block's filter keeps
 their composition within its limit however the blocks and costs were chosen (a filter per block,
 Rogers–Roth–Ullman–Vadhan 2016). So each record gets its block's limit — for the whole lifetime of
-the data, unlike a renewal window (``period``), whose guarantee grows with every window. The unit
-protected is a record (an event); protecting a *person* with many events needs blocks keyed by
-person, not by time (docs/theory.md §4d).
+the data, unlike a renewal window (``period``), whose guarantee grows with every window. That is
+for add/remove neighbours; under replace-one, a record that moves from block b to b′ is removed
+from b and added to b′, and chaining the two guarantees (group privacy's proof, Dwork–Roth 2014,
+§2.3) protects it at (ε_b + ε_b′, δ_b + e^{ε_b}·δ_b′) — not at the sum of the two limits when
+δ > 0. Only the blocks' limits are enforced; that bound is what they give. The unit protected is
+a record (an event); protecting a *person* with many events needs blocks keyed by person, not by
+time (docs/theory.md §4d).
 
 Time blocks are aligned in UTC: a day runs from 00:00 to 24:00, a week from Monday 00:00 (ISO
 weeks). Block names: ``2026-11-01T13`` (hour), ``2026-11-01`` (day), ``2026-W45`` (ISO week). A
