@@ -25,7 +25,7 @@ from mechanisms.exact import _geometric, bernoulli_exp
 from mechanisms.rows import clamp_range, row_values
 from mechanisms.sampling import Sampler
 
-__all__ = ["SmoothSensitivity", "smooth_sensitivity"]
+__all__ = ["SmoothSensitivity", "beta_for", "smooth_sensitivity"]
 
 # β is lowered by _MARGIN. S is computed in floats and inflated by 1 + _SLACK: log, exp and k·β
 # err by at most about 3·745·2^-53 < 2^-41 relative, so the result is >= the true S, and the ratio
@@ -45,9 +45,14 @@ class SmoothSensitivity(Mechanism):
     dataset within distance k; for an order statistic x_m of sorted values padded with lower
     below and upper above, A^(k)(x) = max_{0≤t≤k+1} (x_{m+t} − x_{m+t−k−1}) (§3.1). Laplace noise
     is (ε/2, ε/(2 ln(2/δ)))-admissible (Lemma 2.9), so x_m + (2S/ε)·Z, Z ~ Lap(1), with
-    β = ε/(2 ln(2/δ)) is (ε, δ)-DP (Lemma 2.6). Here β is lowered by 2^−38 and S is computed as
-    a float upper bound (differences rounded up, the result inflated by 1 + 2^−40 to cover
-    log's and exp's rounding), which is still a smooth bound for the nominal β. The paper's pure-DP variant (Cauchy-like noise, Lemma 2.10) needs
+    β = ε/(2 ln(2/δ)) is (ε, δ)-DP (Lemma 2.6) for small ε only: the Laplace tail beyond the
+    dilation step's cut-off grows once e^β − 1 is no longer close to β, and the worst neighbours
+    exceed δ from ε ≈ 11.4 (δ = 1e-2), 13.7 (δ = 1e-6) — issue 29. So β is the smaller of that
+    and the largest β ≤ ε/2 with (ε/2 + β)/(e^β − 1) ≥ ln(1/δ) (``beta_for``, proof there),
+    (ε, δ) for every ε; the two agree up to ε ≈ 5.8 (6.6 at δ = 1e-6). Here β is lowered by
+    2^−38 and S is computed as a float upper bound (differences rounded up, the result inflated
+    by 1 + 2^−40 to cover log's and exp's rounding), which is still a smooth bound for the
+    nominal β. The paper's pure-DP variant (Cauchy-like noise, Lemma 2.10) needs
     heavier-tailed noise and is not offered.
 
     m = ⌈q·n⌉ (at least 1): the lower median for even n. Cost: O(n log n) (``smooth_sensitivity``).
@@ -80,10 +85,10 @@ class SmoothSensitivity(Mechanism):
         self.q = _validate.real("q", q)
         if not 0.0 <= self.q <= 1.0:
             raise InvalidArgumentError("q", q, "a number in [0, 1]")
-        self.beta = self.epsilon / (2 * math.log(2 / self.delta)) - _MARGIN
+        self.beta = beta_for(self.epsilon, self.delta) - _MARGIN
         if not self.beta > 0:
             raise InvalidArgumentError("epsilon", epsilon, "large enough that "
-                                       "β = ε/(2 ln(2/δ)) exceeds 2^-38")
+                                       "β = ε/(2 ln(2/δ)) (``beta_for``) exceeds 2^-38")
         self.grid = math.ldexp(1.0, math.frexp((self.upper - self.lower) * 2.0 ** -40)[1])
         self.declare(Budget(self.epsilon, self.delta), noise="exact")
 
@@ -108,6 +113,35 @@ class SmoothSensitivity(Mechanism):
         scale = Fraction(s) * 2 / Fraction(self.epsilon)  # exact: 2S/ε
         out = _round_noisy(sampler.bits, Fraction(centre), scale, Fraction(self.grid))
         return float(min(max(out, self.lower), self.upper))
+
+
+def beta_for(epsilon: float, delta: float) -> float:
+    """The smoothness β for Laplace noise of scale 2S/ε to give (ε, δ): NRS's ε/(2 ln(2/δ)) where
+    it is safe, else the largest β ≤ ε/2 with T(β) = (ε/2 + β)/(e^β − 1) ≥ ln(1/δ).
+
+    Proof (every ε > 0, δ in (0, 1)). For neighbours x, y: |x_m − y_m| ≤ min(S(x), S(y)) (each
+    S bounds the local sensitivity) and S(x) ≤ e^β S(y) (β-smooth). With b = 2S/ε, r = b_x/b_y
+    in [e^−β, e^β] and w = (z − x_m)/b_x ~ Lap(1) under x, the privacy loss is
+    L(z) = ln(p_x(z)/p_y(z)) ≤ −ln r + (ε/2)·min(r, 1) + (r − 1)|w|. If r ≤ 1, L ≤ β + ε/2 ≤ ε.
+    If r > 1, L > ε needs |w| > (ε/2 + ln r)/(r − 1) ≥ T(β) (the left side falls as r grows,
+    since 1 − 1/r ≤ ln r), so the hockey-stick divergence is at most P[L > ε] = e^−T(β) ≤ δ.
+    Clamping and rounding are post-processing. T falls as β grows (T → ∞ as β → 0), so a
+    bisection finds the largest β; each test asks T ≥ ln(1/δ)·(1 + 2^−40), covering the few
+    ulps of error of the float evaluation. NRS's value passes this test for ε up to about 5.8.
+    """
+    beta = min(epsilon / (2 * math.log(2 / delta)), epsilon / 2)
+    need = -math.log(delta) * (1 + _SLACK)
+
+    def safe(b: float) -> bool:
+        # Past 700 (where e^β would near overflow; only ε > 1e300 gets there) count as unsafe.
+        return b <= 700 and (epsilon / 2 + b) / math.expm1(b) >= need
+
+    if safe(beta):
+        return beta
+    low = 0.0  # safe (the limit), `beta` not: keep it so while halving the gap
+    while (mid := (low + beta) / 2) not in (low, beta):
+        low, beta = (mid, beta) if safe(mid) else (low, mid)
+    return low
 
 
 def smooth_sensitivity(ordered: np.ndarray, m: int, beta: float, lower: float,
