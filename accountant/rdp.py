@@ -16,10 +16,14 @@ Curve kinds (``Charge.rdp``):
   multiplier z = σ/Δ (Mironov–Talwar–Zhang 2019, §3.3: A_α for integer and fractional α, which
   dominates both directions for add/remove neighbours, their §3; fractional α by their series
   with a proven tail bound, or log-convexity between integers, whichever is smaller).
-- ``("poisson-zcdp", q, z)``: Poisson subsampling of *any* (1/(2z²))-zCDP mechanism — the exact
-  discrete Gaussian among them (Canonne–Kamath–Steinke 2020): our bound, proved in the docs, from
-  the binomial expansion of A_α (integer α), a second-order bound on the other direction, and
-  log-convexity in α for fractional orders.
+- ``("poisson-discrete-gaussian", q, z)``: the Poisson-subsampled *discrete* Gaussian on an
+  integer lattice, shifts integer vectors of L2 norm <= σ/z (the exact-noise DP-SGD step):
+  log(A_α)/(α−1), A_α by the binomial expansion (exact at integer α for integer shifts) and
+  log-convexity between integers; A_α bounds the add direction too, because the pair is
+  symmetric under the lattice involution x ↦ v − x (ours, docs/theory.md §4b).
+- ``("poisson-zcdp", q, z)``: Poisson subsampling of *any* (1/(2z²))-zCDP mechanism: our bound,
+  proved in the docs, from the binomial expansion of A_α (integer α), a second-order bound on the
+  other direction, and log-convexity in α for fractional orders.
 
 Without a curve, a charge with a zCDP ρ has ρ(α) = αρ (Bun–Steinke 2016, Def. 1.1), and a pure
 ε-DP charge the tight pure-DP bound (:func:`pure`; Bun–Steinke 2016, Prop. 3.3).
@@ -38,11 +42,12 @@ from scipy.special import gammaln, log_ndtr
 from accountant import _numeric
 
 __all__ = ["CURVE_KINDS", "MAX_ORDER", "MIN_ORDER", "budget", "charge_rdp", "check_curve",
-           "default_orders", "epsilon", "laplace", "poisson_gaussian", "poisson_zcdp", "pure"]
+           "default_orders", "epsilon", "laplace", "poisson_discrete_gaussian", "poisson_gaussian",
+           "poisson_zcdp", "pure"]
 
 MIN_ORDER = 1.1
 MAX_ORDER = 4096.0
-CURVE_KINDS = ("laplace", "poisson-gaussian", "poisson-zcdp")
+CURVE_KINDS = ("laplace", "poisson-gaussian", "poisson-discrete-gaussian", "poisson-zcdp")
 
 # Relative margin covering float error in the sums below (their error is a few ulps of terms that
 # are all positive, so 1e-11 is many orders of magnitude more than needed).
@@ -201,6 +206,22 @@ def poisson_gaussian(q: float, z: float, alpha: float) -> float:
     return min(_up(log_a / (alpha - 1.0), absolute=_sum_error(alpha)), whole)
 
 
+def poisson_discrete_gaussian(q: float, z: float, alpha: float) -> float:
+    """ρ(α) of the Poisson-subsampled discrete Gaussian, add/remove neighbours: log(A_α)/(α−1),
+    at most α/(2z²). The noise is N_Z(0, σ²) on each coordinate of Z^d and a record moves the
+    sum by an integer vector v with ‖v‖₂ <= σ/z.
+
+    Remove direction: A_α by the binomial expansion (E_{P0}[(P1/P0)^k] = e^{k(k−1)‖v‖²/(2σ²)},
+    exactly, for integer k: kv is a lattice shift); fractional α by log-convexity (the chord).
+    Add direction: D_α(P0‖M) <= D_α(M‖P0) whenever P1 = P0∘τ for an involution τ — here
+    τ(x) = v − x, a bijection of Z^d (ours; docs/theory.md §4b, "the add direction"). So no
+    (1 − q)^{−(α+1)} factor, unlike :func:`poisson_zcdp`, which holds for any zCDP base."""
+    whole = _up(alpha / (2.0 * z * z))
+    if q >= 1.0:
+        return whole
+    return min(_up(_log_a(q, z, alpha) / (alpha - 1.0), absolute=_sum_error(alpha)), whole)
+
+
 def poisson_zcdp(q: float, z: float, alpha: float) -> float:
     """ρ(α) of Poisson subsampling applied to any (1/(2z²))-zCDP mechanism (the exact discrete
     Gaussian is one: CKS 2020), add/remove neighbours: max(log A_α, log B_α)/(α−1), with A_α as
@@ -246,6 +267,8 @@ def _charge_rdp(curve: tuple[Any, ...] | None, rho: float | None, eps: float, de
             bounds.append(laplace(curve[1], alpha))
         elif kind == "poisson-gaussian":
             bounds.append(poisson_gaussian(curve[1], curve[2], alpha))
+        elif kind == "poisson-discrete-gaussian":
+            bounds.append(poisson_discrete_gaussian(curve[1], curve[2], alpha))
         else:
             bounds.append(poisson_zcdp(curve[1], curve[2], alpha))
     if rho is not None:

@@ -41,9 +41,11 @@ class SubsampledGaussian(_GaussianFamily):
     **Costs it declares.**
 
     - Rényi curve (the "renyi" rule): with exact noise (the default: the discrete Gaussian on a
-      grid, ρ-zCDP with ρ = 1/(2z²) by Canonne–Kamath–Steinke 2020), Poisson subsampling of a
-      ρ-zCDP mechanism, ``("poisson-zcdp", q, z)``; with ``noise="float"``, the sampled Gaussian
-      mechanism of Mironov–Talwar–Zhang 2019, ``("poisson-gaussian", q, z)``.
+      grid, a record moving the integer sum by a lattice vector of L2 norm <= σ_g/z), the
+      Poisson-subsampled discrete Gaussian, ``("poisson-discrete-gaussian", q, z)``: MTZ's A_α,
+      which bounds both directions because x ↦ v − x maps the lattice onto itself; with
+      ``noise="float"``, the sampled Gaussian mechanism of Mironov–Talwar–Zhang 2019,
+      ``("poisson-gaussian", q, z)``.
       (:mod:`accountant.rdp`; the bound and its proof: docs/theory.md §4b.)
     - ρ = 1/(2z²) (the "advanced" rule): subsampling never hurts (joint convexity of
       exp((α−1)D_α)), but this charges no amplification: use "renyi" for DP-SGD.
@@ -60,7 +62,7 @@ class SubsampledGaussian(_GaussianFamily):
 
     >>> m = SubsampledGaussian(1.0, 0.01)
     >>> m.rdp, round(m.rho, 12), round(m.epsilon, 3)
-    (('poisson-zcdp', 0.01, 1.0), 0.5, 1.212)
+    (('poisson-discrete-gaussian', 0.01, 1.0), 0.5, 1.212)
     """
 
     def __init__(self, noise_multiplier: float, sampling_rate: float, sensitivity: float = 1.0,
@@ -74,8 +76,8 @@ class SubsampledGaussian(_GaussianFamily):
         self.delta = _validate.probability("delta", delta, low_open=True)
         self.sigma = _times("noise_multiplier", self.noise_multiplier, self.sensitivity)
         kind = noise_kind(noise)
-        self._curve = ("poisson-zcdp" if kind == "exact" else "poisson-gaussian", q,
-                       self.noise_multiplier)
+        self._curve = ("poisson-discrete-gaussian" if kind == "exact" else "poisson-gaussian",
+                       q, self.noise_multiplier)
         whole = analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
         self.epsilon = min(whole, _amplified_epsilon(self._curve, self.delta))
         self._noise = kind
@@ -171,8 +173,8 @@ def _amplified_epsilon(curve: tuple[Any, ...], delta: float) -> float:
     best = math.inf
     for alpha in [1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
                   32.0, 48.0, 64.0, 96.0, 128.0, 256.0]:
-        if curve[0] == "poisson-zcdp":
-            value = rdp.poisson_zcdp(curve[1], curve[2], alpha)
+        if curve[0] == "poisson-discrete-gaussian":
+            value = rdp.poisson_discrete_gaussian(curve[1], curve[2], alpha)
         else:
             value = rdp.poisson_gaussian(curve[1], curve[2], alpha)
         best = min(best, rdp.epsilon(value, alpha, delta))

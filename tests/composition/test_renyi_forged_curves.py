@@ -30,7 +30,8 @@ def test_audit_of_forged_tiny_z_reports_not_crashes(tmp_path):
     with open_ledger(url) as ledger:
         export_jsonl(ledger, out)
     text = out.read_text()
-    assert '"rdp":["poisson-zcdp",0.01,1.0]' in text
-    out.write_text(text.replace('"rdp":["poisson-zcdp",0.01,1.0]', '"rdp":["poisson-zcdp",0.01,1e-200]'))
+    assert '"rdp":["poisson-discrete-gaussian",0.01,1.0]' in text
+    out.write_text(text.replace('"rdp":["poisson-discrete-gaussian",0.01,1.0]',
+                                '"rdp":["poisson-discrete-gaussian",0.01,1e-200]'))
     report = audit(out)
     assert not report.ok

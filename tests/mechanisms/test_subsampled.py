@@ -86,7 +86,7 @@ def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
 def test_declared_costs() -> None:
     m = SubsampledGaussian(1.0, 0.01, sensitivity=2.0, delta=1e-5)
     assert m.sigma == 2.0 and m.rho == pytest.approx(0.5) and m.mu is None
-    assert m.rdp == ("poisson-zcdp", 0.01, 1.0)
+    assert m.rdp == ("poisson-discrete-gaussian", 0.01, 1.0)
     assert SubsampledGaussian(1.0, 0.01, noise="float").rdp == ("poisson-gaussian", 0.01, 1.0)
     # The declared ε is a valid conversion of the step's own curve, below the unsubsampled one.
     assert m.epsilon < analytic_gaussian_epsilon(2.0, 1e-5, 2.0)
