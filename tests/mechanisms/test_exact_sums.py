@@ -95,9 +95,16 @@ def test_integer_sum_is_exact_past_int64() -> None:
 
 def test_exact_sums_per_group() -> None:
     rows = adversarial_rows()
-    index = np.arange(rows.size) % 3 - 1  # groups 0, 1 and rows of −1 (ignored)
+    index = np.arange(rows.size) % 4 - 1  # groups 0, 1, rows of −1 and 2 (both ignored)
     assert exact_sums(rows, index, 2) == [rational_sum(rows[index == 0]),
                                           rational_sum(rows[index == 1])]
+    rng = np.random.default_rng(6)
+    for _ in range(100):
+        n = int(rng.integers(0, 40))
+        x = rng.normal(0.0, 1.0, n) * np.exp2(rng.integers(-1100, 1000, n).astype(np.float64))
+        x = np.where(np.isfinite(x), x, -1.0)
+        groups = rng.integers(0, 3, n)
+        assert exact_sums(x, groups, 3) == [rational_sum(x[groups == j]) for j in range(3)]
 
 
 # -- clamped_sum and noisy_mean -------------------------------------------------------------------
