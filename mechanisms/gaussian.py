@@ -20,6 +20,7 @@ from mechanisms.calibration import (
 )
 from mechanisms.gaussian_grid import GaussianGrid
 from mechanisms.sampling import Sampler
+from mechanisms.sums import rational_value, within
 
 __all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_gaussian_epsilon",
            "analytic_gaussian_sigma"]
@@ -35,6 +36,10 @@ class _GaussianFamily(NumericMechanism):
     Gaussian-DP μ we can prove (it is within a tiny total variation of a μ-GDP mechanism, which is
     not GDP), so ``mu`` is None and the ``gaussian`` rule refuses it: compose under ``advanced``
     (which uses ρ) or opt out with ``noise="float"``.
+
+    An exact rational value (a ``Fraction`` or an array of them, as the sum helpers return:
+    ``mechanisms.sums``) is rounded to the grid exactly; with ``noise="float"``, to the nearest
+    double first.
     """
 
     epsilon: float
@@ -72,17 +77,19 @@ class _GaussianFamily(NumericMechanism):
                 "sigma": self.sigma, "noise": self._noise}
 
     def prepare(self, value: Any) -> Any:
-        x = super().prepare(value)
+        x = rational_value(value, exact=self.grid is not None)  # (an exact sum: kept exact)
+        if x is None:
+            x = super().prepare(value)
         if self.grid is None:
             return x
-        n = 1 if isinstance(x, float) else x.size
+        n = 1 if isinstance(x, (float, Fraction)) else x.size
         if not self.grid.fits(n):
             raise InvalidDataError("value", value, f"a value this mechanism can release with exact "
                                    f"noise: at epsilon={self.epsilon!r}, delta={self.delta!r} no "
                                    "double grid keeps the discrete noise's distance to a Gaussian "
                                    "within delta; use noise='float'")
         limit = self.grid.limit_for(n)
-        if not _within(x, limit):
+        if not within(x, limit):
             raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "
                                    "(the noise grid of this scale cannot represent more)")
         return x
@@ -193,9 +200,3 @@ def _times(name: str, multiplier: Any, sensitivity: float) -> float:
 def _grid(epsilon: float, delta: float, sensitivity: float, sigma: float) -> GaussianGrid:
     """One immutable grid per parameter set, shared by every mechanism built with it."""
     return GaussianGrid(epsilon, delta, sensitivity, sigma)
-
-
-def _within(x: Any, limit: float) -> bool:
-    if isinstance(x, float):
-        return -limit <= x <= limit
-    return bool(np.all(np.abs(x) <= limit))

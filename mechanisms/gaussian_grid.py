@@ -51,7 +51,7 @@ from accountant import _numeric
 from mechanisms.bits import RandomBits
 from mechanisms.calibration import analytic_gaussian_sigma
 from mechanisms.exact import wide_gaussian_array
-from mechanisms.grid import on_grid, to_float
+from mechanisms.grid import grid_index, on_grid, to_float
 
 __all__ = ["GaussianGrid", "log_tv_bound", "tv_bound"]
 
@@ -144,14 +144,14 @@ class GaussianGrid:
         return _calibrate(self._epsilon, self._delta, self._sensitivity, self._sigma, k, n)
 
     def release(self, bits: RandomBits, value: Any) -> Any:
-        """``value`` (a float, or a float64 array with |x| <= ``limit_for(n)``) plus grid
-        Gaussian noise."""
-        if isinstance(value, float):
+        """``value`` (a float or a ``Fraction``, or a float64 or ``Fraction`` array, with
+        |x| <= ``limit_for(n)``) plus grid Gaussian noise; a rational is rounded exactly."""
+        if isinstance(value, (float, Fraction)):
             g = self.granularity
             s = self.noise_s(1)
             z = bits.pooled(("wide_gaussian", s),
                             lambda: wide_gaussian_array(bits, s, _POOL).tolist())
-            return to_float(round(value / g) + z, g)
+            return to_float(grid_index(value, g) + z, g)
         flat = value.ravel()
         g = self.granularity_for(flat.size)
         z = wide_gaussian_array(bits, self.noise_s(flat.size), flat.size)

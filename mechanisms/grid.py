@@ -18,6 +18,11 @@ paper), so t ≈ 2^40 and the widening costs a relative 2^-40/ε of extra noise 
 vector of n entries uses a grid finer by 2^min(6, ⌈log₂ n⌉), so its widening is n·2^-46/ε (0.14%
 at n = 10^5, ε = 10^-6) rather than n·2^-40/ε (9%); not finer, so that |Z| stays below 2^53 and
 q + Z is formed exactly in float64.
+
+An exact rational value (a ``fractions.Fraction``, or an object array of them: the exact sums of
+``mechanisms.sums``) is rounded to the grid exactly, round(x/g) on the rational itself
+(``grid_index``), so the one-step slack above is spent on that single rounding and the
+sensitivity holds for x as given.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 from mechanisms.bits import RandomBits
 from mechanisms.exact import discrete_laplace, discrete_laplace_array
 
-__all__ = ["LaplaceGrid", "ceil_log2", "on_grid", "to_float"]
+__all__ = ["LaplaceGrid", "ceil_log2", "grid_index", "on_grid", "to_float"]
 
 _PRECISION_BITS = 40
 _EXTRA_BITS = 6
@@ -117,13 +122,14 @@ class LaplaceGrid:
                          self.granularity)
 
     def release(self, bits: RandomBits, value: Any) -> Any:
-        """``value`` (a float, or a float64 array with |x| <= ``limit``) plus grid Laplace noise."""
+        """``value`` (a float or a ``Fraction``, or a float64 or ``Fraction`` array, with
+        |x| <= ``limit``) plus grid Laplace noise."""
         g = self.granularity
-        if isinstance(value, float):
+        if isinstance(value, (float, Fraction)):
             t = self._t1
             z = bits.pooled(("discrete_laplace", t),
                             lambda: discrete_laplace_array(bits, 1, t, _POOL).tolist())
-            return to_float(round(value / g) + z, g)
+            return to_float(grid_index(value, g) + z, g)
         flat = value.ravel()
         k = self._k_for(flat.size)
         g = math.ldexp(1.0, k)
@@ -131,8 +137,17 @@ class LaplaceGrid:
         return on_grid(flat, z, g).reshape(value.shape)
 
 
+def grid_index(value: float | Fraction, g: float) -> int:
+    """round(x/g), exactly, for a double or an exact rational x (g a power of two)."""
+    return round(value / g) if isinstance(value, float) else round(value / Fraction(g))
+
+
 def on_grid(flat: Any, z: Any, g: float) -> Any:
-    """round(x/g) + z for each entry, as the double nearest that exact integer times g."""
+    """round(x/g) + z for each entry, as the double nearest that exact integer times g (entries
+    of an object array are exact rationals, rounded exactly)."""
+    if flat.dtype == object:
+        return np.array([to_float(grid_index(x, g) + int(zi), g)
+                         for x, zi in zip(flat.tolist(), z.tolist())])
     q = np.rint(flat / g)
     if z.dtype == object or int(np.abs(z).max()) >= _EXACT_FLOAT:
         # (never in practice) a draw beyond 2^53 would be rounded on conversion: Python ints

@@ -13,15 +13,17 @@ several rows must be bounded to one (or the sensitivity multiplied by their numb
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from accountant import _validate
+from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from mechanisms.laplace import Laplace
 from mechanisms.queries import Neighbouring, _relation
 from mechanisms.rows import clamp_range, row_values
+from mechanisms.sums import exact_sums
 
 __all__ = ["STATISTICS", "group_by"]
 
@@ -88,19 +90,30 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     kept = index >= 0
     data = np.clip(row_values(_declared_values(values, kept), "values"), lo, hi)
     reach = max(abs(lo), abs(hi))
+    width = _numeric.add_up(hi, -lo)
+    # Exact sums per group (``mechanisms.sums``): a float sum's rounding could move a group's
+    # answer by more than the sensitivity between neighbours.
+    sums = exact_sums(data[kept], index[kept], len(declared))
     if statistic == "sum":
-        sums = np.bincount(index[kept], weights=data[kept], minlength=len(declared))
-        delta = reach if relation is Neighbouring.ADD_REMOVE else max(hi - lo, 2 * reach)
-        noisy = accountant.release(Laplace(eps, delta), sums, **common)
+        delta = reach if relation is Neighbouring.ADD_REMOVE else max(width, 2 * reach)
+        noisy = accountant.release(Laplace(eps, delta), _rationals(sums), **common)
         return dict(zip(declared, (float(v) for v in noisy)))
     mid = (lo + hi) / 2
-    centred = np.bincount(index[kept], weights=data[kept] - mid, minlength=len(declared))
-    delta = (hi - lo) / 2 if relation is Neighbouring.ADD_REMOVE else hi - lo
+    centre = (Fraction(lo) + Fraction(hi)) / 2
+    centred = _rationals([s - int(c) * centre for s, c in zip(sums, counts.tolist())])
+    delta = width / 2 if relation is Neighbouring.ADD_REMOVE else width
     count_delta = 1.0 if relation is Neighbouring.ADD_REMOVE else 2.0
     noisy_counts, noisy_sums = accountant.release_many(
         [(Laplace(eps / 2, count_delta), counts), (Laplace(eps / 2, delta), centred)], **common)
     means = mid + np.asarray(noisy_sums) / np.maximum(np.asarray(noisy_counts), 1.0)
     return dict(zip(declared, (float(min(max(v, lo), hi)) for v in means)))
+
+
+def _rationals(values: list[Fraction]) -> np.ndarray:
+    """A one-dimensional object array of the exact sums (what ``Laplace`` rounds exactly)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _groups(groups: Any) -> list[Any]:

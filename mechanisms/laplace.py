@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
+from fractions import Fraction
 from typing import Any
-
-import numpy as np
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
@@ -13,6 +12,7 @@ from accountant.errors import InvalidDataError
 from mechanisms.base import NumericMechanism, noise_kind
 from mechanisms.grid import LaplaceGrid
 from mechanisms.sampling import Sampler
+from mechanisms.sums import rational_value, within
 
 __all__ = ["Laplace"]
 
@@ -30,6 +30,11 @@ class Laplace(NumericMechanism):
     that the cost is still exactly (ε, 0) (``mechanisms.grid``; Mironov, CCS 2012, for why textbook
     float noise leaks; Canonne–Kamath–Steinke 2020 for the sampler). Values beyond
     ``grid.limit_for(n)`` in magnitude are refused. ``noise="float"`` keeps the textbook float sampler.
+
+    An exact rational value — a ``fractions.Fraction``, or a numpy array of them (dtype object),
+    as the sum helpers return (``mechanisms.sums``) — is rounded to the grid exactly, so the
+    sensitivity holds for the value as given; with ``noise="float"`` it is first rounded to the
+    nearest double.
 
     Args:
         epsilon: ε > 0, finite.
@@ -69,10 +74,12 @@ class Laplace(NumericMechanism):
                 "noise": self._noise}
 
     def prepare(self, value: Any) -> Any:
-        x = super().prepare(value)
+        x = rational_value(value, exact=self.grid is not None)
+        if x is None:
+            x = super().prepare(value)
         limit = None if self.grid is None else self.grid.limit_for(
-            1 if isinstance(x, float) else x.size)
-        if limit is not None and not _within(x, limit):
+            1 if isinstance(x, (float, Fraction)) else x.size)
+        if limit is not None and not within(x, limit):
             raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "
                                    "(the noise grid of this scale cannot represent more)")
         return x
@@ -90,9 +97,3 @@ def _grid(epsilon: float, sensitivity: float) -> LaplaceGrid:
     """Grids are immutable and costly to build (exact rationals): one per parameter pair, shared
     by every mechanism built with it (a new ``Laplace`` per release is the common usage)."""
     return LaplaceGrid(epsilon, sensitivity)
-
-
-def _within(x: Any, limit: float) -> bool:
-    if isinstance(x, float):
-        return -limit <= x <= limit
-    return bool(np.all(np.abs(x) <= limit))

@@ -26,6 +26,7 @@ from mechanisms.exact import discrete_laplace
 from mechanisms.laplace import Laplace
 from mechanisms.rows import clamp_range, row_values
 from mechanisms.sampling import Sampler
+from mechanisms.sums import exact_sum
 
 __all__ = ["PTRMean", "PTRMedian", "PTRRefused", "PTRStatistic", "ProposeTestRelease"]
 
@@ -76,8 +77,8 @@ class PTRStatistic(ABC):
                 "neighbouring": self.neighbouring}
 
     @abstractmethod
-    def value(self, ordered: np.ndarray) -> float:
-        """The statistic of the clamped, sorted data."""
+    def value(self, ordered: np.ndarray) -> float | Fraction:
+        """The statistic of the clamped, sorted data (a ``Fraction`` is released exactly)."""
 
     @abstractmethod
     def distance(self, ordered: np.ndarray, bound: float, cap: int) -> int:
@@ -93,13 +94,16 @@ class PTRMean(PTRStatistic):
     to a dataset where it may exceed b is the number of rows that must be removed before B exceeds
     b: ``min{k : B(n − k) > b}``, a function of n that moves by at most 1 between neighbours (the
     course notes' (U − L)/(n − k)).
+
+    The mean is exact (the exact sum over n, a ``Fraction``; ``mechanisms.sums``): a float mean
+    rounds, so the bound would not hold for it.
     """
 
     name = "mean"
     neighbouring = "add/remove"
 
-    def value(self, ordered: np.ndarray) -> float:
-        return float(ordered.mean()) if ordered.size else (self.lower + self.upper) / 2
+    def value(self, ordered: np.ndarray) -> float | Fraction:
+        return exact_sum(ordered) / ordered.size if ordered.size else (self.lower + self.upper) / 2
 
     def distance(self, ordered: np.ndarray, bound: float, cap: int) -> int:
         width = Fraction(self.upper) - Fraction(self.lower)
@@ -258,5 +262,8 @@ def _distance(statistic: PTRStatistic, ordered: np.ndarray, bound: float, cap: i
     return int(statistic.distance(ordered, bound, cap))
 
 
-def _value(statistic: PTRStatistic, ordered: np.ndarray) -> float:
-    return float(statistic.value(ordered))
+def _value(statistic: PTRStatistic, ordered: np.ndarray) -> float | Fraction:
+    value = statistic.value(ordered)
+    if isinstance(value, Fraction):  # exact; rebuilt from plain ints (a subclass is the caller's)
+        return Fraction(int(value.numerator), int(value.denominator))
+    return float(value)

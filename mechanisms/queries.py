@@ -18,11 +18,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from accountant import _validate
+from accountant import _numeric, _validate
 from accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
@@ -31,6 +32,7 @@ from accountant.errors import (
 from mechanisms.laplace import Laplace
 from mechanisms.quantile import Quantile
 from mechanisms.rows import clamp_range, row_values
+from mechanisms.sums import exact_sum
 
 __all__ = ["Neighbouring", "Query", "clamped_sum", "count", "histogram", "noisy_mean",
            "noisy_quantiles"]
@@ -47,7 +49,10 @@ class Query(NamedTuple):
     """A true answer and its sensitivities. Never store or log ``value``: it is the secret.
 
     Attributes:
-        value: the true answer (a float, or an array for a histogram).
+        value: the true answer: a float, an array for a histogram, or for a sum the exact sum of
+            the clamped values as a ``fractions.Fraction`` (no rounding, so the sensitivity holds
+            for it; ``Laplace`` and the Gaussians round it to their grid exactly, float noise
+            to the nearest double).
         l1_sensitivity: Δ₁, for Laplace-family mechanisms.
         l2_sensitivity: Δ₂, for Gaussian-family mechanisms.
         neighbouring: the neighbour relation the sensitivities hold under.
@@ -99,22 +104,26 @@ def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: b
       the summand x − c lies in [−(upper−lower)/2, (upper−lower)/2], so Δ = (upper − lower)/2.
     - replace: upper − lower (one row moves from one end to the other), centred or not.
 
+    The value is the exact sum (a ``Fraction``; ``mechanisms.sums``): a float sum rounds, by an
+    amount that depends on the other rows, so neighbouring float sums can differ by more than
+    the sensitivity. Centred, it is the exact Σx − n·(lower + upper)/2; widths are rounded up.
+
     >>> q = clamped_sum([5, 50, 500], 0, 100)
     >>> q.value, q.l1_sensitivity
-    (155.0, 100.0)
+    (Fraction(155, 1), 100.0)
     >>> clamped_sum([5, 50, 500], 0, 100, centred=True).value
-    5.0
+    Fraction(5, 1)
     """
     lo, hi = clamp_range(lower, upper)
     relation = _relation(neighbouring)
     clipped = np.clip(row_values(data), lo, hi)
+    value = exact_sum(clipped)
+    width = _numeric.add_up(hi, -lo)
     if centred:
-        mid = (lo + hi) / 2.0
-        value = float(np.sum(clipped - mid))
-        sens = (hi - lo) / 2.0 if relation is Neighbouring.ADD_REMOVE else hi - lo
+        value -= clipped.size * (Fraction(lo) + Fraction(hi)) / 2
+        sens = width / 2.0 if relation is Neighbouring.ADD_REMOVE else width
     else:
-        value = float(np.sum(clipped))
-        sens = max(abs(lo), abs(hi)) if relation is Neighbouring.ADD_REMOVE else hi - lo
+        sens = max(abs(lo), abs(hi)) if relation is Neighbouring.ADD_REMOVE else width
     return Query(value, sens, sens, relation)
 
 

@@ -23,6 +23,7 @@ from mechanisms.base import Mechanism
 from mechanisms.laplace import Laplace
 from mechanisms.rows import clamp_range
 from mechanisms.sampling import Sampler
+from mechanisms.sums import exact_sum
 
 __all__ = ["SampleAndAggregate"]
 
@@ -126,7 +127,7 @@ class SampleAndAggregate(Mechanism):
             order = np.argsort(chunk_of, kind="stable")
             edges = np.searchsorted(chunk_of[order], np.arange(self.chunks + 1))
             fallback = (self.lower + self.upper) / 2
-            total = 0.0
+            answers = np.empty(self.chunks)
             for j in range(self.chunks):
                 # Anything it raises, BaseException included, is the fallback: see the class
                 # docstring and ``mechanisms.guarded``.
@@ -134,8 +135,10 @@ class SampleAndAggregate(Mechanism):
                                       _take(value, order[edges[j]:edges[j + 1]]))
                 if answer is guarded.FAILED or not math.isfinite(answer):
                     answer = fallback
-                total += min(max(answer, self.lower), self.upper)
-            mean = min(max(total / self.chunks, self.lower), self.upper)
+                answers[j] = min(max(answer, self.lower), self.upper)
+            # The exact mean (``mechanisms.sums``): a float sum's rounding could move it by more
+            # than (upper − lower)/k between neighbours. It lies in [lower, upper] already.
+            mean = exact_sum(answers) / self.chunks
             noisy = self._mean.draw(self._mean.prepare(mean), sampler)
         return float(min(max(noisy, self.lower), self.upper))
 

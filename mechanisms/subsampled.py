@@ -23,6 +23,7 @@ from mechanisms.exact import wide_gaussian_array
 from mechanisms.gaussian import _GaussianFamily, _grid, _times
 from mechanisms.grid import to_float
 from mechanisms.sampling import Sampler
+from mechanisms.sums import integer_sum
 
 __all__ = ["SubsampledGaussian", "clip_rows", "poisson_sample"]
 
@@ -131,7 +132,7 @@ class SubsampledGaussian(_GaussianFamily):
         # depends on the other rows.
         d = rows.shape[1]
         g = self.grid.granularity_for(d)
-        total = _integer_sum(np.rint(rows[keep] / g))
+        total = integer_sum(np.rint(rows[keep] / g))
         z = wide_gaussian_array(sampler.bits, self.grid.noise_s(d), d)
         out = np.array([to_float(t + int(zi), g) for t, zi in zip(total, z.tolist())])
         return float(out[0]) if ndim == 1 else out
@@ -149,22 +150,6 @@ def clip_rows(rows: Any, bound: float) -> Any:
     norms = safe * np.sqrt(np.einsum("ij,ij->i", unit, unit))
     scale = np.where(norms > target, target / np.where(norms > 0.0, norms, 1.0), 1.0)
     return rows * scale[:, None]
-
-
-def _integer_sum(grid_rows: Any) -> list[int]:
-    """The exact column sums of integer-valued float rows (|entries| < 2^53), as Python ints:
-    int64 sums over chunks small enough never to overflow."""
-    n, d = grid_rows.shape
-    if n == 0:
-        return [0] * d
-    ints = grid_rows.astype(np.int64)
-    peak = int(np.abs(ints).max()) + 1
-    step = max(1, (1 << 62) // peak)
-    totals = [0] * d
-    for start in range(0, n, step):
-        part = ints[start:start + step].sum(axis=0)
-        totals = [t + int(v) for t, v in zip(totals, part.tolist())]
-    return totals
 
 
 def _amplified_epsilon(curve: tuple[Any, ...], delta: float) -> float:

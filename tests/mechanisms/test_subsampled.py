@@ -136,11 +136,11 @@ def test_gaussian_from_its_noise() -> None:
 def _grid_sum(mech: SubsampledGaussian, rows: np.ndarray) -> np.ndarray:
     """The mechanism's exact integer sum of the clipped rows at q = 1 (what the noise is added to),
     in grid steps."""
-    from mechanisms.subsampled import _integer_sum
+    from mechanisms.sums import integer_sum
 
     clipped, _ = mech.prepare(rows)
     g = mech.grid.granularity_for(rows.shape[1])
-    return np.array(_integer_sum(np.rint(clipped / g)), dtype=object), g
+    return np.array(integer_sum(np.rint(clipped / g)), dtype=object), g
 
 
 def test_one_added_row_moves_the_sum_by_at_most_the_calibrated_sensitivity() -> None:
