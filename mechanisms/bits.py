@@ -88,6 +88,25 @@ class RandomBits:
         self._pools[key] = pool = refill()
         return pool.pop()
 
+    def pooled_many(self, key: Any, n: int, refill: Callable[[], list[Any]]) -> list[Any]:
+        """``n`` draws from the pool ``key`` of :meth:`pooled`, in one call: a vector release of
+        a few entries (DP-SGD's gradient) pays a share of bulk draws, not a bulk call's fixed cost.
+
+        Why the law and the privacy are kept: the pool holds independent draws of one exact law,
+        made from this source's words and never released before. Entries are taken by position
+        (``list.pop``), never by value, so whatever decides how many are taken or when (the size
+        of a release, other threads), the entries handed out are independent draws of that law,
+        independent of every draw released before; each is handed out at most once (a draw lost
+        to a race with another thread is dropped, never released twice).
+        """
+        pool = self._pools.get(key)
+        if pool is not None and len(pool) >= n:
+            try:
+                return [pool.pop() for _ in range(n)]
+            except IndexError:  # another thread emptied it meanwhile: the draws taken are dropped
+                pass
+        return [self.pooled(key, refill) for _ in range(n)]
+
     def words(self, n: int) -> Any:
         """``n`` uniformly random words as a ``uint64`` array."""
         if self._generator is not None:

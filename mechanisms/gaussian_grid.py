@@ -59,6 +59,9 @@ _PRECISION_BITS = 38
 _WIDENING_BITS = 16
 _TV_BITS = 10  # the TV term is kept below δ/2^10
 _POOL = 4096
+# Below this s the bulk sampler's draws are int64 (mechanisms.exact.wide_gaussian_array), so a
+# pool of them converts back to an int64 array exactly.
+_INT64_S = 1 << 47
 
 
 def tv_bound(sigma: float, n: int) -> float:
@@ -154,8 +157,23 @@ class GaussianGrid:
             return to_float(grid_index(value, g) + z, g)
         flat = value.ravel()
         g = self.granularity_for(flat.size)
-        z = wide_gaussian_array(bits, self.noise_s(flat.size), flat.size)
-        return on_grid(flat, z, g).reshape(value.shape)
+        return on_grid(flat, self.noise(bits, flat.size), g).reshape(value.shape)
+
+    def noise(self, bits: RandomBits, n: int) -> Any:
+        """``n`` independent exact draws of N_Z(0, s²/2), s = ``noise_s(n)``, in grid steps.
+
+        A few entries (up to ``_POOL // 4``: a DP-SGD gradient) are taken from the source's pool
+        of draws of this s, made ahead in one bulk call (``RandomBits.pooled_many`` says why the
+        law is kept); more are drawn in bulk at once. The pool belongs to the source (the
+        accountant's), not to this grid, so a one-shot sampler draws from it while its release
+        runs and never after, and a forked child starts with none.
+        """
+        s = self.noise_s(n)
+        if n > _POOL // 4 or s >= _INT64_S:
+            return wide_gaussian_array(bits, s, n)
+        draws = bits.pooled_many(("wide_gaussian", s), n,
+                                 lambda: wide_gaussian_array(bits, s, _POOL).tolist())
+        return np.array(draws, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=1024)

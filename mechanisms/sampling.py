@@ -192,6 +192,9 @@ class _OneShotBits(RandomBits):
     def pooled(self, key: Any, refill: Any) -> Any:
         return self._source.pooled(key, refill)
 
+    def pooled_many(self, key: Any, n: int, refill: Any) -> list[Any]:
+        return list(self._source.pooled_many(key, n, refill))
+
     def below(self, m: int) -> int:
         return int(self._source.below(m))
 
@@ -217,7 +220,7 @@ class _Spent:
     must get an ``AttributeError`` for names it does not have.)"""
 
     __slots__ = ()
-    word = words = pooled = below = below_array = _half_words = staticmethod(_spent)
+    word = words = pooled = pooled_many = below = below_array = _half_words = staticmethod(_spent)
     is_cryptographic = property(_spent)
 
 

@@ -631,7 +631,8 @@ def assert_spent_samplers(kept: list[Any], n: int) -> None:
     uses: list[Callable[[Any], Any]] = [
         lambda s: s.bits.word(), lambda s: s.bits.words(2), lambda s: s.bits.below(7),
         lambda s: s.bits.below_array(7, 2), lambda s: s.laplace(1.0), lambda s: s.uniform(),
-        lambda s: s.bits.pooled("k", lambda: [1]), lambda s: s.one_shot().bits.word()]
+        lambda s: s.bits.pooled("k", lambda: [1]), lambda s: s.bits.pooled_many("k", 2, list),
+        lambda s: s.one_shot().bits.word()]
     for sampler in kept:
         for use in uses:
             with pytest.raises(SamplerSpentError):

@@ -241,3 +241,85 @@ def test_small_draws_beyond_2_62_are_python_ints(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(exact, "discrete_laplace", lambda bits, s, t: 2 ** 62)
     out = exact.discrete_laplace_array(RandomBits(None), 1, 5, 3)
     assert out.dtype == object and out.tolist() == [2 ** 62] * 3
+
+
+# -- issue 29, item 7: pooled vector draws and batched rejection rounds -------------------------
+
+def _wide_chi2(samples: np.ndarray, s: int) -> None:
+    """χ² of wide-Gaussian draws (P(y) ∝ exp(−y²/s²), σ² = s²/2) against the exact pmf at
+    α = 1e-6, with the power check: the same counts reject σ × 0.7 and σ × 1.3."""
+    edge = int(3.5 * s / math.sqrt(2))
+    counts, _ = _binned(samples, edge)
+    chi2_with_power(counts, lambda sd: _with_tails(lambda y: _dgauss_pmf(y, sd * sd), edge),
+                    s / math.sqrt(2))
+
+
+@pytest.mark.statistical
+def test_pooled_vector_draws_match_the_pmf() -> None:
+    """DP-SGD's path: 31 draws at a time from the source's pool (refilled by the bulk sampler),
+    60,000 in all, against the exact discrete Gaussian pmf."""
+    bits, s = RandomBits(np.random.default_rng(29)), 20
+
+    def refill() -> list[int]:
+        return list(exact.wide_gaussian_array(bits, s, 4096).tolist())
+
+    draws = np.concatenate([bits.pooled_many(("wide_gaussian", s), 31, refill)
+                            for _ in range(60_000 // 31)])
+    _wide_chi2(draws, s)
+
+
+@pytest.mark.statistical
+def test_batched_rounds_keep_the_law_however_many_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bulk samplers try ``_batch(need)`` proposals a round and keep the first accepted in
+    order. With the batch forced down to 16 (most draws need many rounds: the remainder of each
+    round is the next round's ``need``) and up to 4·need (most accepted proposals dropped), the
+    discrete Laplace and the wide Gaussian still match their pmfs (α = 1e-6, with power)."""
+    for batch in (lambda need: 16, lambda need: 4 * need + 16):
+        monkeypatch.setattr(exact, "_batch", batch)
+        bits = RandomBits(np.random.default_rng(31))
+        _wide_chi2(exact.wide_gaussian_array(bits, 20, 60_000), 20)
+        lap = exact.discrete_laplace_array(bits, 1, 10, 60_000)
+        counts, _ = _binned(lap, 40)
+        chi2_with_power(counts, lambda t: _with_tails(lambda y: _dlap_pmf(y, 1 / t), 40), 10)
+
+
+def test_keeping_accepted_draws_by_value_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Negative control for the batched rounds: a sampler that kept the accepted proposals of
+    smallest |y| (a choice by value, not by order) is told apart by the same χ² test."""
+    bits = RandomBits(np.random.default_rng(32))
+    s, n = 20, 60_000
+    pool = exact.wide_gaussian_array(bits, s, 2 * n)
+    by_value = pool[np.argsort(np.abs(pool), kind="stable")[:n]]
+    from scipy import stats
+    edge = int(3.5 * s / math.sqrt(2))
+    for draws, rejected in ((by_value, True), (pool[:n], False)):
+        counts, _ = _binned(draws, edge)
+        expected = n * _with_tails(lambda y: _dgauss_pmf(y, s * s / 2), edge)
+        assert bool(stats.chisquare(counts, expected).pvalue < ALPHA) is rejected
+
+
+def test_pooled_many_hands_each_draw_out_once_in_pool_order() -> None:
+    """Entries are taken by position, each once: across refills, the draws handed out are the
+    pools' entries in pop order, with no repeat and none skipped."""
+    bits = RandomBits(None)
+    pools = iter([list(range(0, 100)), list(range(100, 200)), list(range(200, 300))])
+    taken = [bits.pooled_many("k", 31, lambda: next(pools)) for _ in range(9)]
+    flat = [x for part in taken for x in part]
+    assert all(len(part) == 31 for part in taken) and len(set(flat)) == len(flat) == 279
+    assert flat[:100] == list(range(99, -1, -1))  # the first pool, popped from its end
+    assert sorted(flat[100:200]) == list(range(100, 200))
+
+
+def test_fork_child_does_not_reuse_the_parents_pooled_vector_draws() -> None:
+    """As for scalar draws: a forked child refills, never taking the parent's next entries."""
+    import os
+    bits = RandomBits(None)
+    bits.pooled_many("v", 3, lambda: list(range(1000)))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.write(write, str(bits.pooled_many("v", 3, lambda: [-1, -2, -3])).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 64) == b"[-3, -2, -1]"  # the child refilled from its own draws
+    assert bits.pooled_many("v", 3, lambda: [-1, -2, -3]) == [996, 995, 994]

@@ -47,6 +47,26 @@ def test_poisson_sample_ties_are_settled_exactly() -> None:
     assert _tie(Scripted([2 ** 63, 0]), Fraction(1, 2) + Fraction(1, 2 ** 65)) is True
 
 
+def test_poisson_sample_half_word_ties_go_to_the_rest() -> None:
+    """The mask reads 32-bit words: u < ⌊q·2^32⌋ keeps, u > drops, u = ⌊q·2^32⌋ (a tie) is the
+    Bernoulli of the rest q·2^32 − ⌊q·2^32⌋ (here 2^-8: a 64-bit word below 2^56 keeps)."""
+    class Scripted(RandomBits):
+        def __init__(self, halves: list[int], words: list[int]) -> None:
+            super().__init__(np.random.default_rng(0))
+            self.halves, self.script = halves, list(words)
+
+        def _half_words(self, n: int) -> np.ndarray:
+            return np.array(self.halves[:n], dtype=np.uint32)
+
+        def word(self) -> int:
+            return self.script.pop(0)
+
+    top = 2 ** 31
+    bits = Scripted([top, top, top - 1, top + 1], [0, 2 ** 56])
+    assert poisson_sample(bits, 0.5 + 2.0 ** -40, 4).tolist() == [True, False, True, False]
+    assert bits.script == []
+
+
 def test_rows_are_clipped_and_the_noise_is_sigma() -> None:
     """q = 1 and rows far beyond the clip norm: the released sum is n·C·direction plus N(0, σ²)
     noise. KS test at α = 1e-6 of the noise against N(0, σ²); power check against 0.7σ, 1.3σ."""
@@ -172,3 +192,54 @@ def test_huge_and_tiny_rows_are_clipped_not_zeroed() -> None:
     mech = SubsampledGaussian(1.0, 0.5, 1.0)
     clipped, _ = mech.prepare(np.array([[1e200, 0.0], [0.5, 0.0], [1e-300, 1e-300]]))
     assert 0.99 < clipped[0, 0] <= 1.0 and clipped[1, 0] == 0.5 and clipped[2, 0] == 1e-300
+
+
+# -- issue 29, item 7: the step's noise from the source's pool -----------------------------------
+
+def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() -> None:
+    """The pool belongs to the accountant's source, not to the mechanism: a step run through
+    ``Sampler.once`` takes its 31 draws from the source's pool (4,096 made, 31 taken per step),
+    and the one-shot sampler it was handed takes nothing once the release has returned."""
+    from accountant.errors import SamplerSpentError
+    from mechanisms.sampling import Sampler
+
+    mech = SubsampledGaussian(2.0, 0.05)
+    assert mech.grid is not None
+    key = ("wide_gaussian", mech.grid.noise_s(31))
+    source = Sampler(5)
+    prepared = mech.prepare(np.random.default_rng(0).normal(size=(455, 31)))
+    kept = []
+    for step in range(1, 4):
+        source.once(lambda v, s: kept.append(s) or mech.draw(v, s), prepared)
+        assert len(source.bits._pools[key]) == 4096 - 31 * step
+    with pytest.raises(SamplerSpentError):
+        kept[0].bits.pooled_many(key, 31, lambda: [0] * 31)
+    assert len(source.bits._pools[key]) == 4096 - 31 * 3
+
+
+def test_the_vector_conversion_rounds_as_to_float() -> None:
+    """``_noisy_on_grid`` (int64) gives to_float(t + z, g) bit for bit, at the ties of the
+    int64 → double conversion (2^53 + 1, 2^62 − 1), signs, and an overflow to ±inf."""
+    from mechanisms.grid import to_float
+    from mechanisms.subsampled import _noisy_on_grid
+
+    t = np.array([2 ** 53 + 1, -(2 ** 53) - 3, 2 ** 62 - 1, -(2 ** 62) + 1, 0, 7], dtype=np.int64)
+    z = np.array([0, 0, 2 ** 61, -(2 ** 61), -5, 2 ** 54 + 1], dtype=np.int64)
+    for g in (2.0 ** -37, 1.0, 2.0 ** 1000):
+        want = [to_float(int(a) + int(b), g) for a, b in zip(t.tolist(), z.tolist())]
+        assert _noisy_on_grid(t, z, g).tolist() == want
+        assert _noisy_on_grid(t.astype(object), z, g).tolist() == want
+
+
+def test_integer_sum_in_one_chunk_and_in_many_agree() -> None:
+    """The int64 path (one chunk) and the chunked Python-int path give the same exact sums."""
+    from mechanisms.subsampled import _integer_sum
+
+    rows = np.random.default_rng(3).integers(-2 ** 52, 2 ** 52, size=(3000, 4)).astype(float)
+    chunked = _integer_sum(rows)  # 3000 · 2^52 > 2^62: several chunks, Python ints
+    assert chunked.dtype == object
+    assert chunked.tolist() == [sum(int(x) for x in col) for col in rows.T]
+    small = rows[:500] / 2 ** 20  # 500 · 2^32 < 2^62: one int64 chunk
+    assert _integer_sum(np.rint(small)).dtype == np.int64
+    assert _integer_sum(np.rint(small)).tolist() == [sum(int(x) for x in col)
+                                                     for col in np.rint(small).T]
