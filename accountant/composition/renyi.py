@@ -50,7 +50,9 @@ class RenyiComposition(CompositionRule):
     before any data-dependent output. For a deterministic analyst the first step, hence α, is
     fixed outright; a randomised one's transcript law is, on both neighbours, the same mixture
     over its first choice, and a hockey-stick divergence of two mixtures with equal weights is at
-    most the weighted average of the parts' (each ≤ δ_B at ε_B). The order is recorded in the
+    most the weighted average of the parts' (each ≤ δ_B at ε_B). (An account opened after other
+    releases — a new window, an analyst's quota — gets α fixed given what came before it, the
+    guarantee such accounts give anyway: docs/theory.md §4b.) The order is recorded in the
     state (``order``) by that first debit; a refused first step records nothing (the next first
     step chooses). A state charged before it had an order (spent under no limit) keeps order 0:
     its Rényi sum does not cover those steps, so only the basic branch can admit it. On a mixed
