@@ -40,8 +40,8 @@ class Accountant(Opening):
             A release on a dataset not listed is refused unless ``limit`` is also given.
         composition: the rule for ``limit`` and for plain ``Budget`` entries of ``limits``.
         per_query: a cap on any single release's cost, with ``limit``.
-        order: the ``"renyi"`` rule's one Rényi order (from ``plan_order``); ``None`` for its
-            default orders.
+        order: the ``"renyi"`` rule's one Rényi order (from ``plan_order``); ``None``: each
+            account's first step plans it.
         ledger: a ``Ledger``, a URL (``"sqlite:///budget.db"``, ``"memory://"``,
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int

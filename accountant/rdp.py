@@ -42,8 +42,8 @@ from scipy.special import gammaln, log_ndtr
 from accountant import _numeric
 
 __all__ = ["CURVE_KINDS", "MAX_ORDER", "MIN_ORDER", "budget", "charge_rdp", "check_curve",
-           "default_orders", "epsilon", "laplace", "poisson_discrete_gaussian", "poisson_gaussian",
-           "poisson_zcdp", "pure"]
+           "epsilon", "laplace", "poisson_discrete_gaussian", "poisson_gaussian", "poisson_zcdp",
+           "pure"]
 
 MIN_ORDER = 1.1
 MAX_ORDER = 4096.0
@@ -294,21 +294,6 @@ def budget(eps: float, delta: float, alpha: float) -> float:
     b = eps - math.log1p(-1.0 / alpha) + (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
     b -= abs(b) * _RELATIVE + 64.0 * math.ulp(eps + abs(math.log(delta)))
     return math.nextafter(b, -math.inf)
-
-
-def default_orders(eps: float, delta: float) -> tuple[float, ...]:
-    """The orders the ``renyi`` rule watches when none is planned: six, geometrically spaced,
-    α_j = 1 + (ln(1/δ)/ε)·r_j for r_j from 1.1 to 8 — the range where a Gaussian-like workload's
-    best order lies for this (ε, δ) (the Gaussian's is about 1 + 2 ln(1/δ)/ε), rounded to three
-    significant digits, within [MIN_ORDER, MAX_ORDER]."""
-    scale = math.log(1.0 / delta) / eps
-    out: list[float] = []
-    for i in range(6):
-        r = 1.1 * (8.0 / 1.1) ** (i / 5)
-        alpha = min(MAX_ORDER, max(MIN_ORDER, float(f"{1.0 + scale * r:.3g}")))
-        if alpha not in out:
-            out.append(alpha)
-    return tuple(out)
 
 
 def best_order(steps_at: Any, orders: Sequence[float]) -> float:

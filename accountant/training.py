@@ -62,14 +62,14 @@ def noise_for_steps(budget: Accountant | Budget, steps: int, *, sampling_rate: f
     releases of ``SubsampledGaussian(z, sampling_rate, clip_norm)`` fit.
 
     ``budget`` is an ``Accountant`` (what is left of ``dataset``'s limit now, under its rule:
-    ``max_releases``) or a ``Budget`` (a fresh ``"renyi"`` limit, at ``order`` or its default
-    orders). A plan, not a reservation.
+    ``max_releases``) or a ``Budget`` (a fresh ``"renyi"`` limit, at ``order``, or without one
+    at the order the first step would fix: the best for that z). A plan, not a reservation.
 
     Raises:
         InvalidArgumentError: no noise up to z = 10^4 makes ``steps`` fit.
 
     >>> noise_for_steps(Budget(3.0, 1e-5), 1000, sampling_rate=0.01)
-    0.943
+    0.869
     """
     n = _validate.positive_int("steps", steps)
     if isinstance(budget, Accountant):

@@ -2,8 +2,13 @@
 dp-accounting's RDP and PLD accountants and with the bare floor, in one run.
 
 (a) Steps of the Poisson-subsampled Gaussian admitted under (ε, δ) = (3, 1e-5), q = 0.01, σ = 1:
-    dpbudget's "renyi" rule (planned order, default orders), "advanced" and "basic"; dp-accounting's
-    RdpAccountant and PldAccountant (offline calculators: the largest T whose ε ≤ 3, by bisection).
+    dpbudget's "renyi" rule (planned order, no plan, the six orders it watched before issue 29),
+    "advanced" and "basic"; dp-accounting's RdpAccountant and PldAccountant (offline calculators:
+    the largest T whose ε ≤ 3, by bisection).
+(a2) The same over (q, z) ∈ {0.01, 0.05, 0.1} × {1, 2, 4} and z = 0.8 (issue 29, item 4): with no
+    plan before issue 29 (six orders, δ/6 each) and after (the order the first step fixes), the
+    order planned (exact and float noise), and dp-accounting's RDP accountant offline; and the
+    time of one "renyi" debit with six orders and with one.
 (b) Full-batch noisy gradient descent (q = 1): "renyi" with its order planned vs "advanced".
 (c) Time per DP-SGD step (n = 455 rows × d = 31, q = 0.05): the whole charged release through
     the accountant (in memory), beside the bare floor — the same clipping, Poisson mask, sum and
@@ -14,6 +19,7 @@ Run: ``python benchmarks/renyi_steps.py`` (needs the ``bench`` extra for dp-acco
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 
@@ -22,6 +28,7 @@ import numpy as np
 from composition_tightness import largest  # (the benchmarks folder is on the path)
 
 from accountant import Accountant, Budget, plan_order
+from accountant.composition import RenyiComposition
 from mechanisms import AnalyticGaussian, SubsampledGaussian
 
 LIMIT = Budget(3.0, 1e-5)
@@ -30,7 +37,13 @@ Q, Z = 0.01, 1.0
 
 def offline(accountant_cls: type, q: float, z: float, delta: float, eps: float) -> int:
     """The largest T whose ε (after T composed steps, fixed in advance) is within eps."""
+    import logging
+
     import dp_accounting
+
+    # Its fractional-order series does not converge at q = 0.1, z = 1 below α = 1.5; it drops
+    # those orders (they are not the best there) with a warning per call.
+    logging.getLogger("absl").setLevel(logging.ERROR)
 
     def fits(t: int) -> bool:
         acc = accountant_cls()
@@ -40,6 +53,54 @@ def offline(accountant_cls: type, q: float, z: float, delta: float, eps: float) 
         return bool(acc.get_epsilon(delta) <= eps)
 
     return largest(fits)
+
+
+def old_default_orders(eps: float, delta: float) -> list[float]:
+    """The six orders "renyi" watched with no plan before issue 29, each at δ/6."""
+    scale = math.log(1.0 / delta) / eps
+    return [float(f"{1.0 + scale * 1.1 * (8.0 / 1.1) ** (i / 5):.3g}") for i in range(6)]
+
+
+def old_default(mech: SubsampledGaussian) -> int:
+    rule = RenyiComposition(LIMIT, orders=old_default_orders(LIMIT.epsilon, LIMIT.delta))
+    return rule.max_steps(rule.initial_state(), mech.charge)
+
+
+def grid() -> list[tuple[float, float, int, int, int, int, int]]:
+    """(q, z, old default, default, planned exact, planned float, dp-accounting RDP offline)."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    out = []
+    for q, z in [(0.01, 0.8)] + [(q, z) for q in (0.01, 0.05, 0.1) for z in (1.0, 2.0, 4.0)]:
+        exact, flt = SubsampledGaussian(z, q), SubsampledGaussian(z, q, noise="float")
+        planned = Accountant(LIMIT, composition="renyi",
+                             order=plan_order(LIMIT, exact)).max_releases(exact)
+        planned_float = Accountant(LIMIT, composition="renyi",
+                                   order=plan_order(LIMIT, flt)).max_releases(flt)
+        out.append((q, z, old_default(exact),
+                    Accountant(LIMIT, composition="renyi").max_releases(exact), planned,
+                    planned_float, offline(rdp_privacy_accountant.RdpAccountant, q, z,
+                                           LIMIT.delta, LIMIT.epsilon)))
+    return out
+
+
+def debit_time(repeats: int = 20000) -> dict[str, float]:
+    """CPU time of one "renyi" debit of a DP-SGD step (curve values cached, as in training)."""
+    charge = SubsampledGaussian(1.0, 0.01).charge
+    rules = {"six orders (no plan before issue 29)":
+             RenyiComposition(LIMIT, orders=old_default_orders(LIMIT.epsilon, LIMIT.delta)),
+             "one order (no plan now: fixed by the first step)": RenyiComposition(LIMIT)}
+    out = {}
+    for name, rule in rules.items():
+        state = rule.debit(rule.initial_state(), charge)
+        best = math.inf
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(repeats):
+                rule.debit(state, charge)
+            best = min(best, (time.process_time() - start) / repeats)
+        out[name] = best
+    return out
 
 
 def steps_table() -> list[tuple[str, int, str]]:
@@ -57,8 +118,10 @@ def steps_table() -> list[tuple[str, int, str]]:
          "yes (filter)"),
         (f"dpbudget renyi, planned order ({order:g}), exact noise (the default)",
          Accountant(LIMIT, composition="renyi", order=order).max_releases(sgm), "yes (filter)"),
-        ("dpbudget renyi, default orders",
+        ("dpbudget renyi, no plan (the order the first step fixes)",
          Accountant(LIMIT, composition="renyi").max_releases(sgm), "yes (filter)"),
+        ("dpbudget renyi, no plan before issue 29 (six orders, δ/6 each)",
+         old_default(sgm), "yes (filter)"),
         ("dpbudget advanced (zCDP, no amplification)",
          Accountant(LIMIT, composition="advanced").max_releases(sgm), "yes (filter)"),
         ("dpbudget basic", Accountant(LIMIT).max_releases(sgm), "yes (filter)"),
@@ -132,6 +195,17 @@ def main() -> None:
     rdp_offline = best["dp-accounting RdpAccountant (offline)"]
     planned = max(n for name, n, _ in table if name.startswith("dpbudget renyi, planned"))
     print(f"\nplanned / offline RDP = {planned / rdp_offline:.4f}")
+    print(f"\n### (a2) Steps admitted at {LIMIT}: no plan before and after issue 29, planned\n")
+    print("| q | z | no plan, before (6 orders) | no plan, now | planned (exact) | "
+          "now / planned | planned (float) | dp-accounting RDP (offline) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for q, z, old, now, planned, planned_float, rdp_off in grid():
+        print(f"| {q:g} | {z:g} | {old:,} | {now:,} | {planned:,} | {now / planned:.3f} | "
+              f"{planned_float:,} | {rdp_off:,} |")
+    print("\n| one renyi debit (DP-SGD step, q = 0.01, z = 1) | CPU time |")
+    print("|---|---:|")
+    for name, t in debit_time().items():
+        print(f"| {name} | {t * 1e6:.2f} µs |")
     print(f"\n### (b) Full-batch Gaussian steps at {LIMIT}: renyi (planned order) vs advanced\n")
     print("| noise multiplier | renyi | advanced | ratio |")
     print("|---:|---:|---:|---:|")

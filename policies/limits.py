@@ -115,7 +115,7 @@ class _Limit(BaseModel):
         "non-Gaussian steps with delta > 0, such as pipeline allocations and batches.")
     order: float | None = Field(
         None, description="'renyi' rule only: the one Renyi order its filter watches, fixed "
-        "now (from accountant.plan_order); omitted: six default orders with delta split evenly.")
+        "now (from accountant.plan_order); omitted: the order the account's first step plans.")
     period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
                                "each window is its own account. A weaker guarantee than a "
                                "lifetime limit: the total loss grows with the number of periods.",
