@@ -2,8 +2,9 @@
 dp-accounting's RDP and PLD accountants and with the bare floor, in one run.
 
 (a) Steps of the Poisson-subsampled Gaussian admitted under (ε, δ) = (3, 1e-5), q = 0.01, σ = 1:
-    dpbudget's "renyi" rule (planned order, default orders), "advanced" and "basic"; dp-accounting's
-    RdpAccountant and PldAccountant (offline calculators: the largest T whose ε ≤ 3, by bisection).
+    dpbudget's "renyi" rule (planned order, default orders), "pld", "advanced" and "basic";
+    dp-accounting's RdpAccountant and PldAccountant (offline calculators: the largest T whose
+    ε ≤ 3, by bisection).
 (a2) The "pld" rule (issue 29, item 5: the step (q, z) declared with the budget) on the grid
     q ∈ {0.01, 0.05, 0.1} × z ∈ {1, 2, 4} at (3, 1e-5), float noise, beside "renyi" at its planned
     order and dp-accounting's PldAccountant (offline, 1e-4 grid).

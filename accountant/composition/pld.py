@@ -56,7 +56,7 @@ class PLDComposition(CompositionRule):
         InvalidArgumentError: no limit, δ_B = 0, or ``step`` missing or out of range.
 
     >>> PLDComposition(Budget(3.0, 1e-5), step=(0.01, 1.0)).k_max
-    2643
+    2666
     """
 
     name = "pld"

@@ -1,15 +1,16 @@
 """Privacy-loss distributions (PLDs) of the Poisson-subsampled Gaussian, discretised on the safe
 side, and the largest number of its self-compositions within an (ε, δ) limit.
 
-Invariant: every PLD here *dominates* the true one: its losses are the true losses rounded up to a
-grid (tails rounded up to the grid's ends, or moved to the +∞ atom), so every δ(ε) computed from
-it is at least the exact one; float error of the convolutions is covered by an explicit margin.
+Invariant: every PLD here *dominates* the true one: each grid bucket's mass is split between the
+bucket's two ends keeping both laws' masses (connect-the-dots), tails are moved to the +∞ atom or
+rounded up onto the grid's lowest point, so every δ(ε) computed from it is at least the exact
+one; float error of the masses and of the convolutions is covered by explicit margins.
 numpy/scipy only (dp-accounting is a test oracle, never imported here).
 
 Sources: the PLD and its composition by convolution (Sommer–Meiser–Mohammadi 2019, "Privacy loss
 classes"; Koskela–Jälkö–Honkela 2020); the pessimistic (rounded-up) discretisation
-(Meiser–Mohammadi 2018, "Tight on budget?", §5; Doroshenko et al. 2022, "Connect the dots", PETS,
-§3: rounding up gives a valid dominating pair); dominating pairs of the Poisson-subsampled Gaussian
+(Meiser–Mohammadi 2018, "Tight on budget?"; Doroshenko et al. 2022, "Connect the dots: tighter
+discrete approximations of privacy loss distributions", PETS, §3); dominating pairs of the Poisson-subsampled Gaussian
 under add/remove neighbours and their adaptive composition (Zhu–Dong–Wang 2022, "Optimal accounting
 of differential privacy via characteristic function", AISTATS: dominating pairs, their adaptive
 composition theorem, and the pairs of Poisson subsampling). docs/theory.md §2 (pld).
@@ -25,9 +26,8 @@ from scipy.special import log_ndtr
 
 __all__ = ["GRID", "MAX_STEPS", "delta", "max_steps"]
 
-#: The loss grid's spacing. Rounding up costs at most this per step in the composed loss (on
-#: average half of it): ≈ 0.5 % of the steps at q = 0.01, z = 1, (3, 1e-5).
-GRID = 1e-5
+#: The loss grid's spacing (dp-accounting's default, with the same connect-the-dots method).
+GRID = 1e-4
 #: A documented cap on the steps a budget may declare (the powers of two searched).
 MAX_STEPS = 1 << 22
 # Mass moved from each tail per truncation: the upper tail to the +∞ atom (it adds to δ), the lower
@@ -95,12 +95,19 @@ def _log_mass(x_a: np.ndarray, x_b: np.ndarray, mean: float, z: float) -> np.nda
 
 
 def _single(q: float, z: float, remove: bool) -> _PLD:
-    """The one-step PLD of the Poisson-subsampled Gaussian (sensitivity 1, noise z), rounded up.
+    """The one-step PLD of the Poisson-subsampled Gaussian (sensitivity 1, noise z), discretised
+    on the safe side by connecting the dots (Doroshenko et al. 2022, §3).
 
-    Dominating pairs (Zhu–Dong–Wang 2022, Poisson subsampling; Koskela et al. 2020, §6): remove P = (1−q)N(0, z²) + qN(1, z²) against
-    Q = N(0, z²); add, Q against P. With s(x) = log(1 − q + q·e^{(2x−1)/(2z²)}) (increasing in x),
-    the loss is s(x) under P (remove) or −s(x) under Q (add). Bucket (l − GRID, l] of the loss is an
-    interval of x, x(l) = z²·log((e^l − 1 + q)/q) + 1/2; its mass goes to l (rounded up).
+    Dominating pairs (Zhu–Dong–Wang 2022, Poisson subsampling; Koskela et al. 2020): remove
+    P = (1−q)N(0, z²) + qN(1, z²) against Q = N(0, z²); add, Q against P. With
+    s(x) = log(1 − q + q·e^{(2x−1)/(2z²)}) (increasing in x) the loss is s(x) (remove) or −s(x)
+    (add); the loss bucket (ε_j, ε_{j+1}] of the grid is an interval of x, through
+    x(l) = z²·log((e^l − 1 + q)/q) + 1/2. Each bucket's mass, P_j under the pair's first law and
+    Q_j under its second, is split between the bucket's two ends so that both are kept: u_j at
+    ε_{j+1} and ℓ_j = P_j − u_j at ε_j with u_j·e^{−ε_{j+1}} + ℓ_j·e^{−ε_j} = Q_j, i.e.
+    u_j = e^{Δ}(P_j − e^{ε_j}Q_j)/(e^{Δ} − 1). The result's δ(ε) equals the exact one at every
+    grid point and is linear in e^ε between them, where the exact one is convex: it dominates
+    (and it is a valid PLD: Σ mass·e^{−loss} = ΣQ_j ≤ 1). Mass above the grid goes to +∞.
     """
     # The loss range that matters: x within ±10 z of 0 (beyond: < 1e-22, put at +∞).
     span = 10.0 * z
@@ -108,7 +115,7 @@ def _single(q: float, z: float, remove: bool) -> _PLD:
     s_hi = math.log1p(q * math.expm1((2 * span + 1.0) / (2 * z * z)))
     lo_l, hi_l = (s_lo, s_hi) if remove else (-s_hi, -s_lo)
     i0, i1 = math.floor(lo_l / GRID), math.ceil(hi_l / GRID)
-    edges = np.arange(i0, i1 + 1) * GRID  # bucket j is (edges[j-1], edges[j]], j >= 1
+    edges = np.arange(i0, i1 + 1) * GRID  # bucket j is (edges[j], edges[j+1]]
 
     def x_of(s: np.ndarray) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -116,20 +123,33 @@ def _single(q: float, z: float, remove: bool) -> _PLD:
         x = z * z * inner + 0.5
         return np.where(np.expm1(s) + q <= 0.0, -np.inf, x)
 
-    if remove:  # loss s(x) ≤ l  ⟺  x ≤ x(l)
+    if remove:  # loss s(x) in (ε_j, ε_{j+1}]  ⟺  x in (x(ε_j), x(ε_{j+1})]
         xs = x_of(edges)
         xa, xb = xs[:-1], xs[1:]
-        log_p = np.logaddexp(math.log1p(-q) + _log_mass(xa, xb, 0.0, z) if q < 1.0 else -np.inf,
-                             math.log(q) + _log_mass(xa, xb, 1.0, z))
-        first = 0.0  # mass of loss ≤ edges[0]: none (edges[0] ≤ log(1−q)), or below 40 z
-    else:  # loss −s(x) ≤ l  ⟺  x ≥ x(−l)
+    else:  # loss −s(x) in (ε_j, ε_{j+1}]  ⟺  x in [x(−ε_{j+1}), x(−ε_j))
         xs = x_of(-edges)
         xa, xb = xs[1:], xs[:-1]
-        log_p = _log_mass(xa, xb, 0.0, z)
-        first = 0.0
-    # Each bucket's mass up by a relative 1e-10, over the float error of the log-space
-    # differences (≤ 1e-11 relative at this grid); excess mass only raises δ.
-    p = np.concatenate(([first], np.exp(log_p) * (1.0 + 1e-10)))
+    n0 = np.exp(_log_mass(xa, xb, 0.0, z))
+    n1 = np.exp(_log_mass(xa, xb, 1.0, z))
+    mix = (1.0 - q) * n0 + q * n1
+    t = np.exp(edges[:-1])
+    if remove:  # first law the mixture, second N(0, z²); P_j − tQ_j = q·n1 − (t − 1 + q)·n0
+        first, second = mix, n0
+        excess = q * n1 - (t - 1.0 + q) * n0
+    else:  # first law N(0, z²), second the mixture
+        first, second = n0, mix
+        excess = n0 * (1.0 - t * (1.0 - q)) - t * q * n1
+    width = math.expm1(GRID)
+    excess = np.clip(excess, 0.0, width * t * second)  # the exact value lies in this range
+    up = np.minimum(first, math.exp(GRID) * excess / width)
+    # Float error: the bucket masses are within a relative 1e-10 (log-space differences at this
+    # grid), which moves ``up`` by at most 2e-10/(e^Δ − 1) of the mass; move 1e-5 of each
+    # bucket's mass up instead (raising losses only raises δ), and raise every mass by 1e-10.
+    up = np.minimum(first, up + 1e-5 * first) * (1.0 + 1e-10)
+    low = np.maximum(first * (1.0 + 1e-10) - up, 0.0)
+    p = np.zeros(edges.size)
+    p[:-1] += low
+    p[1:] += up
     # Mass not on the grid (beyond ±10 z): < 1e-22; put the whole remainder at +∞.
     inf = max(0.0, 1.0 - math.fsum(p.tolist()))
     return _truncate(p, i0, inf, 0.0)
@@ -148,6 +168,8 @@ def _max_steps_one(q: float, z: float, eps: float, target: float, remove: bool) 
         powers.append(nxt)
     acc, k = powers[-1], 1 << (len(powers) - 1)
     for j in range(len(powers) - 2, -1, -1):
+        if k + (1 << j) > MAX_STEPS:
+            continue
         cand = acc.compose(powers[j])
         if cand.delta(eps) <= target:
             acc, k = cand, k + (1 << j)
