@@ -95,6 +95,15 @@ def test_one_step_dominates_the_exact_profile_and_touches_it(eps: float, remove:
         assert ours <= exact * (1 + 1e-4) + 1e-12
 
 
+def test_the_profile_check_catches_a_discretisation_on_the_wrong_side() -> None:
+    """Negative control for the test above: the same PLD with every loss one grid step *lower*
+    (what rounding down would give) falls below the exact profile."""
+    one = _single(0.01, 1.0, True)
+    low = _PLD(one.p, one.offset - 1, one.inf, one.err)
+    eps = 0.5
+    assert low.delta(eps) < _exact_single_delta(0.01, 1.0, eps, True) <= one.delta(eps)
+
+
 def test_k_max_stops_at_its_documented_cap() -> None:
     """A step so weak that more than 2²² fit: the cap, not a larger count (and the control: a
     step that fits fewer is not capped)."""
