@@ -42,6 +42,7 @@ class Accountant(Opening):
         per_query: a cap on any single release's cost, with ``limit``.
         order: the ``"renyi"`` rule's one Rényi order (from ``plan_order``); ``None``: each
             account's first step plans it.
+        step: the ``"pld"`` rule's fixed step (q, z), every release's (``PLDComposition``).
         ledger: a ``Ledger``, a URL (``"sqlite:///budget.db"``, ``"memory://"``,
             ``"postgresql://..."``), a path, or ``None`` for an in-memory ledger.
         rng: ``None`` for the OS CSPRNG (the default), or a seeded ``numpy.random.Generator`` / int
@@ -80,20 +81,21 @@ class Accountant(Opening):
     def __init__(self, limit: Budget | None = None, *,
                  limits: Mapping[str, Budget | DatasetLimit | None] | None = None,
                  composition: str = "basic", per_query: Budget | None = None,
-                 order: float | None = None, ledger: Ledger | str | None = None,
+                 order: float | None = None, step: tuple[float, float] | None = None,
+                 ledger: Ledger | str | None = None,
                  rng: Any = None, owner_key: OwnerKey | str | os.PathLike[str] | None = None,
                  simulation: bool = False) -> None:
         _optional_budget("limit", limit)
         _optional_budget("per_query", per_query)
-        make_rule(composition, limit, per_query, order=order)  # validated before anything opens
+        make_rule(composition, limit, per_query, order=order, step=step)  # before anything opens
         default: DatasetLimit | None = None
         if limits is None or limit is not None:
             default = DatasetLimit(limit=limit, composition=composition, per_query=per_query,
-                                   order=order)
+                                   order=order, step=step)
         # The same machinery as a policy file's, without a file (names are not restricted to
         # the policy file's syntax here).
         policy = Policy.model_construct(
-            datasets=dataset_limits(limits, composition, per_query, order))
+            datasets=dataset_limits(limits, composition, per_query, order, step))
         self._setup(policy, default, ledger, rng, None, owner_key, simulation)
 
     # -- releasing ---------------------------------------------------------------------------

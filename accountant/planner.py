@@ -358,9 +358,10 @@ def pipeline_members(pipeline_id: str) -> dict[str, str]:
 
 
 def dataset_limits(limits: Any, composition: str, per_query: Budget | None,
-                   order: float | None = None) -> dict[str, DatasetLimit]:
+                   order: float | None = None,
+                   step: tuple[float, float] | None = None) -> dict[str, DatasetLimit]:
     """``Accountant(limits=...)`` as the policy's dataset limits (plain ``Budget`` entries get
-    ``composition``, ``per_query`` and ``order``)."""
+    ``composition``, ``per_query``, ``order`` and ``step``)."""
     if limits is None:
         return {}
     if not isinstance(limits, Mapping):
@@ -375,7 +376,7 @@ def dataset_limits(limits: Any, composition: str, per_query: Budget | None,
             out[name] = value
         elif value is None or isinstance(value, Budget):
             out[name] = DatasetLimit(limit=value, composition=composition, per_query=per_query,
-                                     order=order)
+                                     order=order, step=step)
         else:
             raise InvalidTypeError(f"limits[{name!r}]", value, "a Budget, a DatasetLimit or None")
     return out

@@ -3,12 +3,15 @@ dp-accounting's RDP and PLD accountants and with the bare floor, in one run.
 
 (a) Steps of the Poisson-subsampled Gaussian admitted under (ε, δ) = (3, 1e-5), q = 0.01, σ = 1:
     dpbudget's "renyi" rule (planned order, no plan, the six orders it watched before issue 29),
-    "advanced" and "basic"; dp-accounting's RdpAccountant and PldAccountant (offline calculators:
-    the largest T whose ε ≤ 3, by bisection).
+    "pld", "advanced" and "basic"; dp-accounting's RdpAccountant and PldAccountant (offline
+    calculators: the largest T whose ε ≤ 3, by bisection).
 (a2) The same over (q, z) ∈ {0.01, 0.05, 0.1} × {1, 2, 4} and z = 0.8 (issue 29, item 4): with no
     plan before issue 29 (six orders, δ/6 each) and after (the order the first step fixes), the
     order planned (exact and float noise), and dp-accounting's RDP accountant offline; and the
     time of one "renyi" debit with six orders and with one.
+(a3) The "pld" rule (issue 29, item 5: the step (q, z) declared with the budget) on the grid
+    q ∈ {0.01, 0.05, 0.1} × z ∈ {1, 2, 4} at (3, 1e-5), float noise, beside "renyi" at its planned
+    order and dp-accounting's PldAccountant (offline, 1e-4 grid).
 (b) Full-batch noisy gradient descent (q = 1): "renyi" with its order planned vs "advanced".
 (c) Time per DP-SGD step (n = 455 rows × d = 31, q = 0.05): the whole charged release through
     the accountant (in memory), beside the bare floor — the same clipping, Poisson mask, sum and
@@ -118,6 +121,9 @@ def steps_table() -> list[tuple[str, int, str]]:
          "yes (filter)"),
         (f"dpbudget renyi, planned order ({order:g}), exact noise (the default)",
          Accountant(LIMIT, composition="renyi", order=order).max_releases(sgm), "yes (filter)"),
+        ("dpbudget pld, step (q, z) declared with the budget, float noise",
+         Accountant(LIMIT, composition="pld", step=(Q, Z)).max_releases(float_sgm),
+         "yes: the step is fixed in advance (data and queries adaptive)"),
         ("dpbudget renyi, no plan (the order the first step fixes)",
          Accountant(LIMIT, composition="renyi").max_releases(sgm), "yes (filter)"),
         ("dpbudget renyi, no plan before issue 29 (six orders, δ/6 each)",
@@ -145,6 +151,23 @@ def full_batch() -> list[tuple[float, int, int]]:
         renyi = Accountant(LIMIT, composition="renyi",
                            order=plan_order(LIMIT, mech)).max_releases(mech)
         out.append((z, renyi, advanced))
+    return out
+
+
+def pld_grid() -> list[tuple[float, float, int, int, int]]:
+    """(q, z, pld rule, renyi planned float, dp-accounting PLD offline at a 1e-4 grid)."""
+    from dp_accounting.pld import pld_privacy_accountant
+
+    out = []
+    for q in (0.01, 0.05, 0.1):
+        for z in (1.0, 2.0, 4.0):
+            sgm = SubsampledGaussian(z, q, noise="float")
+            pld = Accountant(LIMIT, composition="pld", step=(q, z)).max_releases(sgm)
+            renyi = Accountant(LIMIT, composition="renyi",
+                               order=plan_order(LIMIT, sgm)).max_releases(sgm)
+            oracle = offline(lambda: pld_privacy_accountant.PLDAccountant(
+                value_discretization_interval=1e-4), q, z, LIMIT.delta, LIMIT.epsilon)
+            out.append((q, z, pld, renyi, oracle))
     return out
 
 
@@ -206,6 +229,13 @@ def main() -> None:
     print("|---|---:|")
     for name, t in debit_time().items():
         print(f"| {name} | {t * 1e6:.2f} µs |")
+    print(f"\n### (a3) The pld rule on a grid of (q, z) at {LIMIT}, float noise\n")
+    print("| q | z | pld rule | renyi planned | pld / renyi | dp-accounting PLD (offline, 1e-4) "
+          "| pld / dp-accounting |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for q, z, pld, renyi, oracle in pld_grid():
+        print(f"| {q:g} | {z:g} | {pld:,} | {renyi:,} | {pld / renyi:.3f} | {oracle:,} "
+              f"| {pld / oracle:.4f} |")
     print(f"\n### (b) Full-batch Gaussian steps at {LIMIT}: renyi (planned order) vs advanced\n")
     print("| noise multiplier | renyi | advanced | ratio |")
     print("|---:|---:|---:|---:|")

@@ -138,7 +138,8 @@ def policy_accounts(policy: Policy) -> dict[str, AccountSpec]:
 def _rule(limit: _Limit, composition: str, path: str) -> CompositionRule:
     try:
         return make_rule(composition, limit.limit, limit.per_query,
-                         conversion_share=limit.conversion_share, order=limit.order)
+                         conversion_share=limit.conversion_share, order=limit.order,
+                         step=limit.step)
     except PrivacyError as exc:
         raise PolicyError(path, str(exc)) from None
 

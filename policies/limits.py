@@ -116,6 +116,9 @@ class _Limit(BaseModel):
     order: float | None = Field(
         None, description="'renyi' rule only: the one Renyi order its filter watches, fixed "
         "now (from accountant.plan_order); omitted: the order the account's first step plans.")
+    step: tuple[float, float] | None = Field(
+        None, description="'pld' rule only: the fixed step every release takes, (q, z): the "
+        "Poisson-subsampled Gaussian at sampling rate q and noise multiplier z (float noise).")
     period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
                                "each window is its own account. A weaker guarantee than a "
                                "lifetime limit: the total loss grows with the number of periods.",
@@ -191,7 +194,7 @@ class DatasetLimit(_Limit):
     """
 
     composition: str = Field("basic", description="The composition rule (basic, advanced, "
-                             "optimal, gaussian, renyi).")
+                             "optimal, gaussian, renyi, pld).")
     max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
     allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
         None, description="Mechanisms admitted, by class: a library mechanism by its name "
@@ -208,7 +211,8 @@ class DatasetLimit(_Limit):
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
         return make_rule(self.composition, self.limit, self.per_query,
-                         conversion_share=self.conversion_share, order=self.order)
+                         conversion_share=self.conversion_share, order=self.order,
+                         step=self.step)
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)

@@ -107,7 +107,7 @@ def raised(old: Any, new: Any, path: str = "") -> list[str]:
         out.append(f"{path}: {old!r} -> {new!r}")
     elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
         out.append(f"{path}: removed")
-    elif leaf in ("composition", "conversion_share", "order") and old != new:
+    elif leaf in ("composition", "conversion_share", "order", "step") and old != new:
         out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
     elif path.endswith("blocks.by") and old != new:
         out.append(f"{path}: {old!r} -> {new!r} (blocks of another length: each gets its "

@@ -1384,7 +1384,7 @@ class StreamMechanismContract(DocumentedAndExported):
 # Arguments that make each rule valid, for probing a ledger with "another rule".
 RULE_ARGUMENTS: dict[str, dict[str, Any]] = {
     "basic": {}, "advanced": {}, "optimal": {"per_query": Budget(0.5, 1e-7)}, "gaussian": {},
-    "renyi": {},
+    "renyi": {}, "pld": {"step": (0.05, 2.0)},
 }
 
 

@@ -16,6 +16,7 @@ from accountant.composition.basic import BasicComposition
 from accountant.composition.batch import batch_charge
 from accountant.composition.gaussian import GaussianComposition
 from accountant.composition.optimal import OptimalComposition
+from accountant.composition.pld import PLDComposition
 from accountant.composition.renyi import RenyiComposition, plan_order
 from accountant.errors import (
     InvalidArgumentError,
@@ -26,14 +27,14 @@ from accountant.errors import (
 
 __all__ = [
     "RULES", "AdvancedComposition", "BasicComposition", "Charge", "CompositionRule",
-    "GaussianComposition", "OptimalComposition", "Refused", "RenyiComposition", "State",
+    "GaussianComposition", "OptimalComposition", "PLDComposition", "Refused", "RenyiComposition", "State",
     "batch_charge", "make_rule", "plan_order", "rule_from_config",
 ]
 
 RULES: dict[str, type[CompositionRule]] = {
     rule.name: rule
     for rule in (BasicComposition, AdvancedComposition, OptimalComposition, GaussianComposition,
-                 RenyiComposition)
+                 RenyiComposition, PLDComposition)
 }
 
 
@@ -51,12 +52,12 @@ def rule_from_config(config: dict[str, Any]) -> CompositionRule:
 
 def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, *,
               conversion_share: float | None = None,
-              order: float | None = None) -> CompositionRule:
+              order: float | None = None, step: Any = None) -> CompositionRule:
     """The rule called ``name`` enforcing ``limit``.
 
     ``conversion_share`` is the ``"advanced"`` rule's split of δ (see ``AdvancedComposition``),
     ``order`` the ``"renyi"`` rule's one order (see ``RenyiComposition``); None keeps the
-    default.
+    default. ``step`` is the ``"pld"`` rule's fixed step (q, z) (see ``PLDComposition``).
 
     Raises:
         InvalidArgumentError: an unknown rule name, or a parameter given to another rule.
@@ -70,6 +71,15 @@ def make_rule(name: str, limit: Budget | None, per_query: Budget | None = None, 
         cls = RULES[name]
     except KeyError:
         raise InvalidArgumentError("composition", name, f"one of {sorted(RULES)}") from None
+    if cls is PLDComposition or step is not None:
+        if cls is not PLDComposition:
+            raise InvalidArgumentError("step", step, "set only with the 'pld' rule")
+        if order is not None:
+            raise InvalidArgumentError("order", order, "not set with the 'pld' rule")
+        if conversion_share is not None:
+            raise InvalidArgumentError("conversion_share", conversion_share,
+                                       "not set with the 'pld' rule")
+        return PLDComposition(limit, per_query, step=step)
     if order is not None:
         if cls is not RenyiComposition:
             raise InvalidArgumentError("order", order, "set only with the 'renyi' rule")

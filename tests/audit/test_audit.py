@@ -20,7 +20,7 @@ from tests.support import release_fields
 from accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
 from accountant.logs import LOGGER_NAME, log_records_to
 from accountant.transfer import export_jsonl, import_jsonl
-from mechanisms import AnalyticGaussian, Laplace
+from mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
 
 
 def _ledger(path, n=6, **kw) -> str:
@@ -64,9 +64,13 @@ def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_replay_reproduces_each_rules_spend(rule):
     mech = AnalyticGaussian(0.05, 1e-8, noise="float" if rule == "gaussian" else "exact")
-    acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=mech.cost, rng=2)
+    value = 1.0
+    if rule == "pld":  # the one step it admits, declared with the budget
+        mech, value = SubsampledGaussian(2.0, 0.05, noise="float"), [[1.0], [0.5]]
+    acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=2,
+                     **({"step": (0.05, 2.0)} if rule == "pld" else {"per_query": mech.cost}))
     for _ in range(7):
-        acc.release(mech, 1.0, dataset="d")
+        acc.release(mech, value, dataset="d")
     report = audit(acc.ledger)
     assert report.ok, report.problems
     (account,) = report.accounts
@@ -342,10 +346,14 @@ def test_batches_replay_under_each_rule(rule):
     noise = "float" if rule == "gaussian" else "exact"
     items = [(AnalyticGaussian(0.05, 1e-9, noise=noise), 1.0),
              (AnalyticGaussian(0.02, 1e-9, noise=noise), 2.0)] * 3
-    per_query = items[0][0].cost
-    acc = Accountant(Budget(1.0, 1e-6), composition=rule, per_query=per_query, rng=5)
+    extra: dict = {"per_query": items[0][0].cost}
+    if rule == "pld":  # the one step it admits (and a dominated one), declared with the budget
+        items = [(SubsampledGaussian(2.0, 0.05, noise="float"), [[1.0]]),
+                 (SubsampledGaussian(3.0, 0.02, noise="float"), [[2.0]])] * 3
+        extra = {"step": (0.05, 2.0)}
+    acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=5, **extra)
     acc.release_many(items, dataset="d")
-    acc.release(items[1][0], 3.0, dataset="d")
+    acc.release(items[1][0], items[1][1], dataset="d")
     report = audit(acc.ledger)
     assert report.ok, report.problems
     assert report.accounts[0].spent == acc.spent("d").model_dump()

@@ -4,6 +4,8 @@ described in each reason)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,8 @@ from mechanisms import (
     RandomizedResponse,
     SubsampledGaussian,
 )
-from tests.contracts import CompositionRuleContract, fill
+from accountant.composition import make_rule
+from tests.contracts import SEED, CompositionRuleContract, fill
 
 
 def test_every_rule_has_a_contract() -> None:
@@ -110,6 +113,37 @@ class TestRenyiRuleContract(CompositionRuleContract):
         (Budget(1.0, 1e-6), None, {"order": float("nan")}, InvalidArgumentError, "order"),
         (Budget(1.0, 1e-6), None, {"order": "8"}, InvalidTypeError, "order"),
     ]
+
+
+class TestPLDRuleContract(CompositionRuleContract):
+    rule = "pld"
+    step = (0.05, 2.0)
+    steps = [
+        (SubsampledGaussian(2.0, 0.05, noise="float"), np.ones((40, 3))),
+        (SubsampledGaussian(3.0, 0.02, noise="float"), np.ones((40, 3))),  # dominated: one slot
+    ]
+    bad_arguments = [
+        (Budget(1.0, 1e-6), None, {}, InvalidArgumentError, "step"),
+        (Budget(1.0), None, {"step": (0.05, 2.0)}, InvalidArgumentError, "limit"),
+        (Budget(1.0, 1e-6), None, {"step": (0.0, 2.0)}, InvalidArgumentError, "step[0]"),
+        (Budget(1.0, 1e-6), None, {"step": (1.5, 2.0)}, InvalidArgumentError, "step[0]"),
+        (Budget(1.0, 1e-6), None, {"step": (0.05, 0.1)}, InvalidArgumentError, "step[1]"),
+        (Budget(1.0, 1e-6), None, {"step": (0.05, float("nan"))}, InvalidArgumentError,
+         "step[1]"),
+        (Budget(1.0, 1e-6), None, {"step": "0.05, 2"}, InvalidTypeError, "step"),
+        (Budget(1.0, 1e-6), None, {"step": (0.05, 2.0), "order": 8.0}, InvalidArgumentError,
+         "order"),
+    ]
+
+    def accountant(self, rng: Any = SEED, ledger: Any = None) -> Accountant:
+        return Accountant(self.limit, composition=self.rule, step=self.step, rng=rng,
+                          simulation=True, ledger=ledger)
+
+    def make_rule(self) -> Any:
+        return make_rule(self.rule, self.limit, step=self.step)
+
+    def admits(self, m: Mechanism) -> bool:
+        return False  # no other family is the declared step
 
 
 # -- max_releases at the edge of the tolerance (a fixed library bug) -----------------------------------

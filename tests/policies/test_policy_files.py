@@ -97,7 +97,7 @@ MALFORMED_TOML = [
     ('[datasets.adult]\nlimt = { epsilon = 1.0 }', "datasets.adult.limt", "not a known key"),
     ('budget = 3\n[datasets.adult]', "budget", "not a known key"),
     ('[datasets.adult]\ncomposition = "magic"', "datasets.adult.composition",
-     "must be one of ['advanced', 'basic', 'gaussian', 'optimal', 'renyi']; got 'magic'"),
+     "must be one of ['advanced', 'basic', 'gaussian', 'optimal', 'pld', 'renyi']; got 'magic'"),
     ('[datasets.adult]\ncomposition = 3', "datasets.adult.composition", "got 3"),
     ('composition = "magic"\n[datasets.adult]', "composition", "got 'magic'"),
     ('[datasets.adult.analysts.alice]\ncomposition = "magic"',
@@ -237,7 +237,7 @@ def test_json_schema_export():
     defs = schema["$defs"]
     assert set(defs["DatasetLimit"]["properties"]) == {
         "limit", "per_query", "period", "composition", "max_per_query", "allowed_mechanisms",
-        "analysts", "other_analysts", "conversion_share", "order", "blocks"}
+        "analysts", "other_analysts", "conversion_share", "order", "step", "blocks"}
     assert defs["Budget"]["required"] == ["epsilon"]
 
 
