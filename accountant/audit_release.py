@@ -55,8 +55,16 @@ class LibraryRecords:
             return None
         mechanism = record.get("mechanism") or {}
         if mechanism.get("name") == "batch":
-            for i, item in enumerate((mechanism.get("params") or {}).get("items") or []):
-                why = self._item(item.get("name"), item.get("params"), item.get("cost"), None)
+            items = (mechanism.get("params") or {}).get("items") or []
+            # The replay charges each item's whole recorded cost (``cost.parts``: ρ, μ, the RDP
+            # curve), so that is what each must rebuild to, not only its (ε, δ) (found by review:
+            # a forged curve in a batch was otherwise replayed unchecked).
+            parts = (record.get("cost") or {}).get("parts")
+            if parts is not None and (not isinstance(parts, list) or len(parts) != len(items)):
+                return "its cost's parts do not match its items one for one"
+            for i, item in enumerate(items):
+                cost = item.get("cost") if parts is None else parts[i]
+                why = self._item(item.get("name"), item.get("params"), cost, None)
                 if why is not None:
                     return f"its item {i}: {why}"
             return None

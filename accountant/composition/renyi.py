@@ -159,7 +159,9 @@ class RenyiComposition(CompositionRule):
             return state
         if "order" not in state:
             state = {"order": 0.0, "r0": 0.0, **state}
-        if (not state["order"] and self.limit is not None
+        # A free step (0-DP: it reveals nothing) fixes nothing: planned on, it would pick the
+        # smallest order and leave later steps a poor one (found by review).
+        if (not state["order"] and self.limit is not None and (charge.epsilon or charge.delta)
                 and not (state["epsilon"] or state["delta"] or state["r0"])):
             return {**state, "order": self._first_order(charge)}
         return state

@@ -24,8 +24,9 @@ from accountant import (
 from accountant.audit import audit
 from accountant.charge import Charge
 from accountant.composition import Refused, RenyiComposition
+from accountant.composition import renyi as renyi_module
 from accountant.composition.renyi import _candidate_orders
-from mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
+from mechanisms import AnalyticGaussian, Laplace, NumericMechanism, SubsampledGaussian
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)
@@ -234,3 +235,28 @@ def test_plan_order_never_returns_an_order_admitting_no_step() -> None:
         for n in (None, 10, 10**4, 10**7):
             sgm = SubsampledGaussian(z, 0.05)
             assert steps_at(plan_order(LIMIT, sgm, steps=n), sgm.charge) >= 1, (z, n)
+
+
+class _Free(NumericMechanism):
+    """A step that reveals nothing (declared 0-DP)."""
+
+    def __init__(self) -> None:
+        self.declare(Budget(0.0))
+
+    def params(self) -> dict[str, float]:
+        return {}
+
+    def draw(self, value: float, sampler: object) -> float:
+        return 0.0
+
+
+def test_a_free_first_step_fixes_no_order() -> None:
+    """Found by review: planned on a step that costs nothing at every order, the tie-break
+    picked the smallest order, leaving a DP-SGD workload 27 steps instead of 2,185."""
+    acc = Accountant(LIMIT, composition="renyi")
+    acc.release(_Free(), 1.0)
+    step = SubsampledGaussian(1.0, 0.01)
+    assert acc.max_releases(step) == 2185
+    # Negative control: the order a free step plans, and what it leaves the workload.
+    alpha = renyi_module._first_step_order(LIMIT.epsilon, LIMIT.delta, (_Free().charge,))
+    assert Accountant(LIMIT, composition="renyi", order=alpha).max_releases(step) < 100

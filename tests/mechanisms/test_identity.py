@@ -435,13 +435,37 @@ def test_the_audit_flags_a_batch_item_its_library_mechanism_cannot_give() -> Non
     assert audit(acc.ledger).exit_status == 0
     honest = Step.batch((mechanisms.Laplace(0.1), mechanisms.Gaussian(0.5, 1e-6)))
     items = [{"name": "Laplace", "params": mechanisms.Laplace(0.9).params(),
-              "cost": {"epsilon": 0.1, "delta": 0.0}}]
+              "cost": {"epsilon": 0.1, "delta": 0.0}},
+             {"name": "Gaussian", "params": mechanisms.Gaussian(0.5, 1e-6).params(),
+              "cost": {"epsilon": 0.5, "delta": 1e-6}}]
     forged = step_fragments("batch", {"items": items}, honest.charge)
     acc._gate.debit(honest._replace(members={**honest.members, **forged}),  # noqa: SLF001
                     acc._gate.plan(("default", None, None)), None)  # noqa: SLF001
     report = audit(acc.ledger)
     assert report.exit_status == EXIT_BITS["release"]
     assert "item 0" in report.problems[0].message
+
+
+def test_the_audit_flags_a_batch_items_forged_curve() -> None:
+    """Found by review: the replay charges a batch item's whole recorded cost (its RDP curve
+    too), so that is what the item must rebuild to. A curve far cheaper than the mechanism's,
+    with its genuine (ε, δ), is flagged; the honest batch audits clean."""
+    acc = Accountant(Budget(3.0, 1e-5), composition="renyi")
+    sgm = mechanisms.SubsampledGaussian(1.0, 0.01)
+    honest = Step.batch((sgm,))
+    plan = acc._gate.plan(("default", None, None))  # noqa: SLF001
+    acc._gate.debit(honest, plan, None)  # noqa: SLF001
+    assert audit(acc.ledger).exit_status == 0
+    part = honest.charge.parts[0]._replace(rdp=("poisson-discrete-gaussian", 1e-6, 100.0))
+    cheap = honest.charge._replace(parts=(part,))
+    items = [{"name": "SubsampledGaussian", "params": sgm.params(),
+              "cost": {"epsilon": part.epsilon, "delta": part.delta}}]
+    forged = step_fragments("batch", {"items": items}, cheap)
+    acc._gate.debit(honest._replace(members={**honest.members, **forged}, charge=cheap),  # noqa: SLF001
+                    plan, None)
+    report = audit(acc.ledger)
+    assert report.exit_status == EXIT_BITS["release"]
+    assert "item 0" in report.problems[0].message and "rdp" in report.problems[0].message
 
 
 def test_the_audit_cannot_tell_an_old_look_alike_with_genuine_parameters() -> None:
