@@ -18,7 +18,7 @@ from scipy import stats
 from accountant import Accountant, Budget, InvalidArgumentError
 from mechanisms import SmoothSensitivity, smooth_sensitivity
 from mechanisms.sampling import Sampler
-from mechanisms.smooth import _fraction_bit, _round_noisy
+from mechanisms.smooth import _fraction_bit, _round_noisy, beta_for
 from tests.mechanisms.stat_checks import ALPHA, ks_with_power, laplace_cdf
 
 GRID = (0.0, 2.5, 5.0, 7.5, 10.0)
@@ -64,7 +64,7 @@ def test_noise_is_laplace_of_scale_two_s_over_epsilon() -> None:
     prepared = m.prepare(x)
     centre = Fraction(float(prepared[m.index(x.size) - 1]))
     s = smooth_sensitivity(prepared, m.index(x.size), m.beta, 0.0, 100.0)
-    assert m.beta == pytest.approx(epsilon / (2 * math.log(2 / 1e-6)))
+    assert m.beta == pytest.approx(beta_for(epsilon, 1e-6), abs=1e-10)
     scale = Fraction(s) * 2 / Fraction(epsilon)
     for seed in range(3):
         expected = _round_noisy(Sampler(seed).bits, centre, scale, Fraction(m.grid))
