@@ -4,7 +4,9 @@ Every error dpbudget raises on purpose is a :class:`PrivacyError`. The tree is s
 what the caller can do about it: fix an argument (:class:`InvalidArgumentError`, which is also a
 ``ValueError``, or :class:`InvalidTypeError`, also a ``TypeError``), ask for less or wait for a new
 budget (:class:`BudgetExceededError`), or call an operator (:class:`LedgerError`). Whenever one of
-these is raised by the accountant, nothing was drawn and nothing was debited.
+these is raised by the accountant, nothing was drawn and nothing was debited — except
+:class:`LedgerUnconfirmedError`: nothing was drawn, but the debit was (or may have been) committed,
+so its budget stays spent and a retry would pay again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "SamplerSpentError",
     "WindowEndedError",
     "LedgerError",
+    "LedgerUnconfirmedError",
     "LedgerCorruptedError",
     "LedgerStaleError",
     "LedgerConflictError",
@@ -265,7 +268,23 @@ class SamplerSpentError(PrivacyError):
 
 
 class LedgerError(PrivacyError):
-    """The ledger could not be opened, read or written."""
+    """The ledger could not be opened, read or written. From a release: nothing was committed,
+    unless it is a :class:`LedgerUnconfirmedError` (committed, not confirmed on disk)."""
+
+
+class LedgerUnconfirmedError(LedgerError):
+    """The debit was committed (or may have been: the connection broke during the commit), but
+    the ledger could not confirm that it reached the disk: a sync that failed, or a ledger closed
+    before it (SQLite); a flush that failed, wrote no row or timed out, or a session that ended
+    after the commit or during it (PostgreSQL).
+
+    Do not retry: the budget is spent, the answer is withheld. Nothing was drawn on this debit
+    and it is never refunded (it may be on disk after all); a retry is a new release, which pays
+    again. Any other ``LedgerError`` from a release means that nothing was committed (save
+    one: in a process forked during a debit, whose parent pays for the answer and draws it).
+    Call an operator: the ledger's disk or server is failing (on SQLite a failed sync also
+    refuses every later debit on that file in this process).
+    """
 
 
 class LedgerStaleError(LedgerError):

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from accountant.audit import AuditReport
-from accountant.errors import PrivacyError
+from accountant.plot import figure
 
 __all__ = ["block_grid", "plot_blocks"]
 
@@ -61,16 +61,9 @@ def plot_blocks(report: AuditReport, path: str | os.PathLike[str], *, width: flo
     grid = block_grid(report)
     if not grid:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PrivacyError('plotting needs matplotlib: pip install "dpbudget[plot]"') from None
     heights = [max(2.0, 0.18 * len(names) + 1.2) for names, _, _ in grid.values()]
-    fig, axes = plt.subplots(len(grid), 1, figsize=(width, sum(heights)), dpi=dpi,
-                             squeeze=False, height_ratios=heights)
+    fig = figure(width, sum(heights), dpi)  # (own canvas: the caller's backend is left alone)
+    axes = fig.subplots(len(grid), 1, squeeze=False, height_ratios=heights)
     for ax, (dataset, (names, columns, rows)) in zip(axes[:, 0], grid.items()):
         first = datetime.fromtimestamp(columns[0], timezone.utc)
         last = datetime.fromtimestamp(columns[-1], timezone.utc)
@@ -87,5 +80,4 @@ def plot_blocks(report: AuditReport, path: str | os.PathLike[str], *, width: flo
         fig.colorbar(image, ax=ax, label="spent / limit")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
     return True

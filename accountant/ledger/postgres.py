@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from accountant.errors import LedgerError, LedgerStaleError
+from accountant.errors import LedgerError, LedgerStaleError, LedgerUnconfirmedError
 from accountant.ledger.base import Account, Entry
 from accountant.ledger.lanes import FORMAT, START
 from accountant.ledger.postgres_lanes import locks, reads
@@ -320,9 +320,9 @@ class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
         is released before this returns.
 
         Raises:
-            LedgerError: nothing was committed; or, when it says so, the commit happened (or may
-                have) but the server did not confirm that it is on disk: the debit may stand, and
-                nothing may be drawn on it.
+            LedgerError: nothing was committed.
+            LedgerUnconfirmedError: the commit happened (or may have) but the server did not
+                confirm that it is on disk: the debit may stand, and nothing may be drawn on it.
         """
         if self._pid != os.getpid():  # (forked inside the transaction: it is the parent's)
             raise LedgerError("PostgreSQL ledger: this transaction was begun in the process "
@@ -359,12 +359,12 @@ class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
             landed = self._landed_after(staged, exc)
             if landed is False:
                 raise
-            raise LedgerError(
+            raise LedgerUnconfirmedError(
                 f"PostgreSQL ledger: the debit {'was' if landed else 'may have been'} committed "
                 f"but the server did not confirm that it reached the disk ({exc}); nothing was "
                 "drawn on it, and its budget stays spent") from exc
         if defer is None and (len(rows) != 1 or rows[0][0] is None):
-            raise LedgerError(
+            raise LedgerUnconfirmedError(
                 "PostgreSQL ledger: the debit was committed but the server did not confirm that "
                 "it reached the disk (the flush wrote no row: dpbudget_flush is hidden or "
                 "refused); nothing was drawn on it, and its budget stays spent")

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from accountant.errors import LedgerError
+from accountant.errors import LedgerError, LedgerUnconfirmedError
 from accountant.ledger.postgres_session import BACKEND, SERVER, readable
 from accountant.ledger.transaction import release_fully
 
@@ -169,7 +169,7 @@ class PgSync:
         round trip (and a flushing session is opened if one was wanted).
 
         Raises:
-            LedgerError: the commit cannot be confirmed on disk (the flush failed, its session
+            LedgerUnconfirmedError: the commit cannot be confirmed on disk (the flush failed, its session
                 ended after the commit, or another thread's flush did not end within the
                 timeout): nothing may be drawn on it, and its budget stays spent.
         """
@@ -189,26 +189,24 @@ class PgSync:
     def _flush(self, lock: Any, session: int, count: int) -> None:
         try:  # (acquired inside the try: an interrupt right after it still releases it below)
             if not lock.acquire(timeout=self.timeout):
-                raise LedgerError(_unconfirmed("another thread's flush did not end within the "
-                                               "timeout"))
+                raise _unconfirmed("another thread's flush did not end within the timeout")
             if self._covered(session, count):
                 return  # by the flush this thread waited for
             fl = self._fl
             if (fl is None or fl.number != session or fl.pid != os.getpid() or fl.conn.closed
                     or fl.conn.broken):
-                raise LedgerError(_unconfirmed("the session that was to flush it ended"))
+                raise _unconfirmed("the session that was to flush it ended")
             target = self._commits  # read before the flush begins: every one of them precedes it
             try:
                 rows = fl.conn.execute(_FLUSH_ON).fetchall()
             except self._psycopg.Error as exc:
-                raise LedgerError(_unconfirmed(str(exc).strip() or type(exc).__name__)) from exc
+                raise _unconfirmed(str(exc).strip() or type(exc).__name__) from exc
             if len(rows) != 1:
-                raise LedgerError(_unconfirmed("the flush wrote no row: dpbudget_flush is hidden "
-                                               "or refused"))
+                raise _unconfirmed("the flush wrote no row: dpbudget_flush is hidden or refused")
             if rows[0][0] != fl.reached:
-                raise LedgerError(_unconfirmed(
+                raise _unconfirmed(
                     "the flush ran on another server or backend than the session opened on (a "
-                    "restart, or a connection pooler in between: see docs/postgres-deployment.md)"))
+                    "restart, or a connection pooler in between: see docs/postgres-deployment.md)")
             self.flushes += 1
             if self._synced[0] != session or target > self._synced[1]:
                 self._synced = (session, target)
@@ -295,6 +293,7 @@ class Flusher(NamedTuple):
     reached: str
 
 
-def _unconfirmed(why: str) -> str:
-    return ("PostgreSQL ledger: the debit was committed but the server did not confirm that it "
-            f"reached the disk ({why}); nothing was drawn on it, and its budget stays spent")
+def _unconfirmed(why: str) -> LedgerUnconfirmedError:
+    return LedgerUnconfirmedError(
+        "PostgreSQL ledger: the debit was committed but the server did not confirm that it "
+        f"reached the disk ({why}); nothing was drawn on it, and its budget stays spent")

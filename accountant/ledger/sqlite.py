@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 from pathlib import Path
 
-from accountant.errors import LedgerError
+from accountant.errors import LedgerError, LedgerUnconfirmedError
 from accountant.ledger import sqlite_fork
 from accountant.ledger.sql import SqlLedger
 
@@ -198,20 +198,21 @@ class SqliteLedger(SqlLedger):
             return  # a sync that began after this commit has completed
         failed = _FAILED_SYNCS.get(str(self.path))
         if failed is not None or self._closed:
-            raise LedgerError(self._unconfirmed(failed or "the ledger was closed"))
+            raise self._unconfirmed(failed or "the ledger was closed")
         target = self._commits  # every commit counted so far is in the WAL or the database
         try:
             os.fsync(self._wal_descriptor())
         except OSError as exc:
             _FAILED_SYNCS[str(self.path)] = str(exc.strerror)
-            raise LedgerError(self._unconfirmed(str(exc.strerror))) from None
+            raise self._unconfirmed(str(exc.strerror)) from None
         if target > self._synced:
             self._synced = target
 
-    def _unconfirmed(self, why: str) -> str:
-        return (f"SQLite ledger {str(self.path)!r}: the debit was committed but could not be "
-                f"confirmed on disk ({why}); nothing was drawn on it, and its budget stays spent. "
-                + _AFTER_FAILURE)
+    def _unconfirmed(self, why: str) -> LedgerUnconfirmedError:
+        return LedgerUnconfirmedError(
+            f"SQLite ledger {str(self.path)!r}: the debit was committed but could not be "
+            f"confirmed on disk ({why}); nothing was drawn on it, and its budget stays spent. "
+            + _AFTER_FAILURE)
 
     def _wal_descriptor(self) -> int:
         """A descriptor of the WAL file this ledger's connection writes, opened once.

@@ -1,0 +1,197 @@
+"""A caller can tell by type whether a retry pays again: ``LedgerUnconfirmedError`` is raised
+exactly where the debit was (or may have been) committed but not confirmed on disk — the budget
+is spent, the answer withheld — and a ledger error before the commit stays a plain
+``LedgerError`` (nothing written: a retry pays once). Nothing is drawn in either case.
+
+Each fault is injected where the ledger tests already inject it (``tests/test_group_commit.py``,
+``tests/test_postgres_resilience.py``), with their stand-ins; the refusals before the commit are
+the negative controls: the same assertions fail on them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dpbudget as dp
+from accountant import Accountant, Budget, LedgerError, LedgerUnconfirmedError
+from accountant.ledger import sqlite as sqlite_module
+from mechanisms import Laplace
+from tests.test_group_commit import _Watched
+
+CANARY = 987654.321  # the true answer: never in a message
+
+
+@pytest.fixture(autouse=True)
+def _forget_failed_syncs() -> Iterator[None]:
+    yield
+    sqlite_module._FAILED_SYNCS.clear()  # (each test's files are its own)
+
+
+def _watched(acc: Accountant) -> list[str]:
+    events: list[str] = []
+    acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
+    return events
+
+
+def _outcome(acc: Accountant, epsilon: float = 0.25) -> LedgerError:
+    """The ledger error a release ends in (asserting that it returns no answer)."""
+    answers: list[Any] = []
+    with pytest.raises(LedgerError) as caught:
+        answers.append(acc.release(Laplace(epsilon), CANARY))
+    assert answers == []
+    assert str(CANARY) not in str(caught.value) and "987654" not in str(caught.value)
+    return caught.value
+
+
+def test_the_type_is_public_and_a_ledger_error() -> None:
+    assert dp.LedgerUnconfirmedError is LedgerUnconfirmedError
+    assert issubclass(LedgerUnconfirmedError, LedgerError)  # old `except LedgerError` still catch
+    assert "do not retry" in (LedgerUnconfirmedError.__doc__ or "").lower()
+
+
+def test_sqlite_a_failed_sync_after_the_commit_is_unconfirmed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
+    events = _watched(acc)
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    error = _outcome(acc)
+    monkeypatch.undo()
+    assert isinstance(error, LedgerUnconfirmedError)
+    assert events == []  # nothing drawn
+    assert acc.spent().epsilon == 0.25  # committed: a retry would pay again
+    # Negative control: the next release is refused before it begins (a failed sync fails the
+    # file for this process): plain type, nothing written, nothing drawn.
+    refused = _outcome(acc)
+    assert type(refused) is LedgerError and "nothing was written" in str(refused)
+    assert acc.spent().epsilon == 0.25 and events == []
+    acc.close()
+
+
+def test_sqlite_a_refusal_before_the_commit_is_plain(tmp_path: Path) -> None:
+    """Negative control: a ledger file deleted while in use is refused at the begin; nothing
+    written, so a retry (on the restored file) pays once."""
+    path = tmp_path / "l.db"
+    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=0, simulation=True)
+    acc.release(Laplace(0.25), 1.0)
+    events = _watched(acc)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    error = _outcome(acc)
+    assert type(error) is LedgerError and "nothing was written" in str(error)
+    assert events == []
+    acc.close()
+
+
+def test_sqlite_a_sync_after_the_ledger_closed_is_unconfirmed(tmp_path: Path) -> None:
+    """A commit whose sync finds the ledger closed (another thread closed it) was committed."""
+    ledger = sqlite_module.SqliteLedger(tmp_path / "l.db")
+    scope = ledger.transaction()
+    scope.begin().append({"kind": '"test"'}, [])
+    with ledger._lock:
+        ledger._w.committing(())  # type: ignore[union-attr]
+        token = ledger._commit()
+        ledger._lock.release()  # (begin took it; commit without the public path's sync)
+    ledger._closed = True  # (what close() does, minus the sync it would run for us)
+    with pytest.raises(LedgerUnconfirmedError, match="the ledger was closed"):
+        ledger._sync(token)
+    ledger._closed = False
+    ledger.close()
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dsn(postgres_database: str) -> str:
+    from tests.conftest import _fresh_schema
+
+    return _fresh_schema(postgres_database)
+
+
+@pytest.mark.postgres
+def test_postgres_a_failed_flush_after_the_commit_is_unconfirmed(dsn: str) -> None:
+    import psycopg
+
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
+    events = _watched(acc)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION flush_trap() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN RAISE EXCEPTION 'disk gone'; END $$")
+        conn.execute("CREATE TRIGGER flush_trap BEFORE INSERT OR UPDATE ON dpbudget_flush FOR "
+                     "EACH ROW EXECUTE FUNCTION flush_trap()")
+        error = _outcome(acc)
+        conn.execute("DROP TRIGGER flush_trap ON dpbudget_flush")
+    assert isinstance(error, LedgerUnconfirmedError)
+    assert events == []
+    assert acc.spent().epsilon == 0.25  # the debit stands: a retry would pay again
+    acc.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_commit_refused_by_the_server_is_plain(dsn: str) -> None:
+    """Negative control: the COMMIT itself fails (a deferred constraint trigger), so nothing was
+    committed — the ledger looks for its record and finds none — and the type is the plain one."""
+    import psycopg
+
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
+    events = _watched(acc)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$")
+        conn.execute("CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON dpbudget_entries "
+                     "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse()")
+        error = _outcome(acc)
+        conn.execute("DROP TRIGGER refuse ON dpbudget_entries")
+    assert type(error) is LedgerError
+    assert events == [] and acc.spent().epsilon == 0.0  # nothing written: a retry pays once
+    acc.release(Laplace(0.25), 1.0)
+    assert acc.spent().epsilon == 0.25
+    acc.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
+        dsn: str, postgres_database: str) -> None:
+    """The session dies before the commit's round trip: the ledger cannot tell whether the
+    COMMIT ran, so the debit may stand — unconfirmed, never the plain type."""
+    from accountant.ledger.postgres import PostgresLedger
+    from tests.test_postgres_resilience import _kill_sessions
+
+    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
+    ledger = acc.ledger
+    assert isinstance(ledger, PostgresLedger)
+    events = _watched(acc)
+    original = ledger._write_entry
+
+    def dying(entry: Any) -> None:
+        _kill_sessions(postgres_database)
+        time.sleep(0.05)
+        original(entry)
+
+    ledger._write_entry = dying  # type: ignore[method-assign]
+    error = _outcome(acc)
+    ledger._write_entry = original  # type: ignore[method-assign]
+    assert isinstance(error, LedgerUnconfirmedError) and "may have been" in str(error)
+    assert events == []
+    acc.close()
+
+
+@pytest.mark.postgres
+def test_postgres_a_flush_whose_session_ended_is_unconfirmed(dsn: str) -> None:
+    """A deferred commit whose flushing session is gone (``postgres_sync``) is never confirmed."""
+    from accountant.ledger.postgres import PostgresLedger
+
+    ledger = PostgresLedger(dsn)
+    with pytest.raises(LedgerUnconfirmedError, match="the session that was to flush it ended"):
+        ledger._sync((ledger._numbered + 1, 1))  # a session number no flusher has
+    ledger.close()
