@@ -11,6 +11,7 @@ so its budget stays spent and a retry would pay again.
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 __all__ = [
@@ -38,7 +39,35 @@ __all__ = [
 
 
 class PrivacyError(Exception):
-    """Root of every error dpbudget raises on purpose."""
+    """Root of every error dpbudget raises on purpose.
+
+    Every one pickles with its type, message and attributes, so an error raised in a worker
+    process reaches the parent as itself (``multiprocessing`` and ``concurrent.futures`` send it
+    back pickled). Python's default rebuilds an exception by calling its class with ``args`` (the
+    message), which fails for a class whose ``__init__`` takes other arguments — and
+    ``multiprocessing.Pool`` then waits for that result for good. An attribute that cannot be
+    pickled (a parameter of some exotic type) travels as its description (``describe``).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, {k: _portable(v) for k, v in vars(self).items()})
+
+
+def _rebuild(cls: type[PrivacyError], args: tuple[Any, ...],
+             state: dict[str, Any]) -> PrivacyError:
+    """The error ``PrivacyError.__reduce__`` described, rebuilt without calling its ``__init__``."""
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+def _portable(value: Any) -> Any:
+    try:
+        pickle.dumps(value)
+    except Exception:  # (whatever the object's own __reduce__ raises)
+        return describe(value)
+    return value
 
 
 class InvalidArgumentError(PrivacyError, ValueError):

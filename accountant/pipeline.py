@@ -89,33 +89,43 @@ class Pipeline:
 
     # -- releasing ---------------------------------------------------------------------------
 
-    def release(self, mechanism: Mechanism, value: Any, *, label: str | None = None) -> Any:
+    def release(self, mechanism: Mechanism, value: Any, *, dataset: Any = None,
+                analyst: str | None = None, label: str | None = None) -> Any:
         """Debit ``mechanism.cost`` from this pipeline's allocation, then return the noisy answer.
+
+        ``dataset`` and ``analyst`` are ``Accountant.release``'s keywords, so that code written
+        for an accountant (``noisy_mean``, ``group_by``...) runs in a pipeline as it is; they
+        may only be left out or name the pipeline's own (it cannot charge anyone else).
 
         Raises:
             BudgetExceededError: it does not fit in what is left of the allocation (account
                 ``pipeline:<id>``); nothing was drawn or debited.
             MechanismNotAllowedError, InvalidArgumentError, InvalidTypeError: as for
-                ``Accountant.release``, or the pipeline is closed.
+                ``Accountant.release``, or the pipeline is closed, or ``dataset`` or ``analyst``
+                names another than the pipeline's.
         """
-        self._require_open()
+        self._require_open(dataset, analyst)
         return self._gate.release(mechanism, value, label, self._plan)
 
-    def release_many(self, items: Any, *, label: str | None = None) -> list[Any]:
+    def release_many(self, items: Any, *, dataset: Any = None, analyst: str | None = None,
+                     label: str | None = None) -> list[Any]:
         """``Accountant.release_many`` inside this pipeline: the batch is one step against the
-        pipeline's allocation, composed by the pipeline's rule."""
-        self._require_open()
+        pipeline's allocation, composed by the pipeline's rule. ``dataset`` and ``analyst``: as
+        for ``release``."""
+        self._require_open(dataset, analyst)
         return self._gate.release_many(items, label, self._plan)
 
-    def session(self, mechanism: StreamMechanism, *, label: str | None = None) -> Session:
+    def session(self, mechanism: StreamMechanism, *, dataset: Any = None,
+                analyst: str | None = None, label: str | None = None) -> Session:
         """``Accountant.session`` inside this pipeline: its fixed cost is debited once from the
-        pipeline's allocation when it opens."""
-        self._require_open()
+        pipeline's allocation when it opens. ``dataset`` and ``analyst``: as for ``release``."""
+        self._require_open(dataset, analyst)
         return self._gate.open_session(mechanism, label, self._plan, self._ends)
 
-    def can_afford(self, mechanism: Mechanism) -> bool:
+    def can_afford(self, mechanism: Mechanism, *, dataset: Any = None,
+                   analyst: str | None = None) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. Debits nothing."""
-        self._require_open()
+        self._require_open(dataset, analyst)
         return self._gate.afford(mechanism, self._plan)
 
     def pipeline(self, name: str, *, budget: Budget, composition: str = "basic",
@@ -159,7 +169,21 @@ class Pipeline:
     def __repr__(self) -> str:
         return f"Pipeline({self.id!r}, budget={self.budget!r}, dataset={self.dataset!r})"
 
-    def _require_open(self) -> None:
+    def _require_open(self, dataset: Any = None, analyst: Any = None) -> None:
+        if dataset is not None:
+            named = tuple(dataset) if type(dataset) is list else dataset  # a join, as a list
+            names = (named,) if type(named) is str else named
+            if type(names) is not tuple or not all(type(n) is str for n in names) \
+                    or named != self.dataset:
+                raise InvalidArgumentError(
+                    "dataset", dataset, f"None or {self.dataset!r}, the pipeline's own",
+                    "A pipeline's releases are charged to its allocation on the dataset it was "
+                    "opened on; nothing was drawn or debited.")
+        if analyst is not None and (type(analyst) is not str or analyst != self.analyst):
+            raise InvalidArgumentError(
+                "analyst", analyst, f"None or {self.analyst!r}, the pipeline's own",
+                "A pipeline's releases are charged to the analyst it was opened by; nothing was "
+                "drawn or debited.")
         if not self._open:
             raise InvalidArgumentError("pipeline", self.id, "open (a closed pipeline accepts no "
                                        "more releases; open a new one)")

@@ -21,7 +21,7 @@ import numpy as np
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from mechanisms.laplace import Laplace
-from mechanisms.queries import Neighbouring, _relation
+from mechanisms.queries import Neighbouring, Releaser, _relation, _releaser, _where
 from mechanisms.rows import clamp_range, row_values
 from mechanisms.sums import exact_sums
 
@@ -30,10 +30,10 @@ __all__ = ["STATISTICS", "group_by"]
 STATISTICS = ("count", "sum", "mean")
 
 
-def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *,
+def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashable], *,
              epsilon: float, statistic: str = "count", values: Sequence[float] | None = None,
              lower: float | None = None, upper: float | None = None,
-             neighbouring: Neighbouring = Neighbouring.ADD_REMOVE, dataset: str = "default",
+             neighbouring: Neighbouring = Neighbouring.ADD_REMOVE, dataset: str | None = None,
              analyst: str | None = None, label: str | None = None) -> dict[Any, float]:
     """The ``statistic`` of each declared group, costing ``epsilon`` for the whole table.
 
@@ -50,7 +50,8 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     Dwork–Roth 2014, §3.3).
 
     Args:
-        accountant: the ``Accountant`` that debits the release.
+        accountant: the ``Accountant`` that debits the release, or a ``Pipeline`` (the handle
+            of a ``@budgeted`` function too), which debits its own allocation.
         keys: each row's group key (a list, array or pandas Series).
         groups: the declared public keys, distinct and hashable, in the order of the result.
         epsilon: total ε.
@@ -69,16 +70,17 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     >>> acc.spent()
     Budget(epsilon=1.0, delta=0.0)
     """
+    releaser = _releaser(accountant)
     eps = _validate.positive("epsilon", epsilon)
     relation = _relation(neighbouring)
     declared = _groups(groups)
     if statistic not in STATISTICS:
         raise InvalidArgumentError("statistic", statistic, f"one of {list(STATISTICS)}")
     index = _group_index(keys, declared)
-    common = {"dataset": dataset, "analyst": analyst, "label": label or f"group-by {statistic}"}
+    common = {**_where(dataset, analyst), "label": label or f"group-by {statistic}"}
     counts = np.bincount(index[index >= 0], minlength=len(declared)).astype(np.float64)
     if statistic == "count":
-        noisy = accountant.release(Laplace(eps, 1.0 if relation is Neighbouring.ADD_REMOVE
+        noisy = releaser.release(Laplace(eps, 1.0 if relation is Neighbouring.ADD_REMOVE
                                            else 2.0), counts, **common)
         return dict(zip(declared, (float(v) for v in noisy)))
     if lower is None or upper is None:
@@ -96,14 +98,14 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     sums = exact_sums(data[kept], index[kept], len(declared))
     if statistic == "sum":
         delta = reach if relation is Neighbouring.ADD_REMOVE else max(width, 2 * reach)
-        noisy = accountant.release(Laplace(eps, delta), _rationals(sums), **common)
+        noisy = releaser.release(Laplace(eps, delta), _rationals(sums), **common)
         return dict(zip(declared, (float(v) for v in noisy)))
     mid = (lo + hi) / 2
     centre = (Fraction(lo) + Fraction(hi)) / 2
     centred = _rationals([s - int(c) * centre for s, c in zip(sums, counts.tolist())])
     delta = width / 2 if relation is Neighbouring.ADD_REMOVE else width
     count_delta = 1.0 if relation is Neighbouring.ADD_REMOVE else 2.0
-    noisy_counts, noisy_sums = accountant.release_many(
+    noisy_counts, noisy_sums = releaser.release_many(
         [(Laplace(eps / 2, count_delta), counts), (Laplace(eps / 2, delta), centred)], **common)
     means = mid + np.asarray(noisy_sums) / np.maximum(np.asarray(noisy_counts), 1.0)
     return dict(zip(declared, (float(min(max(v, lo), hi)) for v in means)))

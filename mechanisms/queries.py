@@ -19,7 +19,7 @@ import enum
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -28,13 +28,14 @@ from accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
+    InvalidTypeError,
 )
 from mechanisms.laplace import Laplace
 from mechanisms.quantile import Quantile
 from mechanisms.rows import clamp_range, row_values
 from mechanisms.sums import exact_sum
 
-__all__ = ["Neighbouring", "Query", "clamped_sum", "count", "histogram", "noisy_mean",
+__all__ = ["Neighbouring", "Query", "Releaser", "clamped_sum", "count", "histogram", "noisy_mean",
            "noisy_quantiles"]
 
 
@@ -66,6 +67,37 @@ class Query(NamedTuple):
     def __repr__(self) -> str:  # never the value: a repr ends up in logs and notebooks
         return (f"Query(value=<hidden>, l1_sensitivity={self.l1_sensitivity!r}, "
                 f"l2_sensitivity={self.l2_sensitivity!r}, neighbouring={self.neighbouring!r})")
+
+
+class Releaser(Protocol):
+    """What a query helper releases through: an ``Accountant``, a ``Pipeline``, or the handle a
+    ``@acc.budgeted`` function is given (a ``Pipeline``). Both take these keywords; a pipeline
+    admits only its own dataset and analyst, and charges its own allocation.
+
+    A helper validates all its arguments, then makes one call (``release`` or ``release_many``,
+    one debit): a bad argument or a refusal debits nothing, wherever it runs.
+    """
+
+    def release(self, mechanism: Any, value: Any, *, dataset: Any = ...,
+                analyst: str | None = ..., label: str | None = ...) -> Any: ...
+
+    def release_many(self, items: Any, *, dataset: Any = ..., analyst: str | None = ...,
+                     label: str | None = ...) -> list[Any]: ...
+
+
+def _releaser(accountant: Any) -> Releaser:
+    """``accountant`` if it can release; checked first, before anything is computed or debited."""
+    if not (callable(getattr(accountant, "release", None))
+            and callable(getattr(accountant, "release_many", None))):
+        raise InvalidTypeError("accountant", accountant,
+                               "an Accountant or a Pipeline (what the helper releases through)")
+    return accountant  # type: ignore[no-any-return]
+
+
+def _where(dataset: str | None, analyst: str | None) -> dict[str, Any]:
+    """Where a helper's release is charged, as ``release``'s keywords: ``dataset`` only when the
+    caller named one, so that an accountant uses its default dataset and a pipeline its own."""
+    return {"analyst": analyst} if dataset is None else {"dataset": dataset, "analyst": analyst}
 
 
 def _relation(neighbouring: Any) -> Neighbouring:
@@ -157,8 +189,8 @@ def histogram(data: Sequence[Any], categories: Sequence[Any], *,
     return Query(counts, 2.0, math.sqrt(2.0), relation)
 
 
-def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: float, *,
-               epsilon: float, dataset: str = "default", count_share: float = 0.5,
+def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper: float, *,
+               epsilon: float, dataset: str | None = None, count_share: float = 0.5,
                centred: bool = True, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
                analyst: str | None = None, label: str | None = None) -> float:
     """A differentially private mean of values clamped into [lower, upper], costing ``epsilon``.
@@ -171,7 +203,9 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     [lower, upper] — post-processing, which costs no privacy (Dwork–Roth 2014, Prop. 2.1).
 
     Args:
-        accountant: the ``Accountant`` that debits both releases.
+        accountant: the ``Accountant`` that debits both releases, or a ``Pipeline`` (the
+            handle of a ``@budgeted`` function too), which debits its own allocation.
+        dataset: the dataset charged (None: the accountant's default, or the pipeline's own).
         data, lower, upper: the values and the clamping range (chosen without looking at data).
         epsilon: total ε for the mean.
         count_share: the fraction of ε spent on the count, in (0, 1).
@@ -183,26 +217,27 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     >>> acc.spent()
     Budget(epsilon=1.0, delta=0.0)
     """
+    releaser = _releaser(accountant)
     eps = _validate.positive("epsilon", epsilon)
     share = _validate.probability("count_share", count_share, low_open=True)
     relation = _relation(neighbouring)
     lo, hi = clamp_range(lower, upper)
     total = clamped_sum(data, lo, hi, centred=centred, neighbouring=relation)
-    common = {"dataset": dataset, "analyst": analyst}
+    common = _where(dataset, analyst)
     tag = label or "mean"
     if relation is Neighbouring.REPLACE:
         n = float(len(data))
         if n == 0:
             raise InvalidDataError("data", data, "non-empty under replace neighbours")
         noisy_n = n
-        noisy_sum = accountant.release(Laplace(eps, total.l1_sensitivity), total.value,
+        noisy_sum = releaser.release(Laplace(eps, total.l1_sensitivity), total.value,
                                        label=f"{tag}: sum", **common)
     else:
         n_query = count(data)
         # All or nothing: the count and the sum are one batch, debited in one transaction, so
         # a mean that does not fit spends nothing (released one at a time, a refused sum would
         # leave the count's ε spent on an answer nobody gets).
-        noisy_n, noisy_sum = accountant.release_many(
+        noisy_n, noisy_sum = releaser.release_many(
             [(Laplace(eps * share, n_query.l1_sensitivity), n_query.value),
              (Laplace(eps * (1.0 - share), total.l1_sensitivity), total.value)],
             label=tag, **common)
@@ -211,8 +246,8 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     return float(min(max(estimate, lo), hi))
 
 
-def noisy_quantiles(accountant: Any, data: Sequence[float], qs: Sequence[float], lower: float,
-                    upper: float, *, epsilon: float, dataset: str = "default",
+def noisy_quantiles(accountant: Releaser, data: Sequence[float], qs: Sequence[float],
+                    lower: float, upper: float, *, epsilon: float, dataset: str | None = None,
                     analyst: str | None = None, label: str | None = None,
                     bins: int = 1000) -> list[float]:
     """Several quantiles of values clamped into [lower, upper], costing ``epsilon`` in total.
@@ -230,9 +265,10 @@ def noisy_quantiles(accountant: Any, data: Sequence[float], qs: Sequence[float],
     >>> 50 <= lo <= 150 and 850 <= hi <= 950
     True
     """
+    releaser = _releaser(accountant)
     if isinstance(qs, (str, bytes)) or not hasattr(qs, "__len__") or len(qs) == 0:
         raise InvalidArgumentError("qs", qs, "a non-empty sequence of quantiles in [0, 1]")
     share = _validate.positive("epsilon", epsilon) / len(qs)
     items = [(Quantile(share, q, lower, upper, bins=bins), data) for q in qs]
-    return [float(v) for v in accountant.release_many(
-        items, dataset=dataset, analyst=analyst, label=label or "quantiles")]
+    return [float(v) for v in releaser.release_many(items, label=label or "quantiles",
+                                                     **_where(dataset, analyst))]
