@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
-from fractions import Fraction
+import math
 from typing import Any
+
+import numpy as np
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
@@ -74,12 +76,16 @@ class Laplace(NumericMechanism):
                 "noise": self._noise}
 
     def prepare(self, value: Any) -> Any:
-        x = rational_value(value, exact=self.grid is not None)
-        if x is None:
-            x = super().prepare(value)
+        if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
+            x: Any = value  # (an isinstance check against Fraction, an ABC, costs ~0.3 µs)
+        else:
+            x = rational_value(value, exact=self.grid is not None)
+            if x is None:
+                x = super().prepare(value)
         limit = None if self.grid is None else self.grid.limit_for(
-            1 if isinstance(x, (float, Fraction)) else x.size)
-        if limit is not None and not within(x, limit):
+            x.size if type(x) is np.ndarray else 1)
+        if limit is not None and not (-limit <= x <= limit if type(x) is float
+                                      else within(x, limit)):
             raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "
                                    "(the noise grid of this scale cannot represent more)")
         return x
