@@ -1,9 +1,10 @@
 """dpbudget's gate: the ``Budget`` value type, the ``Accountant``, composition rules, ledgers.
 
-The values and errors (the bottom layer) are imported here directly. The gate and everything above
-it are loaded on first use (PEP 562 ``__getattr__``): importing ``accountant.budget`` from
-``mechanisms`` or ``policies`` must not pull in the ``Accountant``, which is built on them. Either
-way ``from accountant import Accountant`` works as usual.
+The errors (the bottom layer) are imported here directly. Everything else is loaded on first use
+(PEP 562 ``__getattr__``): importing ``accountant.budget`` from ``mechanisms`` or ``policies``
+must not pull in the ``Accountant``, which is built on them, and ``dpbudget --version`` must not
+pay for pydantic, which ``Budget`` is built on. Either way ``from accountant import Accountant``
+works as usual.
 
 >>> from accountant import Accountant, Budget
 >>> from mechanisms import Laplace
@@ -18,8 +19,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from accountant.budget import Budget
-from accountant.charge import Charge
 from accountant.errors import (
     AnalystMismatchError,
     BudgetExceededError,
@@ -44,6 +43,8 @@ from accountant.errors import (
 )
 
 if TYPE_CHECKING:
+    from accountant.budget import Budget
+    from accountant.charge import Charge
     from accountant.composition import RULES, CompositionRule, plan_order
     from accountant.estimator import LogisticRegression
     from accountant.training import (
@@ -57,8 +58,9 @@ if TYPE_CHECKING:
     from accountant.receipt import Receipt
     from accountant.session import NumericSession, Session
 
-# Names above the bottom layer, and the module each is loaded from on first use.
+# Names other than the errors, and the module each is loaded from on first use.
 _LAZY = {
+    "Budget": "accountant.budget", "Charge": "accountant.charge",
     "RULES": "accountant.composition", "CompositionRule": "accountant.composition",
     "Accountant": "accountant.core", "Pipeline": "accountant.pipeline",
     "Receipt": "accountant.receipt", "NumericSession": "accountant.session",

@@ -4,6 +4,9 @@
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
 with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
 problem bits (``accountant.audit``).
+
+Each subcommand imports what it needs when it runs: ``--help`` and ``--version`` load argparse and
+importlib.metadata only, not the ledger, pydantic or SciPy (benchmarks/startup.py measures it).
 """
 
 from __future__ import annotations
@@ -12,19 +15,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accountant.errors import PolicyError, PrivacyError
-from accountant.ledger import Ledger, open_ledger
-from accountant.audit_text import SIMULATION, audit_text, noise_counts, noise_line
-from accountant.report import budget_rows, budget_table
-from policies.accounts import policy_accounts
-from policies.policy import load_policy, policy_schema
+
+if TYPE_CHECKING:
+    from accountant.ledger import Ledger
 
 __all__ = ["main"]
 
 
 def _open_existing(location: str) -> Ledger:
+    from accountant.ledger import open_ledger
+
     if "://" not in location and not Path(location).exists():
         raise PrivacyError(f"no ledger at {location!r}")
     return open_ledger(location, create=False)
@@ -32,6 +35,9 @@ def _open_existing(location: str) -> Ledger:
 
 def _status(args: argparse.Namespace) -> int:
     from accountant import policy_record
+    from accountant.audit_text import SIMULATION, noise_counts, noise_line
+    from accountant.report import budget_rows, budget_table
+    from policies.policy import load_policy
 
     with _open_existing(args.ledger) as ledger:
         default, source = None, args.policy
@@ -68,6 +74,9 @@ def _status(args: argparse.Namespace) -> int:
 
 def _policy_check(args: argparse.Namespace) -> int:
     import importlib
+
+    from policies.accounts import policy_accounts
+    from policies.policy import load_policy
 
     try:
         for module in args.imports or ():
@@ -169,6 +178,8 @@ def _mechanism_names() -> set[str]:
 
 def _policy_apply(args: argparse.Namespace) -> int:
     from accountant import owner_key, policy_record
+    from accountant.ledger import open_ledger
+    from policies.policy import load_policy
     from policies.stored import document
 
     policy = load_policy(args.file)
@@ -207,12 +218,15 @@ def _keys_new(args: argparse.Namespace) -> int:
 
 
 def _policy_schema(args: argparse.Namespace) -> int:
+    from policies.policy import policy_schema
+
     print(json.dumps(policy_schema(), indent=2))
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
     from accountant.audit import audit
+    from accountant.audit_text import audit_text
 
     source = args.source[0] if len(args.source) == 1 else args.source
     report = audit(source, args.policy, since=args.since, until=args.until,
@@ -246,6 +260,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
+    from accountant.ledger import open_ledger
     from accountant.transfer import import_jsonl
 
     with open_ledger(args.ledger) as ledger:

@@ -37,7 +37,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy.special import gammaln, log_ndtr
 
 from accountant import _numeric
 
@@ -114,7 +113,22 @@ def _logaddexp(a: float, b: float) -> float:
     return float(np.logaddexp(a, b))
 
 
+# scipy.special, imported on first use, not with this module (importing SciPy takes ~0.3 s, paid
+# by every process that imports the accountant), and kept in a module global so that the series
+# below, which call it per term, do not run an import statement (~0.2 µs) each time.
+_special: Any = None
+
+
+def _load_special() -> Any:
+    global _special
+    import scipy.special
+
+    _special = scipy.special
+    return _special
+
+
 def _log_comb(n: float, k: float) -> float:
+    gammaln = (_special or _load_special()).gammaln
     return float(gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0))
 
 
@@ -147,7 +161,7 @@ def _log_expm1(x: float) -> float:
 
 
 def _log_erfc(x: float) -> float:
-    return math.log(2.0) + float(log_ndtr(-x * math.sqrt(2.0)))
+    return math.log(2.0) + float((_special or _load_special()).log_ndtr(-x * math.sqrt(2.0)))
 
 
 @lru_cache(maxsize=4096)

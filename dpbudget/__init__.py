@@ -16,13 +16,7 @@ Budget(epsilon=0.5, delta=0.0)
 from __future__ import annotations
 
 import importlib
-from importlib import metadata
 from typing import Any
-
-try:
-    __version__ = metadata.version("dpbudget")
-except metadata.PackageNotFoundError:  # pragma: no cover - running from a checkout, uninstalled
-    __version__ = "0+unknown"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {}
@@ -68,6 +62,15 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # on first use too: importlib.metadata costs more than the rest
+        from importlib import metadata
+
+        try:
+            value = metadata.version("dpbudget")
+        except metadata.PackageNotFoundError:  # pragma: no cover - a checkout, uninstalled
+            value = "0+unknown"
+        globals()[name] = value
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'dpbudget' has no attribute {name!r}")

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-
-from scipy.special import log_ndtr
+from typing import Any
 
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError
@@ -20,10 +19,24 @@ __all__ = ["analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gau
 # (about 1e-13 relative at worst on the tested range) can never leave σ on the unsafe side.
 _SIGMA_MARGIN = 1e-11
 
+# scipy.special.log_ndtr, imported on first use, not with this module (importing SciPy takes
+# ~0.3 s, paid by every process that imports ``mechanisms``), and kept in a module global so that
+# the bisection's inner evaluation does not run an import statement (~0.2 µs) each time.
+_log_ndtr: Any = None
+
+
+def _load_log_ndtr() -> Any:
+    global _log_ndtr
+    from scipy.special import log_ndtr
+
+    _log_ndtr = log_ndtr
+    return log_ndtr
+
 
 def _log_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
     """ln δ(σ) for the Balle–Wang condition, evaluated with ``log_ndtr`` so that tiny tails keep
     their relative precision; ``-inf`` when δ(σ) <= 0."""
+    log_ndtr = _log_ndtr or _load_log_ndtr()
     r = sensitivity / sigma
     log_a = log_ndtr(r / 2.0 - epsilon / r)
     log_b = epsilon + log_ndtr(-r / 2.0 - epsilon / r)
@@ -49,6 +62,7 @@ def _log_delta_upper(sigma: float, epsilon: float, sensitivity: float) -> float:
     tail) and evaluate at the worst end. Where the gap cannot be certified at all, the result is
     +inf (not safe), so the calibration moves to a larger σ instead of trusting noise.
     """
+    log_ndtr = _log_ndtr or _load_log_ndtr()
     r = sensitivity / sigma
     x_a, x_b = r / 2.0 - epsilon / r, -r / 2.0 - epsilon / r
     log_a = float(log_ndtr(x_a))

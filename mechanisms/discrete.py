@@ -15,7 +15,6 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from scipy.special import logsumexp
 
 from accountant import _numeric, _validate
 from accountant.budget import Budget
@@ -192,6 +191,8 @@ def discrete_gaussian_delta(sigma: float, epsilon: float, sensitivity: int = 1) 
 
 
 def _log_delta_upper(var: float, epsilon: float, delta_q: int) -> float:
+    from scipy.special import logsumexp  # here, not above: importing SciPy takes ~0.3 s
+
     sigma = math.sqrt(var)
     a = epsilon * var / delta_q - delta_q / 2.0
     start = math.floor(a) + 1

@@ -19,9 +19,6 @@ from fractions import Fraction
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.special import expit, log_ndtr, logsumexp
-from scipy.stats import binom
 
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError
@@ -63,6 +60,8 @@ def _best_alpha(objective: Callable[[float], float], guess: float) -> float:
     """The α > 1 minimising ``objective(α)``, searched on t = ln(α − 1): a coarse grid around the
     guess picks the basin, bounded Brent refines it. Any α > 1 gives a valid bound, so the search
     only affects tightness, never validity."""
+    from scipy.optimize import minimize_scalar  # here, not above: importing SciPy takes ~0.3 s
+
     t0 = math.log(guess - 1.0)
     grid = [t0 + s for s in np.linspace(-12.0, 12.0, 97)]
     values = [objective(1.0 + math.exp(t)) for t in grid]
@@ -139,6 +138,9 @@ def cks_rho_budget(epsilon: float, delta: float) -> float:
 def _log_delta_rr(k: int, eps0: float, epsilon: float) -> float:
     """ln δ_RR(ε) = ln E[(1 − e^{ε − L})_+], L = (k − 2ℓ)ε₀, ℓ ~ Binomial(k, 1/(1+e^{ε₀})),
     by logsumexp over the ℓ with L > ε (log-binomial pmf), in a Hoeffding window below the mean."""
+    from scipy.special import expit, logsumexp  # here, not above: importing SciPy takes ~0.3 s
+    from scipy.stats import binom
+
     top = math.ceil((k - epsilon / eps0) / 2.0) - 1  # largest ℓ with (k − 2ℓ)ε₀ > ε
     while top >= 0 and (k - 2 * top) * eps0 <= epsilon:
         top -= 1
@@ -285,6 +287,8 @@ def drv_epsilon(k: int, epsilon: float, delta: float) -> float:
 # -- Gaussian differential privacy: Dong, Roth, Su 2019 -------------------------------------
 
 def _log_gdp_delta(mu: float, epsilon: float) -> float:
+    from scipy.special import log_ndtr  # here, not above: importing SciPy takes ~0.3 s
+
     log_a = log_ndtr(-epsilon / mu + mu / 2.0)
     log_b = epsilon + log_ndtr(-epsilon / mu - mu / 2.0)
     if log_b >= log_a:
