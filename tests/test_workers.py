@@ -45,6 +45,7 @@ INSTANCES: dict[type[BaseException], BaseException] = {
     errors.MechanismExhaustedError: errors.MechanismExhaustedError("spent", 7, 3),
     errors.SamplerSpentError: errors.SamplerSpentError("spent"),
     errors.LedgerError: errors.LedgerError("cannot open"),
+    errors.LedgerUnconfirmedError: errors.LedgerUnconfirmedError("committed, not confirmed"),
     errors.LedgerStaleError: errors.LedgerStaleError("stale"),
     errors.LedgerCorruptedError: errors.LedgerCorruptedError("broken chain"),
     errors.LedgerConflictError: errors.LedgerConflictError("other rule"),
