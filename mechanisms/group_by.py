@@ -21,7 +21,7 @@ import numpy as np
 from accountant import _numeric, _validate
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from mechanisms.laplace import Laplace
-from mechanisms.queries import Neighbouring, _relation
+from mechanisms.queries import Neighbouring, _relation, _given_dataset
 from mechanisms.rows import clamp_range, row_values
 from mechanisms.sums import exact_sums
 
@@ -33,7 +33,7 @@ STATISTICS = ("count", "sum", "mean")
 def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *,
              epsilon: float, statistic: str = "count", values: Sequence[float] | None = None,
              lower: float | None = None, upper: float | None = None,
-             neighbouring: Neighbouring = Neighbouring.ADD_REMOVE, dataset: str = "default",
+             neighbouring: Neighbouring = Neighbouring.ADD_REMOVE, dataset: Any = None,
              analyst: str | None = None, label: str | None = None) -> dict[Any, float]:
     """The ``statistic`` of each declared group, costing ``epsilon`` for the whole table.
 
@@ -75,7 +75,8 @@ def group_by(accountant: Any, keys: Sequence[Any], groups: Sequence[Hashable], *
     if statistic not in STATISTICS:
         raise InvalidArgumentError("statistic", statistic, f"one of {list(STATISTICS)}")
     index = _group_index(keys, declared)
-    common = {"dataset": dataset, "analyst": analyst, "label": label or f"group-by {statistic}"}
+    common = {"analyst": analyst, "label": label or f"group-by {statistic}",
+              **_given_dataset(dataset)}  # (None: not given, as for noisy_mean)
     counts = np.bincount(index[index >= 0], minlength=len(declared)).astype(np.float64)
     if statistic == "count":
         noisy = accountant.release(Laplace(eps, 1.0 if relation is Neighbouring.ADD_REMOVE

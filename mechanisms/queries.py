@@ -158,7 +158,7 @@ def histogram(data: Sequence[Any], categories: Sequence[Any], *,
 
 
 def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: float, *,
-               epsilon: float, dataset: str = "default", count_share: float = 0.5,
+               epsilon: float, dataset: Any = None, count_share: float = 0.5,
                centred: bool = True, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
                analyst: str | None = None, label: str | None = None) -> float:
     """A differentially private mean of values clamped into [lower, upper], costing ``epsilon``.
@@ -175,6 +175,8 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
         data, lower, upper: the values and the clamping range (chosen without looking at data).
         epsilon: total ε for the mean.
         count_share: the fraction of ε spent on the count, in (0, 1).
+        dataset: as for ``Accountant.release``; ``None`` (left out): left out there too, so
+            the accountant's rule for an unnamed dataset applies (``accountant.unnamed``).
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=1)
@@ -188,7 +190,7 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
     relation = _relation(neighbouring)
     lo, hi = clamp_range(lower, upper)
     total = clamped_sum(data, lo, hi, centred=centred, neighbouring=relation)
-    common = {"dataset": dataset, "analyst": analyst}
+    common = {"analyst": analyst, **_given_dataset(dataset)}
     tag = label or "mean"
     if relation is Neighbouring.REPLACE:
         n = float(len(data))
@@ -212,7 +214,7 @@ def noisy_mean(accountant: Any, data: Sequence[float], lower: float, upper: floa
 
 
 def noisy_quantiles(accountant: Any, data: Sequence[float], qs: Sequence[float], lower: float,
-                    upper: float, *, epsilon: float, dataset: str = "default",
+                    upper: float, *, epsilon: float, dataset: Any = None,
                     analyst: str | None = None, label: str | None = None,
                     bins: int = 1000) -> list[float]:
     """Several quantiles of values clamped into [lower, upper], costing ``epsilon`` in total.
@@ -235,4 +237,10 @@ def noisy_quantiles(accountant: Any, data: Sequence[float], qs: Sequence[float],
     share = _validate.positive("epsilon", epsilon) / len(qs)
     items = [(Quantile(share, q, lower, upper, bins=bins), data) for q in qs]
     return [float(v) for v in accountant.release_many(
-        items, dataset=dataset, analyst=analyst, label=label or "quantiles")]
+        items, analyst=analyst, label=label or "quantiles", **_given_dataset(dataset))]
+
+
+def _given_dataset(dataset: Any) -> dict[str, Any]:
+    """``dataset=`` to pass on, or nothing for ``None``: a helper that was not told the dataset
+    does not pick one (``"default"``) in the caller's place."""
+    return {} if dataset is None else {"dataset": dataset}

@@ -19,7 +19,7 @@ from accountant import Accountant, Budget
 from accountant.cli import main
 from accountant.errors import InvalidArgumentError
 from accountant.unnamed import NOT_GIVEN
-from mechanisms import AboveThreshold, Laplace
+from mechanisms import AboveThreshold, Laplace, group_by, noisy_mean, noisy_quantiles
 from tests.support import snapshot
 
 
@@ -64,6 +64,10 @@ def test_every_entry_point_refuses_once_a_dataset_is_named() -> None:
         "spent": lambda: acc.spent(),
         "remaining": lambda: acc.remaining(),
         "limit": lambda: acc.limit(),
+        # the query helpers pass dataset= on only when given: they pick no default either
+        "noisy_mean": lambda: noisy_mean(acc, [1.0, 2.0], 0.0, 3.0, epsilon=0.1),
+        "noisy_quantiles": lambda: noisy_quantiles(acc, [1.0], [0.5], 0.0, 3.0, epsilon=0.1),
+        "group_by": lambda: group_by(acc, ["a"], ["a"], epsilon=0.1),
     }
     for name, call in calls.items():
         with pytest.raises(InvalidArgumentError, match="'dataset' must be given") as refused:
@@ -82,9 +86,11 @@ def test_honest_single_dataset_use_needs_no_dataset() -> None:
     with acc.pipeline("p", budget=Budget(0.25)) as p:
         p.release(Laplace(0.25), 1.0)
     assert acc.spent() == Budget(0.75) and acc.remaining() == Budget(0.25)
-    # two releases, the pipeline's allocation and the release inside it: all on "default"
+    noisy_mean(acc, [1.0, 2.0], 0.0, 3.0, epsilon=0.125)
+    assert acc.spent() == Budget(0.875)
+    # two releases, the pipeline's allocation, the release inside it, the mean: on "default"
     assert [e.record["dataset"] for e in acc.ledger.entries() if "dataset" in e.record] == \
-        ["default"] * 4
+        ["default"] * 5
 
 
 def test_declared_datasets_make_dataset_required() -> None:
