@@ -198,8 +198,8 @@ class _Replay:
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
                 self.debit(seq, key, stored, charge)
-            if self.since is None or (when is not None and when >= self.since):
-                self.tallies.add(record, charge)
+            self.tallies.add(record, charge, self.since is None or (
+                when is not None and when >= self.since))
 
     def charge(self, cost: dict[str, Any], mechanism: Any) -> Charge:
         # Records of the same mechanism repeat the same cost: decode each distinct one once.

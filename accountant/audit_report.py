@@ -128,6 +128,9 @@ class AuditReport(BaseModel):
     #: Every policy record, in order.
     policies: list[PolicyRecordReport] = []
     by_dataset: dict[str, Tally] = {}
+    #: Every dataset charged, with the seq and time of the first record that charged it (a
+    #: misspelt name under a default limit, ``other_datasets``, shows as a dataset of its own).
+    datasets_first: dict[str, tuple[int, str | None]] = {}
     by_analyst: dict[str, Tally] = {}
     by_mechanism: dict[str, Tally] = {}
     by_label: dict[str, Tally] = {}

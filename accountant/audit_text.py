@@ -86,6 +86,11 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
             lines.append(f"  record {p.seq} {p.time or ''} by {p.by}: {p.reason}"
                          + ("" if p.signed or not report.owner else " (unsigned)"))
             lines += [f"    grants more: {r}" for r in p.raised]
+    if report.datasets_first:
+        lines.append("\ndatasets first charged (a misspelt name shows as a dataset of its own):")
+        lines += [f"  {name:<34} record {seq}  {when or ''}".rstrip()
+                  for name, (seq, when) in sorted(report.datasets_first.items(),
+                                                  key=lambda item: item[1][0])]
     for title, table in (("dataset", report.by_dataset), ("analyst", report.by_analyst),
                          ("mechanism", report.by_mechanism),
                          ("pipeline", report.by_pipeline), ("label", report.by_label)):

@@ -22,6 +22,7 @@ from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
 from accountant.planner import dataset_limits
 from accountant.receipt import Receipt
 from accountant.session import Session
+from accountant.unnamed import NOT_GIVEN
 from mechanisms.base import Mechanism, StreamMechanism
 from policies.blocks import rows_in_blocks
 from policies.limits import DatasetLimit
@@ -100,7 +101,7 @@ class Accountant(Opening):
 
     # -- releasing ---------------------------------------------------------------------------
 
-    def release(self, mechanism: Mechanism, value: Any, *, dataset: Any = "default",
+    def release(self, mechanism: Mechanism, value: Any, *, dataset: Any = NOT_GIVEN,
                 analyst: str | None = None, label: str | None = None,
                 blocks: Any = None) -> Any:
         """Debit ``mechanism.cost`` from every limit that applies, then return the noisy answer.
@@ -108,7 +109,9 @@ class Accountant(Opening):
         The limits: ``dataset``'s, and with a policy (``from_policy``) also the analyst's on it,
         the analyst's across datasets and the global one — all debited in one ledger
         transaction, or none. ``dataset`` may be a tuple (or list) of names: a release computed
-        from several datasets (a join) is charged to each of them, all or none.
+        from several datasets (a join) is charged to each of them, all or none. Left out, it is
+        ``"default"`` while this accountant knows no other dataset, and refused once it does (as
+        for every method here; ``accountant.unnamed``).
 
         Scalar in, scalar (``float``) out; array (or list) in, ``numpy`` array out.
 
@@ -121,13 +124,14 @@ class Accountant(Opening):
                 or is above a per-query cap; nothing was drawn or debited.
             MechanismNotAllowedError: the policy does not allow this mechanism on the dataset.
             InvalidArgumentError, InvalidTypeError: a bad mechanism, value, dataset, analyst or
-                label; nothing was drawn or debited.
+                label, or ``dataset`` left out where other datasets are known; nothing was drawn
+                or debited.
             UnknownDatasetError: no limit is declared for ``dataset``.
             UnknownAnalystError: the policy denies this analyst (or ``None``) on the dataset.
         """
         return self._gate.release(mechanism, value, label, (dataset, analyst, blocks))
 
-    def release_many(self, items: Iterable[tuple[Mechanism, Any]], *, dataset: Any = "default",
+    def release_many(self, items: Iterable[tuple[Mechanism, Any]], *, dataset: Any = NOT_GIVEN,
                      analyst: str | None = None, label: str | None = None,
                      blocks: Any = None) -> list[Any]:
         """Release a batch fixed in advance as one step: one debit, all or nothing.
@@ -158,7 +162,7 @@ class Accountant(Opening):
         """
         return self._gate.release_many(items, label, (dataset, analyst, blocks))
 
-    def session(self, mechanism: StreamMechanism, *, dataset: Any = "default",
+    def session(self, mechanism: StreamMechanism, *, dataset: Any = NOT_GIVEN,
                 analyst: str | None = None, label: str | None = None,
                 blocks: Any = None) -> Session:
         """Debit a sparse-vector mechanism's whole fixed cost now, once, and open its session.
@@ -179,7 +183,7 @@ class Accountant(Opening):
         """
         return self._gate.open_session(mechanism, label, (dataset, analyst, blocks))
 
-    def pipeline(self, name: str, *, dataset: Any = "default", budget: Budget,
+    def pipeline(self, name: str, *, dataset: Any = NOT_GIVEN, budget: Budget,
                  analyst: str | None = None, composition: str = "basic",
                  per_query: Budget | None = None, label: str | None = None,
                  blocks: Any = None) -> Pipeline:
@@ -204,7 +208,7 @@ class Accountant(Opening):
         return open_pipeline(self._gate, (dataset, analyst, blocks), None, name, budget,
                              composition, per_query, label)
 
-    def budgeted(self, name: str, *, dataset: Any = "default", budget: Budget,
+    def budgeted(self, name: str, *, dataset: Any = NOT_GIVEN, budget: Budget,
                  analyst: str | None = None, composition: str = "basic",
                  per_query: Budget | None = None, label: str | None = None,
                  blocks: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -227,7 +231,7 @@ class Accountant(Opening):
 
     # -- planning and reading ------------------------------------------------------------------
 
-    def can_afford(self, mechanism: Mechanism, *, dataset: Any = "default",
+    def can_afford(self, mechanism: Mechanism, *, dataset: Any = NOT_GIVEN,
                    analyst: str | None = None, blocks: Any = None) -> bool:
         """Whether ``release(mechanism, ...)`` would be admitted now. A dry run: debits nothing.
 
@@ -237,7 +241,7 @@ class Accountant(Opening):
         """
         return self._gate.afford(mechanism, (dataset, analyst, blocks))
 
-    def max_releases(self, mechanism: Mechanism, *, dataset: Any = "default",
+    def max_releases(self, mechanism: Mechanism, *, dataset: Any = NOT_GIVEN,
                      analyst: str | None = None, blocks: Any = None) -> int:
         """How many more releases of exactly ``mechanism`` fit now (``sys.maxsize`` when no
         limit applies). O(log n): each rule solves for n on its O(1) state, in closed form.
@@ -262,7 +266,7 @@ class Accountant(Opening):
         remaining), or None."""
         return self._gate.last_receipt
 
-    def spent(self, dataset: str = "default", *, analyst: str | None = None,
+    def spent(self, dataset: str = NOT_GIVEN, *, analyst: str | None = None,
               block: str | None = None) -> Budget:
         """How much of ``dataset``'s limit the releases so far have used, as (ε, δ) under its
         rule (rounded up; see ``CompositionRule.spent`` for what this does and does not
@@ -270,7 +274,7 @@ class Accountant(Opening):
         block's. For a windowed limit, in the current window."""
         return self._gate.spent(self._gate.planner.account(dataset, analyst, block))
 
-    def remaining(self, dataset: str = "default", *, analyst: str | None = None,
+    def remaining(self, dataset: str = NOT_GIVEN, *, analyst: str | None = None,
                   block: str | None = None) -> Budget:
         """What is left of ``dataset``'s limit (rounded down; ``Budget.unlimited()`` if none);
         with ``analyst``, of that analyst's limit on it; with ``block``, of that block's."""
@@ -285,7 +289,7 @@ class Accountant(Opening):
             raise InvalidArgumentError("dataset", dataset, "a dataset divided into blocks")
         return rows_in_blocks(frame, column, spec, blocks)
 
-    def limit(self, dataset: str = "default") -> DatasetLimit:
+    def limit(self, dataset: str = NOT_GIVEN) -> DatasetLimit:
         """The limit declared for ``dataset``."""
         return self._gate.limit(dataset)
 

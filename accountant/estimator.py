@@ -14,6 +14,7 @@ import numpy as np
 from accountant.core import Accountant
 from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from accountant.training import dp_sgd, noise_for_steps
+from accountant.unnamed import NOT_GIVEN
 from mechanisms.base import real_values
 
 __all__ = ["LogisticRegression"]
@@ -53,7 +54,7 @@ class LogisticRegression:
     (50, 1.0)
     """
 
-    def __init__(self, accountant: Accountant, *, batch_size: float, dataset: Any = "default",
+    def __init__(self, accountant: Accountant, *, batch_size: float, dataset: Any = NOT_GIVEN,
                  analyst: str | None = None, steps: int = 100,
                  noise_multiplier: float | None = None, sampling_rate: float = 1.0,
                  clip_norm: float = 1.0, learning_rate: float = 1.0, fit_intercept: bool = True,

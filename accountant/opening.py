@@ -20,7 +20,7 @@ from accountant.ledger import Ledger, MemoryLedger, open_ledger
 from accountant.planner import Planner
 from mechanisms.sampling import Sampler
 from policies.limits import DatasetLimit
-from policies.policy import Policy, load_policy
+from policies.policy import Policy, load_policy, validated
 from policies.stored import POLICY_KEY, document
 
 __all__ = ["Opening"]
@@ -50,7 +50,7 @@ class Opening:
         ``accountant.planner``, with what happens when a policy changes under an existing ledger.
 
         Args:
-            path: the policy file, or an already validated ``Policy``.
+            path: the policy file, or a ``Policy`` (checked again, as a file is).
             ledger: as for ``Accountant``.
             rng: as for ``Accountant``.
             clock: for an in-memory ledger only (tests, simulations): seconds since the epoch
@@ -86,7 +86,8 @@ class Opening:
         >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="bob")
         True
         """
-        policy = path if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
+        # A Policy object passes the same checks as a file (policies.policy.validated).
+        policy = validated(path) if isinstance(path, Policy) else load_policy(path)  # type: ignore[arg-type]
         acc = cls.__new__(cls)
         acc._setup(policy, None, ledger, rng, clock, owner_key, simulation)
         return acc
@@ -141,7 +142,7 @@ class Opening:
             LedgerConflictError: the new policy gives an account another composition rule or
                 renewal window than its recorded spend; nothing was written.
         """
-        new = policy if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
+        new = validated(policy) if isinstance(policy, Policy) else load_policy(policy)  # type: ignore[arg-type]
         gate = self._gate
         owner = None if owner_key is None else owner_keys.load(owner_key)
         change = policy_record.replace(gate.ledger, new, by=by, reason=reason, owner=owner)

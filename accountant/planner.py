@@ -21,6 +21,8 @@ Who is held to what:
 - A windowed limit (``period``) charges the account of the window in force at the
   debit's time — its transaction's, the ledger's, never the caller's (``Gate.debit``); see
   ``policies.periods`` for why that is a weaker guarantee.
+- ``dataset`` not given: ``"default"`` while the planner knows no other dataset, else refused
+  (``accountant.unnamed``); resolved here, before any plan is cached.
 
 Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than what a ledger has already spent
 loads, and those limits then refuse every release (``dpbudget status --policy`` marks
@@ -40,6 +42,7 @@ from accountant.composition import CompositionRule
 from accountant.errors import (AnalystMismatchError, InvalidArgumentError, InvalidTypeError,
                                UnknownAnalystError, UnknownDatasetError)
 from accountant.ledger.record import AccountLayout, canonical
+from accountant.unnamed import NOT_GIVEN, named
 from policies.accounts import (AccountSpec, analyst_key, block_spec, block_template_key,
                                dataset_analyst_key, dataset_key, policy_accounts)
 from policies.blocks import Blocks, Unlock, block_names
@@ -167,6 +170,8 @@ class Planner:
     def plan(self, dataset: Any, analyst: str | None, blocks: Any = None) -> Plan:
         """The (cached) plan of a release on ``dataset`` (a name, or a tuple/list of names for a
         join) by ``authenticated(analyst)``, reading ``blocks`` of a dataset divided into blocks."""
+        if dataset is NOT_GIVEN:
+            dataset = named(dataset, self._known)
         if self.analyst is not None and analyst is not self.analyst:
             analyst = self.authenticated(analyst)
         if blocks is not None:
@@ -200,7 +205,7 @@ class Planner:
         to vary) that is not a case-only twin of a dataset already known — "people", "People"
         and "people " would otherwise be three budgets for one table.
         """
-        _validate.text("dataset", dataset)
+        _validate.text("dataset", dataset := named(dataset, self._known))
         declared = self.policy.datasets.get(dataset)
         if declared is not None:
             return declared
@@ -227,7 +232,7 @@ class Planner:
 
     def account(self, dataset: str, analyst: str | None, block: str | None = None) -> Target:
         """The account of ``dataset``'s limit, of its ``analyst``'s there, or of one block."""
-        limit = self.limit(dataset)
+        limit = self.limit(dataset := named(dataset, self._known))
         if block is not None:
             if analyst is not None or limit.blocks is None:
                 raise InvalidArgumentError("block", block, "a block of a dataset divided into "

@@ -38,10 +38,12 @@ def budget_rows(ledger: Ledger, policy: Any = None,
     Args:
         policy: a ``policies.Policy`` to report against (its limits, not the recorded ones):
             each row then also has ``over_limit`` (spent exceeds the policy's limit: every
-            release there is refused) and ``note``.
+            release there is refused), ``new_dataset`` (a dataset the policy does not list,
+            charged under its default limit: a misspelt name shows as one) and ``note``.
         default: the policy's limit for datasets it does not list (a stored policy's).
     """
     specs: dict[str, Any] = {}
+    new: set[str] = set()  # the accounts of datasets the policy does not list (its default's)
     if policy is not None:
         specs = policy_accounts(policy)
         default = default if default is not None else getattr(policy, "other_datasets", None)
@@ -50,6 +52,7 @@ def budget_rows(ledger: Ledger, policy: Any = None,
                 name = dataset_name(account.key)
                 if name is not None and dataset_key(name) not in specs:
                     specs[dataset_key(name)] = dataset_spec(name, default, "default")
+                    new.add(dataset_key(name))
                     if default.blocks is not None:
                         specs[block_template_key(name)] = block_spec(name, default, "default")
     rows = []
@@ -68,6 +71,9 @@ def budget_rows(ledger: Ledger, policy: Any = None,
         }
         if policy is not None:
             row["over_limit"] = _over(rule, account)
+            row["new_dataset"] = split_window(account.key)[0] in new
+            if row["new_dataset"] and not note:  # a typo under a default limit shows here
+                note = "new dataset (not in the policy: its default limit)"
             row["note"] = ("OVER LIMIT: refuses every release" if row["over_limit"] else note
                            or ("exhausted" if exhausted else ""))
         rows.append(row)

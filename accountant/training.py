@@ -24,6 +24,7 @@ from accountant.errors import (
     InvalidDataTypeError,
     InvalidTypeError,
 )
+from accountant.unnamed import NOT_GIVEN
 from mechanisms import SubsampledGaussian
 from mechanisms.base import real_values
 
@@ -56,7 +57,7 @@ def logistic_gradients(weights: np.ndarray, X: np.ndarray, y: np.ndarray) -> np.
 
 
 def noise_for_steps(budget: Accountant | Budget, steps: int, *, sampling_rate: float = 1.0,
-                    clip_norm: float = 1.0, noise: str = "exact", dataset: Any = "default",
+                    clip_norm: float = 1.0, noise: str = "exact", dataset: Any = NOT_GIVEN,
                     analyst: str | None = None, order: float | None = None) -> float:
     """The smallest noise multiplier z (to 3 significant digits, rounded up) at which ``steps``
     releases of ``SubsampledGaussian(z, sampling_rate, clip_norm)`` fit.
@@ -123,7 +124,7 @@ def _design(X: Any, y: Any, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray
 def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate: float,
            noise_multiplier: float, batch_size: float, clip_norm: float = 1.0,
            learning_rate: float = 1.0,
-           dataset: Any = "default", analyst: str | None = None, fit_intercept: bool = True,
+           dataset: Any = NOT_GIVEN, analyst: str | None = None, fit_intercept: bool = True,
            weights: Any = None, noise: str = "exact", label: str | None = None) -> TrainingResult:
     """DP-SGD for logistic regression (Abadi et al. 2016), each step charged before its noise.
 
@@ -163,7 +164,7 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
 
 def noisy_gradient_descent(accountant: Accountant, X: Any, y: Any, *, steps: int,
                            noise_multiplier: float, batch_size: float, clip_norm: float = 1.0,
-                           learning_rate: float = 1.0, dataset: Any = "default",
+                           learning_rate: float = 1.0, dataset: Any = NOT_GIVEN,
                            analyst: str | None = None, fit_intercept: bool = True,
                            weights: Any = None, noise: str = "exact",
                            label: str | None = None) -> TrainingResult:

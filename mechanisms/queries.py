@@ -209,6 +209,8 @@ def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper:
         data, lower, upper: the values and the clamping range (chosen without looking at data).
         epsilon: total ε for the mean.
         count_share: the fraction of ε spent on the count, in (0, 1).
+        dataset: as for ``Accountant.release``; ``None`` (left out): left out there too, so
+            the accountant's rule for an unnamed dataset applies (``accountant.unnamed``).
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=1)

@@ -3,16 +3,22 @@ and the per-query cap (``Cap``).
 
 Invariant: a limit that exists is valid (pydantic v2, frozen, unknown keys refused): its rule name
 is one of ``accountant.composition.RULES`` as registered when it is validated, its budgets are
-valid ``Budget`` values, its period parses. Validation errors name the exact key, so that a policy
-file's mistakes point at the line to fix.
+valid ``Budget`` values, its period parses, and each ``allowed_mechanisms`` entry names a mechanism
+class (``mechanism_problem``: the one check that ``load_policy``, ``Accountant.from_policy`` and
+``dpbudget policy check`` share). Validation errors name the exact key, so that a policy file's
+mistakes point at the line to fix.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import re
+import sys
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
+                      ValidationInfo, field_validator)
 
 from accountant import _validate
 from accountant.budget import Budget
@@ -22,7 +28,8 @@ from accountant.errors import InvalidArgumentError, from_validation_error
 from policies.blocks import Blocks
 from policies.periods import Period
 
-__all__ = ["AnalystLimit", "Cap", "DatasetLimit", "Name", "valid_name"]
+__all__ = ["STORED", "AnalystLimit", "Cap", "DatasetLimit", "Name", "mechanism_problem",
+           "unchecked_mechanism", "valid_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 # A library mechanism's name ("Laplace") or a custom class's module-qualified name
@@ -46,12 +53,73 @@ def folded_name(name: str) -> str:
     return re.sub(r"[_.\-]", "", name.casefold())
 
 
-def _mechanism(value: str) -> str:
+def _mechanism(value: str, info: ValidationInfo) -> str:
     if len(value) > 255 or _MECHANISM.fullmatch(value) is None:
         raise InvalidArgumentError("mechanism", value, "a mechanism class name: a library "
                                    "mechanism's, such as 'Laplace', or a custom class's module "
                                    "and name, such as 'mypkg.mech.Clipped'")
+    if not (info.context or {}).get("stored"):  # read as it was enforced (see STORED)
+        problem = mechanism_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
     return value
+
+
+# The validation context of a policy read back from a ledger (``policies.stored``): it was
+# checked when it was applied, and an auditor's installation (an older version, without the
+# custom modules) must still read it, so its mechanism names are taken as recorded.
+STORED: dict[str, Any] = {"stored": True}
+
+
+def mechanism_problem(name: str) -> str | None:
+    """Why ``name`` cannot be an ``allowed_mechanisms`` entry, or ``None`` if it can.
+
+    A name without a dot must be a library mechanism's public name (``"Laplace"``). A
+    module-qualified name (``"mypkg.mech.Clipped"``) must be the ``mechanisms.base.mechanism_name``
+    of a class its module defines — checked when that module is imported in this process (as it
+    is wherever a release uses the class), but not imported here by a policy, which runs no
+    code: on a machine without the module (an auditor's) the name is taken as written, and it
+    can admit only the class of that exact module and name, so a misspelling there refuses that
+    mechanism, never admits another. ``__main__.X`` is not checked either (whichever script
+    loads the policy is ``__main__``). ``mechanisms.laplace.Laplace`` is refused: a library class
+    is named by its public name.
+    """
+    known = mechanism_names()
+    if name in known:
+        return None
+    if unchecked_mechanism(name):
+        return None
+    close = [k for k in sorted(known) if k.endswith("." + name) or k == name.rpartition(".")[2]]
+    close = close or difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f"did you mean {close[0]!r}?" if close else (
+        "a custom mechanism is named by its module and class, 'module.Class'")
+    return f"must name a mechanism class (no mechanism is called that; {hint})"
+
+
+def unchecked_mechanism(name: str) -> bool:
+    """Whether ``name`` is a custom class's whose module is not imported here (or ``__main__``):
+    taken as written (``mechanism_problem``); ``dpbudget policy check`` warns of it."""
+    module = name.rpartition(".")[0]
+    library = module == "mechanisms" or module.startswith("mechanisms.")
+    return bool(module) and not library and (module == "__main__" or module not in sys.modules)
+
+
+def mechanism_names() -> set[str]:
+    """The names of every concrete mechanism class defined so far (custom ones included): the
+    ones the gate records and matches (``mechanisms.base.mechanism_name``)."""
+    import mechanisms  # noqa: F401  (every library mechanism defined)
+    from mechanisms.base import Mechanism, mechanism_name
+
+    names, todo = set(), [Mechanism]
+    while todo:
+        cls = todo.pop()
+        if not inspect.isabstract(cls) and not cls.__name__.startswith("_"):
+            try:
+                names.add(mechanism_name(cls))
+            except TypeError:  # a class posing under another's name: no name to admit
+                pass
+        todo.extend(cls.__subclasses__())
+    return names
 
 
 Name = Annotated[str, AfterValidator(valid_name)]

@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field, ValidationError
 from accountant.errors import InvalidTypeError, PolicyError
 from policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 
-__all__ = ["Policy", "load_policy", "parse_policy", "policy_schema"]
+__all__ = ["Policy", "load_policy", "parse_policy", "policy_schema", "validated"]
 
 _TOML_TWICE = re.compile(r"Cannot declare (\(.*?\)) twice")
 
@@ -111,6 +111,20 @@ def load_policy(path: str | Path) -> Policy:
     except PolicyError as exc:
         exc.file = str(file)
         raise
+
+
+def validated(policy: Policy) -> Policy:
+    """``policy`` (a ``Policy`` object, as ``Accountant.from_policy`` takes one) checked again,
+    as a file is: one built with ``model_construct``, or whose custom mechanisms' modules were
+    imported only after it was built, passes the same checks as ``load_policy``'s.
+
+    Raises:
+        PolicyError: as for ``load_policy``, naming the key path.
+    """
+    try:
+        return Policy.model_validate(policy.model_dump())
+    except ValidationError as exc:
+        raise policy_error(exc) from None
 
 
 def parse_policy(text: str, fmt: str) -> Policy:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from accountant.errors import LedgerCorruptedError
-from policies.limits import AnalystLimit, DatasetLimit
+from policies.limits import STORED, AnalystLimit, DatasetLimit
 from policies.policy import Policy
 
 __all__ = ["POLICY_KEY", "differences", "document", "from_document", "raised"]
@@ -46,14 +46,17 @@ def from_document(doc: Any) -> tuple[Policy, DatasetLimit | None]:
     try:
         raw = _infinite(doc)
         body = dict(raw["policy"])
-        datasets = {str(k): DatasetLimit.model_validate(v) for k, v in body.pop("datasets").items()}
+        # STORED: mechanism names as recorded (an auditor may lack a custom module; see limits).
+        datasets = {str(k): DatasetLimit.model_validate(v, context=STORED)
+                    for k, v in body.pop("datasets").items()}
         analysts = {str(k): AnalystLimit.model_validate(v) for k, v in body.pop("analysts").items()}
         # Top-level fields validated on their own (dataset names given to Accountant(limits=...)
         # need not follow the policy file's name syntax, so the whole model is not re-validated).
-        top = Policy.model_validate({**body, "datasets": {"x": {}}})
+        top = Policy.model_validate({**body, "datasets": {"x": {}}}, context=STORED)
         policy = Policy.model_construct(**{**top.__dict__, "datasets": datasets,
                                            "analysts": analysts})
-        default = None if raw["default"] is None else DatasetLimit.model_validate(raw["default"])
+        default = None if raw["default"] is None else DatasetLimit.model_validate(
+            raw["default"], context=STORED)
     except (KeyError, TypeError, AttributeError, ValidationError) as exc:
         raise LedgerCorruptedError(f"the ledger's stored policy is not a valid policy "
                                    f"({type(exc).__name__}); run `dpbudget audit` on it") from None

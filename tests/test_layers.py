@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
                "accountant.refusals", "accountant.step", "accountant.continuity",
                "accountant.owner_key",
                "accountant.policy_record", "accountant.gate", "accountant.pipeline",
-               "accountant.opening", "accountant.core"]]),
+               "accountant.opening", "accountant.core", "accountant.unnamed"]]),
     ("training", [["accountant.training", "accountant.estimator"]]),
     ("audit and reports", [["accountant.sources", "accountant.audit_report",
                             "accountant.audit_chain", "accountant.audit_policy",

@@ -1,0 +1,147 @@
+"""Issue 30: a dataset is never implicit once the accountant knows a named one.
+
+``release(m, x, dataset="survey"); release(m, x)`` used to admit both under a limit of 1.0 (the
+second on a fresh "default" budget). A request without ``dataset=`` is now taken for "default"
+only while no other dataset is known (``accountant.unnamed``); otherwise it is refused before
+anything is drawn or debited. ``dpbudget status`` and the audit show each dataset that appeared
+under a default limit, so that a misspelt name shows.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import accountant.planner
+from accountant import Accountant, Budget
+from accountant.cli import main
+from accountant.errors import InvalidArgumentError
+from accountant.unnamed import NOT_GIVEN
+from mechanisms import AboveThreshold, Laplace, group_by, noisy_mean, noisy_quantiles
+from tests.support import snapshot
+
+
+def _acc(**kw) -> tuple[Accountant, np.random.Generator]:
+    rng = np.random.default_rng(30)
+    return Accountant(Budget(1.0), rng=rng, **kw), rng
+
+
+def test_the_issue_reproduction_is_refused() -> None:
+    acc, rng = _acc()
+    acc.release(Laplace(0.9), 1.0, dataset="survey")
+    before = snapshot(acc.ledger, rng)
+    with pytest.raises(InvalidArgumentError) as refused:
+        acc.release(Laplace(0.9), 1.0)
+    assert refused.value.argument == "dataset" and "['survey']" in str(refused.value)
+    assert snapshot(acc.ledger, rng) == before  # nothing drawn, nothing debited
+
+
+def test_negative_control_the_old_default_lets_it_through(monkeypatch) -> None:
+    """With "not given" taken for "default" again, the issue's figure comes back: 1.8 spent on
+    one population under a limit of 1.0."""
+    monkeypatch.setattr(accountant.planner, "named",
+                        lambda dataset, known: "default" if dataset is NOT_GIVEN else dataset)
+    acc, _ = _acc()
+    acc.release(Laplace(0.9), 1.0, dataset="survey")
+    acc.release(Laplace(0.9), 1.0)
+    assert acc.spent("survey").epsilon + acc.spent("default").epsilon == pytest.approx(1.8)
+
+
+def test_every_entry_point_refuses_once_a_dataset_is_named() -> None:
+    acc, rng = _acc()
+    acc.release(Laplace(0.1), 1.0, dataset="survey")
+    before = snapshot(acc.ledger, rng)
+    calls = {
+        "release": lambda: acc.release(Laplace(0.1), 1.0),
+        "release_many": lambda: acc.release_many([(Laplace(0.1), 1.0)]),
+        "session": lambda: acc.session(AboveThreshold(epsilon=0.1, threshold=1.0)),
+        "pipeline": lambda: acc.pipeline("p", budget=Budget(0.1)),
+        "budgeted": lambda: acc.budgeted("b", budget=Budget(0.1))(lambda p: None)(),
+        "can_afford": lambda: acc.can_afford(Laplace(0.1)),
+        "max_releases": lambda: acc.max_releases(Laplace(0.1)),
+        "spent": lambda: acc.spent(),
+        "remaining": lambda: acc.remaining(),
+        "limit": lambda: acc.limit(),
+        # the query helpers pass dataset= on only when given: they pick no default either
+        "noisy_mean": lambda: noisy_mean(acc, [1.0, 2.0], 0.0, 3.0, epsilon=0.1),
+        "noisy_quantiles": lambda: noisy_quantiles(acc, [1.0], [0.5], 0.0, 3.0, epsilon=0.1),
+        "group_by": lambda: group_by(acc, ["a"], ["a"], epsilon=0.1),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidArgumentError, match="'dataset' must be given") as refused:
+            call()
+        assert refused.value.argument == "dataset", name
+    assert snapshot(acc.ledger, rng) == before
+    # Naming "default" explicitly is a choice, and still works.
+    acc.release(Laplace(0.1), 1.0, dataset="default")
+
+
+def test_honest_single_dataset_use_needs_no_dataset() -> None:
+    acc, _ = _acc()
+    assert acc.can_afford(Laplace(0.25)) and acc.max_releases(Laplace(0.25)) == 4
+    acc.release(Laplace(0.25), 1.0)
+    acc.release_many([(Laplace(0.25), 1.0)])
+    with acc.pipeline("p", budget=Budget(0.25)) as p:
+        p.release(Laplace(0.25), 1.0)
+    assert acc.spent() == Budget(0.75) and acc.remaining() == Budget(0.25)
+    noisy_mean(acc, [1.0, 2.0], 0.0, 3.0, epsilon=0.125)
+    assert acc.spent() == Budget(0.875)
+    # two releases, the pipeline's allocation, the release inside it, the mean: on "default"
+    assert [e.record["dataset"] for e in acc.ledger.entries() if "dataset" in e.record] == \
+        ["default"] * 5
+
+
+def test_declared_datasets_make_dataset_required() -> None:
+    """``limits={"adult": ...}`` with a default ``limit``: an unnamed release used to go to a
+    fresh "default" budget beside "adult"; now it is refused, listing "adult"."""
+    acc = Accountant(Budget(1.0), limits={"adult": Budget(1.0)}, rng=0)
+    with pytest.raises(InvalidArgumentError, match=r"\['adult'\]"):
+        acc.release(Laplace(0.5), 1.0)
+    only_default = Accountant(limits={"default": Budget(1.0)}, rng=0)
+    only_default.release(Laplace(0.5), 1.0)
+    assert only_default.spent() == Budget(0.5)
+
+
+def test_a_reopened_ledger_knows_the_datasets_it_charged(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with Accountant(Budget(1.0), ledger=url) as acc:
+        acc.release(Laplace(0.5), 1.0, dataset="survey")
+    with Accountant(Budget(1.0), ledger=url) as acc:
+        with pytest.raises(InvalidArgumentError, match=r"\['survey'\]"):
+            acc.release(Laplace(0.5), 1.0)
+    # Negative control: a ledger that only ever charged "default" still takes unnamed releases.
+    plain = f"sqlite:///{tmp_path / 'p.db'}"
+    with Accountant(Budget(1.0), ledger=plain) as acc:
+        acc.release(Laplace(0.5), 1.0)
+    with Accountant(Budget(1.0), ledger=plain) as acc:
+        acc.release(Laplace(0.5), 1.0)
+        assert acc.spent() == Budget(1.0)
+
+
+def test_status_and_audit_show_each_new_dataset(tmp_path, capsys) -> None:
+    """A typo under a default limit ("survy") gets a budget of its own; status marks it a new
+    dataset and the audit lists the record that first charged it. Negative control: a dataset
+    the policy declares is not marked new."""
+    policy = tmp_path / "p.toml"
+    policy.write_text("[datasets.survey]\nlimit = { epsilon = 1.0 }\n"
+                      "[other_datasets]\nlimit = { epsilon = 1.0 }\n")
+    db = tmp_path / "l.db"
+    with Accountant.from_policy(policy, ledger=f"sqlite:///{db}") as acc:
+        acc.release(Laplace(0.3), 1.0, dataset="survey")
+        acc.release(Laplace(0.3), 1.0, dataset="survy")
+        acc.release(Laplace(0.3), 1.0, dataset="survey")
+    capsys.readouterr()
+    assert main(["status", str(db), "--json"]) == 0
+    rows = {r["account"]: r for r in json.loads(capsys.readouterr().out)["accounts"]}
+    assert rows["dataset:survy"]["new_dataset"] and not rows["dataset:survey"]["new_dataset"]
+    assert main(["status", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines if "new dataset" in line] == ["dataset:survy"]
+    assert main(["audit", str(db), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["datasets_first"]
+    assert {name: seq for name, (seq, _) in first.items()} == {"survey": 2, "survy": 3}
+    assert main(["audit", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "datasets first charged" in text and "survy" in text.split("datasets first")[1]
