@@ -25,10 +25,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from compare_revisions import _extract  # (the benchmarks folder is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,15 +50,6 @@ CASES = [
      _RELEASE.format(ledger=", ledger='sqlite:///' + __import__('tempfile').mkdtemp() + '/l.db'"),
      True),
 ]
-
-
-def _extract(revision: str, into: Path) -> Path:
-    archive = into / "base.tar"
-    subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive),
-                    revision], check=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(into / "tree", filter="data")
-    return into / "tree"
 
 
 def _seconds(code: str, tree: Path | None) -> float:
