@@ -19,22 +19,16 @@ from accountant import _validate
 from accountant.budget import Budget
 from accountant.composition import CompositionRule, Refused, State
 from accountant.continuity import check_ledger
-from accountant.errors import (
-    BudgetExceededError,
-    InvalidArgumentError,
-    InvalidDataError,
-    InvalidDataTypeError,
-    InvalidTypeError,
-    LedgerStaleError,
-    MechanismNotAllowedError,
-    PolicyChangedError,
-)
+from accountant.errors import (BudgetExceededError, InvalidArgumentError, InvalidDataError,
+                               InvalidDataTypeError, InvalidTypeError, LedgerStaleError,
+                               MechanismNotAllowedError, PolicyChangedError)
 from accountant.ledger import Account, Ledger
 from accountant.ledger.record import ZERO_COST, assemble, canonical
 from accountant.planner import Plan, Planner, Target
 from accountant.receipt import Receipt
 from accountant.refusals import REFUSALS, log_refusal
 from accountant.session import NumericSession, Session
+from accountant.unnamed import NOT_GIVEN
 from accountant.step import Step, check_continues, check_unlocked, step_account
 from mechanisms.base import Mechanism, StreamMechanism
 from mechanisms.sampling import OneShotSampler, Sampler
@@ -153,6 +147,7 @@ class Gate:
         """Log a refused request for security review (``accountant.refusals``); never spend."""
         dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where[:2]
         analyst = self.planner.analyst or analyst  # (who asked: the ledger's analyst, if it knows)
+        dataset = "default" if dataset is NOT_GIVEN else dataset  # (named: it refused the rest)
         log_refusal(error, name, cost, dataset, analyst, label)
 
     def afford(self, mechanism: Mechanism, where: Where) -> bool:
@@ -283,14 +278,21 @@ class Gate:
     def _no_twin(self, key: str) -> None:
         """A dataset charged for the first time under the default limit must not be a variant
         (``folded_name``) of one another process has charged since this gate read the ledger
-        (the planner knows only the datasets it has seen). In the debit's transaction: no race."""
+        (the planner knows only the datasets it has seen), nor "default" beside a named one. In
+        the debit's transaction: no race."""
         name = dataset_name(key)
         if name is None or name in self.planner.policy.datasets:
             return
         folded = folded_name(name)
         for account in self.ledger.accounts():
             other = dataset_name(account.key)
-            if other is not None and other != name and folded_name(other) == folded:
+            if other is None or other == name:
+                continue
+            if name == "default":  # not opened beside a named one (``accountant.unnamed``)
+                self.planner.know(other)
+                raise InvalidArgumentError("dataset", name, f"named: this ledger holds the "
+                                           f"dataset {other!r}, beside which no 'default' opens")
+            if folded_name(other) == folded:
                 self.planner.know(other, instead_of=name)
                 raise InvalidArgumentError("dataset", name, f"not a variant (in case or '_', "
                                            f"'.', '-') of the dataset {other!r} (one table, "

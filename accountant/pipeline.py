@@ -53,6 +53,7 @@ from accountant.ledger.record import canonical
 from accountant.planner import Plan, Target, pipeline_members
 from accountant.refusals import REFUSALS
 from accountant.session import Session
+from accountant.unnamed import NOT_GIVEN
 from mechanisms.base import Mechanism, StreamMechanism
 from policies.accounts import pipeline_key
 from policies.limits import valid_name
@@ -170,7 +171,7 @@ class Pipeline:
         return f"Pipeline({self.id!r}, budget={self.budget!r}, dataset={self.dataset!r})"
 
     def _require_open(self, dataset: Any = None, analyst: Any = None) -> None:
-        if dataset is not None:
+        if dataset is not None and dataset is not NOT_GIVEN:  # (left out: the pipeline's own)
             named = tuple(dataset) if type(dataset) is list else dataset  # a join, as a list
             names = (named,) if type(named) is str else named
             if type(names) is not tuple or not all(type(n) is str for n in names) \

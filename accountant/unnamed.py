@@ -9,8 +9,11 @@ admitted on a fresh "default" budget, doubling what "survey" can lose. Reads (``
 ``remaining``, ``limit``) follow the same rule, so that no figure of the wrong budget is read as
 the one meant.
 
-Datasets charged by another process after this accountant opened its ledger are not known to it
-until it is opened again; the audit lists every dataset with the record that first charged it.
+Datasets charged by another accountant or process after this one opened its ledger are seen by
+the debit itself: the account "dataset:default" is never opened in a ledger that holds another
+dataset's (``Gate._no_twin``, in the debit's transaction), named "default" or not — it is the
+budget of a ledger with no named dataset, never a second one beside them. The audit lists every
+dataset with the record that first charged it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ class _NotGiven:
 
     def __repr__(self) -> str:
         return "<dataset not given>"
+
+    def __reduce__(self) -> str:
+        return "NOT_GIVEN"  # (copied or pickled: the one marker, ``named`` compares identity)
 
 
 #: The default of every ``dataset=`` parameter: "not given" (``named``).

@@ -138,7 +138,7 @@ def _group_index(keys: Any, declared: list[Any]) -> np.ndarray:
     """Each row's group number, or −1 for a key that is not declared (dropped) — an unhashable
     key included: it cannot be a declared group, and refusing it would tell that it exists."""
     if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-        raise InvalidTypeError("keys", keys, "a sequence of group keys, one per row")
+        raise InvalidDataTypeError("keys", keys, "a sequence of group keys, one per row")
     position = {g: i for i, g in enumerate(declared)}
 
     def number(key: Any) -> int:

@@ -83,7 +83,7 @@ class Laplace(NumericMechanism):
             if x is None:
                 x = super().prepare(value)
         limit = None if self.grid is None else self.grid.limit_for(
-            x.size if type(x) is np.ndarray else 1)
+            x.size if isinstance(x, np.ndarray) else 1)
         if limit is not None and not (-limit <= x <= limit if type(x) is float
                                       else within(x, limit)):
             raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "

@@ -68,7 +68,7 @@ def test_issue_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_single_limit_applies_to_every_dataset_separately() -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
-    for dataset in ("adult", "census", "default"):
+    for dataset in ("adult", "census", "web"):
         acc.release(Laplace(1.0), 1.0, dataset=dataset)
         assert acc.spent(dataset) == Budget(1.0)
         assert acc.remaining(dataset) == Budget(0.0)

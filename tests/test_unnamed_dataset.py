@@ -41,8 +41,11 @@ def test_the_issue_reproduction_is_refused() -> None:
 def test_negative_control_the_old_default_lets_it_through(monkeypatch) -> None:
     """With "not given" taken for "default" again, the issue's figure comes back: 1.8 spent on
     one population under a limit of 1.0."""
+    from accountant.gate import Gate
+
     monkeypatch.setattr(accountant.planner, "named",
                         lambda dataset, known: "default" if dataset is NOT_GIVEN else dataset)
+    monkeypatch.setattr(Gate, "_no_twin", lambda self, key: None)  # (the debit's own look)
     acc, _ = _acc()
     acc.release(Laplace(0.9), 1.0, dataset="survey")
     acc.release(Laplace(0.9), 1.0)
@@ -74,8 +77,11 @@ def test_every_entry_point_refuses_once_a_dataset_is_named() -> None:
             call()
         assert refused.value.argument == "dataset", name
     assert snapshot(acc.ledger, rng) == before
-    # Naming "default" explicitly is a choice, and still works.
-    acc.release(Laplace(0.1), 1.0, dataset="default")
+    # Nor is a "default" budget opened beside "survey" when named: it is the budget of a ledger
+    # with no named dataset, never a second one.
+    with pytest.raises(InvalidArgumentError, match="beside which no 'default' opens"):
+        acc.release(Laplace(0.1), 1.0, dataset="default")
+    assert snapshot(acc.ledger, rng) == before
 
 
 def test_honest_single_dataset_use_needs_no_dataset() -> None:
@@ -145,3 +151,54 @@ def test_status_and_audit_show_each_new_dataset(tmp_path, capsys) -> None:
     assert main(["audit", str(db)]) == 0
     text = capsys.readouterr().out
     assert "datasets first charged" in text and "survy" in text.split("datasets first")[1]
+
+
+# -- found by review of the merged change ---------------------------------------------------------
+
+
+def test_a_second_accountant_on_the_ledger_opens_no_default_beside_a_named_one(
+        tmp_path, monkeypatch) -> None:
+    """Two accountants open one ledger; one charges "survey", then the other releases without
+    dataset=. It knew no dataset when it opened, so only the debit's own look at the ledger can
+    refuse: 0.9 on "survey" and 0.9 on a fresh "default" would be 1.8 under 1.0."""
+    from accountant.gate import Gate
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    a, b = Accountant(Budget(1.0), ledger=url), Accountant(Budget(1.0), ledger=url)
+    a.release(Laplace(0.9), 1.0, dataset="survey")
+    with pytest.raises(InvalidArgumentError) as refused:
+        b.release(Laplace(0.9), 1.0)
+    assert refused.value.argument == "dataset" and "'survey'" in str(refused.value)
+    with pytest.raises(InvalidArgumentError):  # (and it now knows "survey")
+        b.release(Laplace(0.9), 1.0)
+    assert {k.key for k in b.ledger.accounts()} >= {"dataset:survey"}
+    assert "dataset:default" not in {k.key for k in b.ledger.accounts()}
+    # Negative control: without the debit's look (the twin check), the fresh budget opens.
+    monkeypatch.setattr(Gate, "_no_twin", lambda self, key: None)
+    c = Accountant(Budget(1.0), ledger=url)
+    monkeypatch.setattr(c._gate.planner, "_known", set())  # (as if opened before "survey")
+    c.release(Laplace(0.9), 1.0)
+    assert c.spent("default").epsilon + a.spent("survey").epsilon == pytest.approx(1.8)
+
+
+def test_the_marker_survives_copies_and_pickles() -> None:
+    import copy
+    import pickle
+
+    assert copy.deepcopy(NOT_GIVEN) is NOT_GIVEN and copy.copy(NOT_GIVEN) is NOT_GIVEN
+    assert pickle.loads(pickle.dumps(NOT_GIVEN)) is NOT_GIVEN
+
+
+def test_a_pipeline_takes_the_marker_for_its_own_dataset() -> None:
+    acc, _ = _acc()
+    with acc.pipeline("p", dataset="survey", budget=Budget(0.5)) as p:
+        p.release(Laplace(0.1), 1.0, dataset=NOT_GIVEN)  # (what the training helpers pass)
+        assert p.spent().epsilon == pytest.approx(0.1)
+
+
+def test_a_refused_unnamed_release_is_logged_under_default(caplog) -> None:
+    acc, _ = _acc()
+    with caplog.at_level("WARNING", logger="dpbudget.ledger.refusals"):
+        with pytest.raises(Exception):
+            acc.release(Laplace(2.0), 1.0)
+    assert caplog.records and "not given" not in caplog.text and "default" in caplog.text
