@@ -306,3 +306,21 @@ def test_the_gaussian_grid_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyP
     x = (2 ** 60 + Fraction(1, 2) + Fraction(1, 2 ** 80)) * g  # rounds up; its double does not
     out = Accountant(Budget(1.0, 1e-6), rng=0).release(mech, x)
     assert out == float((2 ** 60 + 1) * g) and float(x) == float(2 ** 60 * g)
+
+
+def test_an_array_subclass_of_rationals_gets_its_lengths_grid_limit() -> None:
+    """Found by review: a numpy array subclass (a masked array, say) of Fractions was held to
+    the scalar's grid limit, larger than a vector's: admitted, then failing after the debit."""
+    from accountant import Accountant, Budget, InvalidDataError
+    from mechanisms import Laplace
+
+    class Tagged(np.ndarray):
+        pass
+
+    m = Laplace(1.0)
+    big = Fraction(m.grid.limit_for(1)) * Fraction(9, 10)
+    value = np.array([big, big], dtype=object).view(Tagged)
+    acc = Accountant(Budget(10.0))
+    with pytest.raises(InvalidDataError):
+        acc.release(m, value)
+    assert acc.spent() == Budget(0.0)
