@@ -60,7 +60,7 @@ def noise_for_steps(budget: Accountant | Budget, steps: int, *, sampling_rate: f
                     clip_norm: float = 1.0, noise: str = "exact", dataset: Any = NOT_GIVEN,
                     analyst: str | None = None, order: float | None = None) -> float:
     """The smallest noise multiplier z (to 3 significant digits, rounded up) at which ``steps``
-    releases of ``SubsampledGaussian(z, sampling_rate, clip_norm)`` fit.
+    releases of ``SubsampledGaussian(z, sampling_rate=..., sensitivity=clip_norm)`` fit.
 
     ``budget`` is an ``Accountant`` (what is left of ``dataset``'s limit now, under its rule:
     ``max_releases``) or a ``Budget`` (a fresh ``"renyi"`` limit, at ``order``, or without one
@@ -101,7 +101,7 @@ def noise_for_steps(budget: Accountant | Budget, steps: int, *, sampling_rate: f
 
 
 def _step(z: float, q: float, clip: float, noise: str) -> SubsampledGaussian:
-    return SubsampledGaussian(z, q, clip, noise=noise)
+    return SubsampledGaussian(z, sampling_rate=q, sensitivity=clip, noise=noise)
 
 
 def _design(X: Any, y: Any, fit_intercept: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -129,8 +129,8 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
     """DP-SGD for logistic regression (Abadi et al. 2016), each step charged before its noise.
 
     Step t: per-example gradients at the current weights, then one release of
-    ``SubsampledGaussian(noise_multiplier, sampling_rate, clip_norm)`` (clip each row to
-    ``clip_norm``, keep each row with probability q, sum, add N(0, (z·C)²) per coordinate),
+    ``SubsampledGaussian(noise_multiplier, sampling_rate=..., sensitivity=clip_norm)`` (clip
+    each row to ``clip_norm``, keep each row with probability q, sum, add N(0, (z·C)²) per coordinate),
     then w ← w − η·(noisy sum)/``batch_size``.
 
     ``batch_size`` is the expected batch size q·n as a **public** number (from a public row
@@ -143,7 +143,8 @@ def dp_sgd(accountant: Accountant, X: Any, y: Any, *, steps: int, sampling_rate:
     Compose it under ``"renyi"`` to get the amplification by subsampling: ``"advanced"`` and
     ``"basic"`` charge each step as if it saw every row.
     """
-    mechanism = SubsampledGaussian(noise_multiplier, sampling_rate, clip_norm, noise=noise)
+    mechanism = SubsampledGaussian(noise_multiplier, sampling_rate=sampling_rate,
+                                   sensitivity=clip_norm, noise=noise)
     x, labels = _design(X, y, fit_intercept)
     n_steps = _validate.positive_int("steps", steps)
     rate = _validate.positive("learning_rate", learning_rate)

@@ -283,7 +283,7 @@ def table_b() -> list[str]:
 
 def table_c(n: int = 100_000) -> list[str]:
     limit = Budget(EPS_B, DELTA_B)
-    lap, gauss = Laplace(5e-6), AnalyticGaussian(1e-4, 1e-10)
+    lap, gauss = Laplace(5e-6), AnalyticGaussian(1e-4, delta=1e-10)
     setups = [("basic", lap, {}), ("advanced", lap, {}),
               ("optimal", lap, {"per_query": Budget(5e-6)}), ("gaussian", gauss, {})]
     out = ["| rule | rule debits/s (composition only) | `Accountant.release`/s, memory ledger |",

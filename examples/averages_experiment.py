@@ -45,7 +45,7 @@ def variants(acc: Accountant, rng: np.random.Generator) -> dict[str, Callable[[n
         "sum / true count (replace-one)": lambda x, e: noisy_mean(
             acc, x, LOWER, UPPER, epsilon=e, neighbouring=Neighbouring.REPLACE),
         "sample-and-aggregate (20 chunks)": lambda x, e: acc.release(
-            SampleAndAggregate(e, np.mean, 20, LOWER, UPPER), x),
+            SampleAndAggregate(e, function=np.mean, chunks=20, lower=LOWER, upper=UPPER), x),
         "NOT PRIVATE: bootstrap mean": lambda x, e: float(rng.choice(x, x.size).mean()),
     }
 

@@ -38,14 +38,14 @@ def main() -> None:
     hours = np.array(people["hours_per_week"], dtype=float)
     acc = Accountant(Budget(3.0, 1e-5), rng=2024)
 
-    median_age = acc.release(Median(0.5, 0.0, 100.0, bins=100), age, dataset="people",
+    median_age = acc.release(Median(0.5, lower=0.0, upper=100.0, bins=100), age, dataset="people",
                              label="median age")
     q = noisy_quantiles(acc, income, [0.25, 0.5, 0.75], 0.0, 200_000.0, epsilon=0.5,
                         dataset="people", label="income quartiles")
-    ptr = acc.release(ProposeTestRelease(1.0, 1e-6, bound=3_000.0, statistic="median",
+    ptr = acc.release(ProposeTestRelease(1.0, delta=1e-6, bound=3_000.0, statistic="median",
                                          lower=0.0, upper=200_000.0), income,
                       dataset="people", label="median income (PTR)")
-    log_mean = acc.release(SampleAndAggregate(0.5, lambda rows: float(np.mean(np.log1p(rows))),
+    log_mean = acc.release(SampleAndAggregate(0.5, function=lambda rows: float(np.mean(np.log1p(rows))),
                                               chunks=40, lower=5.0, upper=13.0),
                            income, dataset="people", label="mean log income (S&A)")
     levels = ["primary", "secondary", "bachelor", "master", "doctorate"]  # public: the schema's

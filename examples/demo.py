@@ -50,7 +50,7 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
           f"{ANALYST}'s own before its noise is drawn\n(true values shown only because the data "
           f"are synthetic):", file=out)
     n = count(people)
-    show("count of people", acc.release(Laplace(0.1, n.l1_sensitivity), n.value, label="count",
+    show("count of people", acc.release(Laplace(0.1, sensitivity=n.l1_sensitivity), n.value, label="count",
                                         **mine), n.value, Budget(0.1))
     show("mean age (clamped to 18..95)",
          noisy_mean(acc, ages, 18, 95, epsilon=0.2, label="mean age", **mine),
@@ -69,7 +69,7 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
 
     print(f"\nOne more release by {ANALYST}, ε = 0.2, on 'people':", file=out)
     try:
-        acc.release(Laplace(0.2, n.l1_sensitivity), n.value, label="one too many", **mine)
+        acc.release(Laplace(0.2, sensitivity=n.l1_sensitivity), n.value, label="one too many", **mine)
     except BudgetExceededError as refused:
         print(f"  refused: {refused}", file=out)
     print(f"\nInspect it: dpbudget status {ledger}\n"

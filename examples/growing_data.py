@@ -77,7 +77,7 @@ def simulate(name: str, table: object, folder: Path) -> tuple[list[int], Ledger]
             try:
                 kwargs = {"blocks": blocks} if name == "blocks" else {}
                 query = count(rows)  # type: ignore[arg-type]
-                acc.release(Laplace(0.1, query.l1_sensitivity), query.value, dataset="events",
+                acc.release(Laplace(0.1, sensitivity=query.l1_sensitivity), query.value, dataset="events",
                             **kwargs)
                 n += 1
             except BudgetExceededError:

@@ -35,9 +35,9 @@ def income_report(acc: Accountant, people: list[dict[str, Any]], *,
         s = clamped_sum([row["income"] for row in people], 0, 150_000)
         return {
             "pipeline": p.id,
-            "education": p.release(Laplace(0.2, h.l1_sensitivity), h.value,
+            "education": p.release(Laplace(0.2, sensitivity=h.l1_sensitivity), h.value,
                                    label="education histogram"),
-            "income": p.release(AnalyticGaussian(0.2, 1e-7, s.l2_sensitivity), s.value,
+            "income": p.release(AnalyticGaussian(0.2, delta=1e-7, sensitivity=s.l2_sensitivity), s.value,
                                 label="total income"),
         }
 

@@ -66,7 +66,7 @@ def non_private(X: np.ndarray, y: np.ndarray, steps: int = 3000) -> np.ndarray:
 def plan() -> tuple[float, float]:
     """The noise multiplier and the Rényi order for STEPS steps at RATE, from public numbers."""
     first = noise_for_steps(LIMIT, STEPS, sampling_rate=RATE, clip_norm=CLIP)
-    order = plan_order(LIMIT, SubsampledGaussian(first, RATE, CLIP), steps=STEPS)
+    order = plan_order(LIMIT, SubsampledGaussian(first, sampling_rate=RATE, sensitivity=CLIP), steps=STEPS)
     return noise_for_steps(LIMIT, STEPS, sampling_rate=RATE, clip_norm=CLIP, order=order), order
 
 

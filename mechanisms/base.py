@@ -167,7 +167,9 @@ class Mechanism(ABC, metaclass=_Frozen):
     ``params`` (the public parameters, written to the ledger), ``prepare`` (validate the true
     value, raise a typed error naming it, draw nothing) and ``draw`` (the noisy answer, using only
     the ``Sampler`` it is given). Where it has a tighter zCDP or Gaussian-DP cost it overrides
-    ``rho`` / ``mu``. It is immutable once constructed.
+    ``rho`` / ``mu``. It is immutable once constructed. The library's mechanisms take only ε by
+    position and every other parameter by keyword (issue 30: ``Laplace(1.0, 0.1)`` is refused,
+    so ε and Δ cannot be swapped); a subclass of your own should do the same.
     """
 
     _cost: Budget

@@ -74,6 +74,9 @@ class DiscreteLaplace(_IntegerMechanism):
     rational when its numerator and denominator are below 2^40, else rounded down to one with a
     denominator 2^k and 32 significant bits (more noise, never less).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         sensitivity: the integer query's L1 sensitivity Δ, a positive integer.
@@ -83,7 +86,7 @@ class DiscreteLaplace(_IntegerMechanism):
     (Budget(epsilon=1.0, delta=0.0), 0.4621171573)
     """
 
-    def __init__(self, epsilon: float, sensitivity: int = 1) -> None:
+    def __init__(self, epsilon: float, *, sensitivity: int = 1) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.sensitivity = _validate.positive_int("sensitivity", sensitivity)
         rate = Fraction(self.epsilon) / self.sensitivity
@@ -120,6 +123,9 @@ class DiscreteGaussian(_IntegerMechanism):
     same as the continuous Gaussian's). It has no Gaussian-DP μ of its own that we can cite, so the
     ``gaussian`` composition rule refuses it.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         delta: 0 < δ < 1.
@@ -133,7 +139,7 @@ class DiscreteGaussian(_IntegerMechanism):
     3.74048
     """
 
-    def __init__(self, epsilon: float, delta: float, sensitivity: int = 1) -> None:
+    def __init__(self, epsilon: float, *, delta: float, sensitivity: int = 1) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)
         self.sensitivity = _validate.positive_int("sensitivity", sensitivity)

@@ -109,6 +109,9 @@ class Gaussian(_GaussianFamily):
     fails beyond it (at ε = 10 this σ leaks δ ≈ 2.27e-5 for a target of 1e-5), so ε >= 1 is refused:
     use :class:`AnalyticGaussian`, which is exact for every ε and never noisier.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: 0 < ε < 1.
         delta: 0 < δ < 1.
@@ -121,14 +124,14 @@ class Gaussian(_GaussianFamily):
     9.689611
     """
 
-    def __init__(self, epsilon: float, delta: float, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, delta: float, sensitivity: float = 1.0,
                  noise: str = "exact") -> None:
         eps = _validate.positive("epsilon", epsilon)
         if not eps < 1.0:
             raise InvalidArgumentError(
                 "epsilon", epsilon, "< 1 for the classic Gaussian mechanism",
                 "Its calibration (Dwork-Roth Thm 3.22) only holds for epsilon < 1; use "
-                "AnalyticGaussian(epsilon, delta, sensitivity), exact for any epsilon")
+                "AnalyticGaussian(epsilon, delta=..., sensitivity=...), exact for any epsilon")
         self.epsilon = eps
         self.delta = _validate.probability("delta", delta, low_open=True)
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
@@ -152,6 +155,9 @@ class AnalyticGaussian(_GaussianFamily):
     "advanced" and "renyi" rules (and μ = Δ/σ with ``noise="float"``) as always. ``delta`` then
     only names the (ε, δ) pair this noise is declared at, for the "basic" rule and caps.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0 (or give ``sigma`` or ``noise_multiplier`` instead).
         delta: 0 < δ < 1.
@@ -167,8 +173,8 @@ class AnalyticGaussian(_GaussianFamily):
     (1.0, 1.9931, 0.125)
     """
 
-    def __init__(self, epsilon: float | None = None, delta: float | None = None,
-                 sensitivity: float = 1.0, noise: str = "exact", *,
+    def __init__(self, epsilon: float | None = None, *, delta: float | None = None,
+                 sensitivity: float = 1.0, noise: str = "exact",
                  sigma: float | None = None, noise_multiplier: float | None = None) -> None:
         given = [name for name, v in (("epsilon", epsilon), ("sigma", sigma),
                                       ("noise_multiplier", noise_multiplier)) if v is not None]

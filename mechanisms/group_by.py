@@ -80,8 +80,8 @@ def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashabl
     common = {**_where(dataset, analyst), "label": label or f"group-by {statistic}"}
     counts = np.bincount(index[index >= 0], minlength=len(declared)).astype(np.float64)
     if statistic == "count":
-        noisy = releaser.release(Laplace(eps, 1.0 if relation is Neighbouring.ADD_REMOVE
-                                           else 2.0), counts, **common)
+        sensitivity = 1.0 if relation is Neighbouring.ADD_REMOVE else 2.0
+        noisy = releaser.release(Laplace(eps, sensitivity=sensitivity), counts, **common)
         return dict(zip(declared, (float(v) for v in noisy)))
     if lower is None or upper is None:
         raise InvalidArgumentError("lower" if lower is None else "upper", None,
@@ -98,7 +98,7 @@ def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashabl
     sums = exact_sums(data[kept], index[kept], len(declared))
     if statistic == "sum":
         delta = reach if relation is Neighbouring.ADD_REMOVE else max(width, 2 * reach)
-        noisy = releaser.release(Laplace(eps, delta), _rationals(sums), **common)
+        noisy = releaser.release(Laplace(eps, sensitivity=delta), _rationals(sums), **common)
         return dict(zip(declared, (float(v) for v in noisy)))
     mid = (lo + hi) / 2
     centre = (Fraction(lo) + Fraction(hi)) / 2
@@ -106,7 +106,8 @@ def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashabl
     delta = width / 2 if relation is Neighbouring.ADD_REMOVE else width
     count_delta = 1.0 if relation is Neighbouring.ADD_REMOVE else 2.0
     noisy_counts, noisy_sums = releaser.release_many(
-        [(Laplace(eps / 2, count_delta), counts), (Laplace(eps / 2, delta), centred)], **common)
+        [(Laplace(eps / 2, sensitivity=count_delta), counts),
+         (Laplace(eps / 2, sensitivity=delta), centred)], **common)
     means = mid + np.asarray(noisy_sums) / np.maximum(np.asarray(noisy_counts), 1.0)
     return dict(zip(declared, (float(min(max(v, lo), hi)) for v in means)))
 

@@ -38,6 +38,9 @@ class Laplace(NumericMechanism):
     sensitivity holds for the value as given; with ``noise="float"`` it is first rounded to the
     nearest double.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0, finite.
         sensitivity: the query's L1 sensitivity Δ₁ > 0 under the neighbour relation in use.
@@ -53,7 +56,8 @@ class Laplace(NumericMechanism):
     4.0
     """
 
-    def __init__(self, epsilon: float, sensitivity: float = 1.0, noise: str = "exact") -> None:
+    def __init__(self, epsilon: float, *, sensitivity: float = 1.0,
+                 noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.sensitivity = _validate.positive("sensitivity", sensitivity)
         self.scale = _numeric.div_up(self.sensitivity, self.epsilon)

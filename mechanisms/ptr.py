@@ -63,13 +63,14 @@ class PTRStatistic(ABC):
     included (``KeyboardInterrupt``, ``SystemExit``, a subclass of its own) — counts as 0, a
     value that raises (or is not a finite number) as the range's midpoint, since an escaping
     error would itself be an un-noised release. A real Ctrl-C is held until the outcome is
-    drawn, then delivered (``mechanisms.guarded``).
+    drawn, then delivered (``mechanisms.guarded``). ``lower`` and ``upper`` are keyword-only
+    (``PTRMedian(lower=0, upper=100)``), so that the range cannot be given in the wrong order.
     """
 
     name: str
     neighbouring: str
 
-    def __init__(self, lower: float, upper: float) -> None:
+    def __init__(self, *, lower: float, upper: float) -> None:
         self.lower, self.upper = clamp_range(lower, upper)
 
     def params(self) -> dict[str, Any]:
@@ -168,6 +169,9 @@ class ProposeTestRelease(Mechanism):
     (a public constant: the capped distance still moves by at most 1). The answer is our exact
     ``Laplace(ε₂, sensitivity=b)``, clamped into [lower, upper] (post-processing).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: total ε > 0.
         delta: δ in (0, 1).
@@ -180,7 +184,7 @@ class ProposeTestRelease(Mechanism):
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0, 1e-5), rng=0)
-    >>> m = ProposeTestRelease(1.0, 1e-6, bound=1.0, statistic="median", lower=0, upper=100)
+    >>> m = ProposeTestRelease(1.0, delta=1e-6, bound=1.0, statistic="median", lower=0, upper=100)
     >>> answer = acc.release(m, [50.0] * 1001)
     >>> isinstance(answer, float) and 40 <= answer <= 60
     True
@@ -190,7 +194,7 @@ class ProposeTestRelease(Mechanism):
 
     _may_be_zero = ("lower", "upper")
 
-    def __init__(self, epsilon: float, delta: float, bound: float, statistic: Any = "median",
+    def __init__(self, epsilon: float, *, delta: float, bound: float, statistic: Any = "median",
                  lower: float | None = None, upper: float | None = None) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)
@@ -202,7 +206,7 @@ class ProposeTestRelease(Mechanism):
             if lower is None or upper is None:
                 raise InvalidArgumentError("lower", lower, "the public clamping range (lower "
                                            "and upper) of the built-in statistics")
-            statistic = _STATISTICS[statistic](lower, upper)
+            statistic = _STATISTICS[statistic](lower=lower, upper=upper)
         elif not isinstance(statistic, PTRStatistic):
             raise InvalidTypeError("statistic", statistic, "'mean', 'median' or a PTRStatistic")
         self.statistic = statistic

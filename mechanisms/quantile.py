@@ -48,6 +48,9 @@ class Quantile(Mechanism):
     Timing: the number of proposals depends on the data (as for ``Exponential``); see
     docs/exact-noise.md.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         q: the quantile, in [0, 1] (0.5: the median).
@@ -69,7 +72,7 @@ class Quantile(Mechanism):
 
     _may_be_zero = ("q", "lower", "upper")
 
-    def __init__(self, epsilon: float, q: float, lower: float, upper: float, *,
+    def __init__(self, epsilon: float, *, q: float, lower: float, upper: float,
                  candidates: Any = None, bins: int = 1000) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.q = _validate.real("q", q)
@@ -120,13 +123,13 @@ class Median(Quantile):
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
-    >>> 40.0 <= acc.release(Median(1.0, 0.0, 100.0), [50.0] * 200) <= 60.0
+    >>> 40.0 <= acc.release(Median(1.0, lower=0.0, upper=100.0), [50.0] * 200) <= 60.0
     True
     """
 
-    def __init__(self, epsilon: float, lower: float, upper: float, *, candidates: Any = None,
+    def __init__(self, epsilon: float, *, lower: float, upper: float, candidates: Any = None,
                  bins: int = 1000) -> None:
-        super().__init__(epsilon, 0.5, lower, upper, candidates=candidates, bins=bins)
+        super().__init__(epsilon, q=0.5, lower=lower, upper=upper, candidates=candidates, bins=bins)
 
     def params(self) -> dict[str, Any]:
         params = super().params()

@@ -232,7 +232,7 @@ def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper:
         if n == 0:
             raise InvalidDataError("data", data, "non-empty under replace neighbours")
         noisy_n = n
-        noisy_sum = releaser.release(Laplace(eps, total.l1_sensitivity), total.value,
+        noisy_sum = releaser.release(Laplace(eps, sensitivity=total.l1_sensitivity), total.value,
                                        label=f"{tag}: sum", **common)
     else:
         n_query = count(data)
@@ -240,8 +240,8 @@ def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper:
         # a mean that does not fit spends nothing (released one at a time, a refused sum would
         # leave the count's ε spent on an answer nobody gets).
         noisy_n, noisy_sum = releaser.release_many(
-            [(Laplace(eps * share, n_query.l1_sensitivity), n_query.value),
-             (Laplace(eps * (1.0 - share), total.l1_sensitivity), total.value)],
+            [(Laplace(eps * share, sensitivity=n_query.l1_sensitivity), n_query.value),
+             (Laplace(eps * (1.0 - share), sensitivity=total.l1_sensitivity), total.value)],
             label=tag, **common)
     noisy_n = max(noisy_n, 1.0)
     estimate = ((lo + hi) / 2.0 if centred else 0.0) + noisy_sum / noisy_n
@@ -271,6 +271,6 @@ def noisy_quantiles(accountant: Releaser, data: Sequence[float], qs: Sequence[fl
     if isinstance(qs, (str, bytes)) or not hasattr(qs, "__len__") or len(qs) == 0:
         raise InvalidArgumentError("qs", qs, "a non-empty sequence of quantiles in [0, 1]")
     share = _validate.positive("epsilon", epsilon) / len(qs)
-    items = [(Quantile(share, q, lower, upper, bins=bins), data) for q in qs]
+    items = [(Quantile(share, q=q, lower=lower, upper=upper, bins=bins), data) for q in qs]
     return [float(v) for v in releaser.release_many(items, label=label or "quantiles",
                                                      **_where(dataset, analyst))]

@@ -55,6 +55,9 @@ class SampleAndAggregate(Mechanism):
     function is always the function's own. Its running time is not hidden
     (docs/exact-noise.md, timing).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         function: called once per chunk with the chunk's rows (the same type as the value
@@ -64,7 +67,7 @@ class SampleAndAggregate(Mechanism):
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
-    >>> m = SampleAndAggregate(1.0, lambda rows: float(np.median(rows)), chunks=50,
+    >>> m = SampleAndAggregate(1.0, function=lambda rows: float(np.median(rows)), chunks=50,
     ...                        lower=0.0, upper=100.0)
     >>> 40 <= acc.release(m, np.arange(10_001) / 100) <= 60
     True
@@ -78,7 +81,7 @@ class SampleAndAggregate(Mechanism):
     upper: float
     _mean: Laplace
 
-    def __init__(self, epsilon: float, function: Any, chunks: int, lower: float,
+    def __init__(self, epsilon: float, *, function: Any, chunks: int, lower: float,
                  upper: float) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         if not callable(function):

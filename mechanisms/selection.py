@@ -71,7 +71,7 @@ class _NoisyArgmax(Mechanism):
     ``_noise``), an explicit opt-out.
     """
 
-    def __init__(self, epsilon: float, candidates: Any, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float = 1.0,
                  monotonic: bool = False, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.candidates = _candidates("candidates", candidates, 1)
@@ -145,6 +145,9 @@ class Exponential(_NoisyArgmax):
     candidates. The float opt-out uses the Gumbel-max trick (Gumbel 1954; Durfee–Rogers 2019 §3).
     Cost (ε, 0).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only (here and in
+    ``ReportNoisyMax`` and ``PermuteAndFlip``), so that two numbers cannot be swapped (issue 30).
+
     Args:
         epsilon: ε > 0.
         candidates: the public candidates, distinct and hashable.
@@ -190,9 +193,10 @@ class ReportNoisyMax(_NoisyArgmax):
     (4.0, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, epsilon: float, candidates: Any, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float = 1.0,
                  monotonic: bool = False, noise: str = "exact") -> None:
-        super().__init__(epsilon, candidates, sensitivity, monotonic, noise)
+        super().__init__(epsilon, candidates=candidates, sensitivity=sensitivity,
+                         monotonic=monotonic, noise=noise)
         spread = 1 if monotonic else 2
         scale = spread * Fraction(self.sensitivity) / Fraction(self.epsilon)
         k = ceil_log2(scale / 2 ** 40)
@@ -271,6 +275,9 @@ class RandomizedResponse(Mechanism):
     1/(1 + (k − 1)e^{−ε}) = p exactly and every other category (1 − p)/(k − 1). The float
     opt-out compares a float uniform with p rounded down (never more truthful).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         categories: the k ≥ 2 public categories, distinct and hashable.
@@ -282,7 +289,7 @@ class RandomizedResponse(Mechanism):
     'yes'
     """
 
-    def __init__(self, epsilon: float, categories: Any, noise: str = "exact") -> None:
+    def __init__(self, epsilon: float, *, categories: Any, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.categories = _candidates("categories", categories, 2)
         self._index = {c: i for i, c in enumerate(self.categories)}

@@ -62,6 +62,9 @@ class SmoothSensitivity(Mechanism):
     and its fractional bits, which are independent (P[bit j] = 1/(1 + e^{2^−j})), are drawn only
     until the rounding is decided. Then clamped into [lower, upper].
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: ε > 0.
         delta: δ in (0, 1).
@@ -70,14 +73,14 @@ class SmoothSensitivity(Mechanism):
 
     >>> from accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0, 1e-5), rng=0)
-    >>> m = SmoothSensitivity(1.0, 1e-6, lower=0.0, upper=100.0)
+    >>> m = SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=100.0)
     >>> 45 <= acc.release(m, np.linspace(0, 100, 1001)) <= 55
     True
     """
 
     _may_be_zero = ("lower", "upper", "q")
 
-    def __init__(self, epsilon: float, delta: float, lower: float, upper: float,
+    def __init__(self, epsilon: float, *, delta: float, lower: float, upper: float,
                  q: float = 0.5) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)

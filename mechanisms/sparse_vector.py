@@ -49,6 +49,9 @@ class Sparse(StreamMechanism):
     ν_i − ρ (Lyu–Su–Li's budget-allocation analysis). Scales round up, shares round down (their
     exact sum is ≤ ε).
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: the session's total ε > 0.
         threshold: the public threshold T, a finite number.
@@ -80,7 +83,7 @@ class Sparse(StreamMechanism):
 
     _shares = 2
 
-    def __init__(self, epsilon: float, threshold: float, max_positives: int,
+    def __init__(self, epsilon: float, *, threshold: float, max_positives: int,
                  sensitivity: float = 1.0, monotonic: bool = False,
                  split: tuple[float, ...] | None = None, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
@@ -160,6 +163,9 @@ class AboveThreshold(Sparse):
     Dwork–Roth 2014, Alg. 1 and Thm 3.23 (ε-DP): c = 1 with ε₁ = ε₂ = ε/2, so the threshold noise
     is Lap(2Δ/ε) and each query's noise Lap(4Δ/ε). Accuracy: :func:`above_threshold_accuracy`.
 
+    Only ``epsilon`` is positional; every other parameter is keyword-only, so that
+    two numbers cannot be passed in the wrong order (issue 30).
+
     Args:
         epsilon: the session's total ε > 0.
         threshold: the public threshold T, a finite number.
@@ -170,9 +176,10 @@ class AboveThreshold(Sparse):
     (4.0, 8.0, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, epsilon: float, threshold: float, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, threshold: float, sensitivity: float = 1.0,
                  noise: str = "exact") -> None:
-        super().__init__(epsilon, threshold, 1, sensitivity, split=(1.0, 1.0), noise=noise)
+        super().__init__(epsilon, threshold=threshold, max_positives=1, sensitivity=sensitivity,
+                         split=(1.0, 1.0), noise=noise)
 
 
 class NumericSparse(Sparse):

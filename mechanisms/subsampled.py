@@ -54,6 +54,9 @@ class SubsampledGaussian(_GaussianFamily):
       at its best order and the unsubsampled analytic Gaussian's ε.
     - No Gaussian-DP μ: the "gaussian" rule refuses it.
 
+    Only ``noise_multiplier`` (it sets the noise, as ε does elsewhere) is positional;
+    every other parameter is keyword-only, so that z and q cannot be swapped (issue 30).
+
     Args:
         noise_multiplier: z = σ/C > 0.
         sampling_rate: q in (0, 1]; q = 1 keeps every row (full-batch gradient descent).
@@ -61,13 +64,13 @@ class SubsampledGaussian(_GaussianFamily):
         delta: the δ at which the step's (ε, δ) is declared (0 < δ < 1).
         noise: ``"exact"`` (default) or ``"float"`` (textbook float noise, an explicit opt-out).
 
-    >>> m = SubsampledGaussian(1.0, 0.01)
+    >>> m = SubsampledGaussian(1.0, sampling_rate=0.01)
     >>> m.rdp, round(m.rho, 12), round(m.epsilon, 3)
     (('poisson-discrete-gaussian', 0.01, 1.0), 0.5, 1.212)
     """
 
-    def __init__(self, noise_multiplier: float, sampling_rate: float, sensitivity: float = 1.0,
-                 *, delta: float = 1e-6, noise: str = "exact") -> None:
+    def __init__(self, noise_multiplier: float, *, sampling_rate: float, sensitivity: float = 1.0,
+                 delta: float = 1e-6, noise: str = "exact") -> None:
         self.noise_multiplier = _validate.positive("noise_multiplier", noise_multiplier)
         q = _validate.real("sampling_rate", sampling_rate)
         if not 0.0 < q <= 1.0:

@@ -1421,10 +1421,10 @@ class CompositionRuleContract:
     # is decided by ``admits``.
     FAMILIES: ClassVar[list[tuple[Mechanism, Any]]] = [
         (mechanisms.Laplace(0.05), 1.0),
-        (mechanisms.AnalyticGaussian(0.05, 1e-9), 1.0),
-        (mechanisms.Gaussian(0.05, 1e-9), 1.0),
-        (mechanisms.Exponential(0.05, ["a", "b"]), [1.0, 2.0]),
-        (mechanisms.RandomizedResponse(0.05, ["yes", "no"]), "yes"),
+        (mechanisms.AnalyticGaussian(0.05, delta=1e-9), 1.0),
+        (mechanisms.Gaussian(0.05, delta=1e-9), 1.0),
+        (mechanisms.Exponential(0.05, candidates=["a", "b"]), [1.0, 2.0]),
+        (mechanisms.RandomizedResponse(0.05, categories=["yes", "no"]), "yes"),
     ]
 
     def accountant(self, rng: Any = SEED, ledger: Any = None) -> Accountant:
@@ -1570,7 +1570,7 @@ class CompositionRuleContract:
         with self.accountant(ledger=path) as acc:
             acc.release(*self.steps[0])
             spent = acc.spent()
-        probe = mechanisms.AnalyticGaussian(0.1, 1e-8)  # every rule admits it
+        probe = mechanisms.AnalyticGaussian(0.1, delta=1e-8)  # every rule admits it
         with SqliteLedger(path) as ledger:
             before = snapshot(ledger)
         for other in sorted(set(RULES) - {self.rule}):

@@ -127,7 +127,7 @@ def test_no_limit_is_recorded(ledger: Ledger) -> None:
     acc = Accountant(None, ledger=ledger, rng=SEED, simulation=True)
     for _ in range(50):
         acc.release(Laplace(1.0), 1.0, dataset="sim")
-    acc.release(AnalyticGaussian(1.0, 0.5), np.zeros(3), dataset="sim")
+    acc.release(AnalyticGaussian(1.0, delta=0.5), np.zeros(3), dataset="sim")
     assert acc.spent("sim").epsilon == 51.0 and acc.spent("sim").delta == 0.5
     assert acc.remaining("sim") == Budget.unlimited() and acc.remaining("sim").is_unlimited
     assert acc.can_afford(Laplace(1e6), dataset="sim")
@@ -194,9 +194,9 @@ def test_k_releases_of_one_over_k_fit_exactly(k: int) -> None:
 def test_delta_budget_fits_exactly_and_is_enforced() -> None:
     acc = Accountant(Budget(100.0, 1e-5), rng=SEED)
     for _ in range(10):
-        acc.release(AnalyticGaussian(1.0, 1e-6), 0.0)
+        acc.release(AnalyticGaussian(1.0, delta=1e-6), 0.0)
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(AnalyticGaussian(1.0, 1e-6), 0.0)
+        acc.release(AnalyticGaussian(1.0, delta=1e-6), 0.0)
     assert info.value.requested == Budget(1.0, 1e-6)
     acc.release(Laplace(1.0), 0.0)  # a pure-ε step still fits
 
@@ -239,17 +239,17 @@ case("eps-negative", rel(lambda: Laplace(-0.1)), InvalidArgumentError, "epsilon"
 case("eps-zero", rel(lambda: Laplace(0.0)), InvalidArgumentError, "epsilon", "0.0")
 case("eps-str", rel(lambda: Laplace("0.1")), InvalidTypeError, "epsilon", "'0.1'")
 case("eps-bool", rel(lambda: Laplace(True)), InvalidTypeError, "epsilon", "True")
-case("delta-one", rel(lambda: AnalyticGaussian(0.1, 1.0)), InvalidArgumentError, "delta", "1.0")
-case("delta-negative", rel(lambda: AnalyticGaussian(0.1, -1e-9)), InvalidArgumentError, "delta",
+case("delta-one", rel(lambda: AnalyticGaussian(0.1, delta=1.0)), InvalidArgumentError, "delta", "1.0")
+case("delta-negative", rel(lambda: AnalyticGaussian(0.1, delta=-1e-9)), InvalidArgumentError, "delta",
      "-1e-09")
-case("delta-nan", rel(lambda: AnalyticGaussian(0.1, NAN)), InvalidArgumentError, "delta", "nan")
-case("delta-zero-gaussian", rel(lambda: Gaussian(0.1, 0.0)), InvalidArgumentError, "delta", "0.0")
-case("classic-eps-ge-1", rel(lambda: Gaussian(1.0, 1e-7)), InvalidArgumentError, "epsilon", "1.0")
+case("delta-nan", rel(lambda: AnalyticGaussian(0.1, delta=NAN)), InvalidArgumentError, "delta", "nan")
+case("delta-zero-gaussian", rel(lambda: Gaussian(0.1, delta=0.0)), InvalidArgumentError, "delta", "0.0")
+case("classic-eps-ge-1", rel(lambda: Gaussian(1.0, delta=1e-7)), InvalidArgumentError, "epsilon", "1.0")
 case("sens-zero", rel(lambda: Laplace(0.1, sensitivity=0.0)), InvalidArgumentError, "sensitivity",
      "0.0")
 case("sens-negative", rel(lambda: Laplace(0.1, sensitivity=-2.0)), InvalidArgumentError,
      "sensitivity", "-2.0")
-case("sens-nan", rel(lambda: AnalyticGaussian(0.1, 1e-7, NAN)), InvalidArgumentError,
+case("sens-nan", rel(lambda: AnalyticGaussian(0.1, delta=1e-7, sensitivity=NAN)), InvalidArgumentError,
      "sensitivity", "nan")
 # bad values
 case("value-nan", rel(Laplace(0.1), NAN), InvalidArgumentError, "value", "nan")
@@ -260,7 +260,7 @@ case("value-bool", rel(Laplace(0.1), True), InvalidTypeError, "value", "a bool")
 case("value-array-nan", rel(Laplace(0.1), np.array([1.0, NAN])), InvalidArgumentError, "value")
 case("value-list-str", rel(Laplace(0.1), ["1", "2"]), InvalidTypeError, "value")
 case("value-empty", rel(Laplace(0.1), []), InvalidArgumentError, "value")
-case("value-gaussian-nan", rel(AnalyticGaussian(0.1, 1e-7), NAN), InvalidArgumentError, "value")
+case("value-gaussian-nan", rel(AnalyticGaussian(0.1, delta=1e-7), NAN), InvalidArgumentError, "value")
 # bad mechanism objects
 case("mechanism-str", rel("Laplace"), InvalidTypeError, "mechanism", "'Laplace'")
 case("mechanism-class", rel(Laplace), InvalidTypeError, "mechanism")
@@ -285,8 +285,8 @@ case("label-empty", rel(Laplace(0.1), label=""), InvalidArgumentError, "label", 
 case("label-dict", rel(Laplace(0.1), label={"x": 1}), InvalidTypeError, "label")
 # refusals
 case("over-epsilon", rel(Laplace(0.95)), BudgetExceededError)
-case("over-delta", rel(AnalyticGaussian(0.1, 2e-6)), BudgetExceededError)
-case("over-both", rel(AnalyticGaussian(5.0, 0.5)), BudgetExceededError)
+case("over-delta", rel(AnalyticGaussian(0.1, delta=2e-6)), BudgetExceededError)
+case("over-both", rel(AnalyticGaussian(5.0, delta=0.5)), BudgetExceededError)
 case("per-query-over-budget-other-dataset", rel(Laplace(2.5), dataset="census"),
      BudgetExceededError)
 # can_afford validates too
@@ -396,8 +396,8 @@ def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Gene
     # name: tests/test_postgres_analysts.py.)
     assert acc.can_afford(Laplace(0.5), analyst=ledger.authenticated_analyst or "bob")
     assert not acc.can_afford(Laplace(0.6))
-    assert not acc.can_afford(AnalyticGaussian(0.1, 1e-5))
-    assert acc.can_afford(AnalyticGaussian(0.1, 1e-6))
+    assert not acc.can_afford(AnalyticGaussian(0.1, delta=1e-5))
+    assert acc.can_afford(AnalyticGaussian(0.1, delta=1e-6))
     for _ in range(5):
         acc.can_afford(Laplace(0.5))
     assert snapshot(acc.ledger, rng) == before
@@ -420,7 +420,7 @@ def test_last_receipt(ledger: Ledger) -> None:
     d = r.as_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["seq"] == first.seq and d["spent"] == {"epsilon": 0.25, "delta": 0.0}
-    acc.release(AnalyticGaussian(0.25, 5e-7), np.zeros(2), dataset="adult")
+    acc.release(AnalyticGaussian(0.25, delta=5e-7), np.zeros(2), dataset="adult")
     r2 = acc.last_receipt
     assert r2.seq == first.seq + 1 and r2.mechanism == "AnalyticGaussian" and r2.label is None
     assert r2.spent == Budget(0.5, 5e-7)
@@ -443,8 +443,8 @@ def test_true_value_never_in_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
     acc = Accountant(Budget(10.0, 1e-5), ledger=SqliteLedger(path), rng=SEED, simulation=True)
     acc.release(Laplace(0.5), secrets[0], dataset="adult", analyst="ann", label="income sum")
-    acc.release(AnalyticGaussian(0.5, 1e-6), np.array(secrets[1:]), dataset="adult")
-    acc.release(Gaussian(0.5, 1e-6), int(secrets[0] * 10000), dataset="adult")
+    acc.release(AnalyticGaussian(0.5, delta=1e-6), np.array(secrets[1:]), dataset="adult")
+    acc.release(Gaussian(0.5, delta=1e-6), int(secrets[0] * 10000), dataset="adult")
     acc.release(Laplace(0.5), [secrets[1]] * 3, dataset="adult")
     texts = "\n".join(e.text for e in acc.ledger.entries())
     texts += json.dumps([(a.key, a.config, a.state) for a in acc.ledger.accounts()])
@@ -529,9 +529,9 @@ def test_rule_conflict_on_default_limit_refused_at_release(rng: np.random.Genera
 def test_per_query_cap(rng: np.random.Generator) -> None:
     acc = Accountant(Budget(1.0, 1e-6), per_query=Budget(0.1, 1e-7), rng=rng)
     acc.release(Laplace(0.1), 1.0)
-    acc.release(AnalyticGaussian(0.1, 1e-7), 1.0)
+    acc.release(AnalyticGaussian(0.1, delta=1e-7), 1.0)
     before = snapshot(acc.ledger, rng)
-    for m in (Laplace(0.2), AnalyticGaussian(0.05, 2e-7)):
+    for m in (Laplace(0.2), AnalyticGaussian(0.05, delta=2e-7)):
         assert not acc.can_afford(m)
         with pytest.raises((BudgetExceededError, MechanismNotAllowedError)) as info:
             acc.release(m, 1.0)

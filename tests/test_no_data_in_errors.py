@@ -58,13 +58,13 @@ SCORES_BAD = [[CANARY, NAN], [CANARY], TEXT, [[CANARY], [1.0, 2.0]], np.array([C
 
 def _cases() -> list[Any]:
     cases: list[Any] = []
-    for mech in (Laplace(1.0), Gaussian(0.5, 1e-6), AnalyticGaussian(1.0, 1e-6)):
+    for mech in (Laplace(1.0), Gaussian(0.5, delta=1e-6), AnalyticGaussian(1.0, delta=1e-6)):
         for i, bad in enumerate(NUMERIC_BAD):
             cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
                                       id=f"{mech.name}-{i}"))
     integer_bad = [CANARY, [CANARY, 1], np.array([CANARY]), TEXT, [TEXT], True, [[1], [1, 2]],
                    np.array([987654 * 10 ** 13]), [987654 * 10 ** 13, 1], [HUGE]]
-    for mech in (DiscreteLaplace(1.0), DiscreteGaussian(1.0, 1e-6)):
+    for mech in (DiscreteLaplace(1.0), DiscreteGaussian(1.0, delta=1e-6)):
         for i, bad in enumerate(integer_bad):
             cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
                                       id=f"{mech.name}-{i}"))
@@ -73,7 +73,7 @@ def _cases() -> list[Any]:
     cases.append(pytest.param(lambda acc: acc.release(Laplace(1.0, sensitivity=tiny), CANARY * 1e290),
                               id="laplace-off-grid"))
     cases.append(pytest.param(lambda acc: acc.release(
-        ReportNoisyMax(1.0, ["a", "b"], sensitivity=tiny), [CANARY * 1e290, 0.0]),
+        ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=tiny), [CANARY * 1e290, 0.0]),
         id="rnm-off-grid"))
 
     def off_grid(acc: Accountant) -> Any:
@@ -84,16 +84,16 @@ def _cases() -> list[Any]:
     for cls in (Exponential, ReportNoisyMax, PermuteAndFlip):
         for i, bad in enumerate(SCORES_BAD):
             cases.append(pytest.param(
-                lambda acc, c=cls, v=bad: acc.release(c(1.0, ["a", "b"]), v),
+                lambda acc, c=cls, v=bad: acc.release(c(1.0, candidates=["a", "b"]), v),
                 id=f"{cls.__name__}-{i}"))
     # Mechanisms over rows (issue 13): a list of rows with a NaN, text, nesting or a scalar.
     rows_bad = [[CANARY, NAN], TEXT, [TEXT, CANARY], [[CANARY], [1.0, 2.0]], CANARY,
                 np.array([CANARY, NAN]), [CANARY, None], complex(CANARY, 1.0)]
     row_mechanisms: list[Callable[[], Any]] = [
-        lambda: Median(1.0, 0.0, 1e6), lambda: Quantile(1.0, 0.9, 0.0, 1e6),
-        lambda: ProposeTestRelease(1.0, 1e-6, 1.0, "median", 0.0, 1e6),
-        lambda: ProposeTestRelease(1.0, 1e-6, 1.0, "mean", 0.0, 1e6),
-        lambda: SmoothSensitivity(1.0, 1e-6, 0.0, 1e6)]
+        lambda: Median(1.0, lower=0.0, upper=1e6), lambda: Quantile(1.0, q=0.9, lower=0.0, upper=1e6),
+        lambda: ProposeTestRelease(1.0, delta=1e-6, bound=1.0, statistic="median", lower=0.0, upper=1e6),
+        lambda: ProposeTestRelease(1.0, delta=1e-6, bound=1.0, statistic="mean", lower=0.0, upper=1e6),
+        lambda: SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=1e6)]
     for j, make in enumerate(row_mechanisms):
         for i, bad in enumerate(rows_bad):
             cases.append(pytest.param(lambda acc, mk=make, v=bad: acc.release(mk(), v),
@@ -102,7 +102,7 @@ def _cases() -> list[Any]:
         # Rows of any content go to the user's function (its failures are contained); only
         # what is not rows at all is refused.
         cases.append(pytest.param(lambda acc, v=bad: acc.release(
-            SampleAndAggregate(1.0, np.mean, 3, 0.0, 1e6), v), id=f"sample-aggregate-{i}"))
+            SampleAndAggregate(1.0, function=np.mean, chunks=3, lower=0.0, upper=1e6), v), id=f"sample-aggregate-{i}"))
     for i, bad in enumerate(rows_bad[:4]):
         cases.append(pytest.param(lambda acc, v=bad: noisy_quantiles(
             acc, v, [0.5], 0.0, 1e6, epsilon=0.5), id=f"quantiles-{i}"))
@@ -111,7 +111,7 @@ def _cases() -> list[Any]:
             epsilon=0.5), id=f"group-by-{i}"))
     for i, bad in enumerate([TEXT, [CANARY], CANARY, {TEXT}]):
         cases.append(pytest.param(
-            lambda acc, v=bad: acc.release(RandomizedResponse(1.0, ["a", "b"]), v), id=f"rr-{i}"))
+            lambda acc, v=bad: acc.release(RandomizedResponse(1.0, categories=["a", "b"]), v), id=f"rr-{i}"))
 
     def session(cls: Callable[..., Any], value: Any, numeric: bool = False) -> Callable[..., Any]:
         def run(acc: Accountant) -> Any:

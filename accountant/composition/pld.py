@@ -26,7 +26,7 @@ class PLDComposition(CompositionRule):
     """k-fold composition of one declared Poisson-subsampled Gaussian step, by its PLD.
 
     The budget declares the step, ``step=(q, z)``: every release is the sampled Gaussian
-    mechanism at rate q and noise multiplier z (``SubsampledGaussian(z, q, noise="float")``), or
+    mechanism at rate q and noise multiplier z (``SubsampledGaussian(z, sampling_rate=q, noise="float")``), or
     one it dominates (rate ≤ q, multiplier ≥ z: a mixture with the null output and added noise,
     both post-processing of the declared pair, so the declared pair dominates it; Zhu–Dong–Wang
     2022, dominating pairs, and joint convexity of the hockey-stick divergence), charged as a full step. Any

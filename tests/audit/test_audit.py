@@ -63,10 +63,10 @@ def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_replay_reproduces_each_rules_spend(rule):
-    mech = AnalyticGaussian(0.05, 1e-8, noise="float" if rule == "gaussian" else "exact")
+    mech = AnalyticGaussian(0.05, delta=1e-8, noise="float" if rule == "gaussian" else "exact")
     value = 1.0
     if rule == "pld":  # the one step it admits, declared with the budget
-        mech, value = SubsampledGaussian(2.0, 0.05, noise="float"), [[1.0], [0.5]]
+        mech, value = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), [[1.0], [0.5]]
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=2,
                      **({"step": (0.05, 2.0)} if rule == "pld" else {"per_query": mech.cost}))
     for _ in range(7):
@@ -344,12 +344,12 @@ def test_sparse_vector_session_records_replay():
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_batches_replay_under_each_rule(rule):
     noise = "float" if rule == "gaussian" else "exact"
-    items = [(AnalyticGaussian(0.05, 1e-9, noise=noise), 1.0),
-             (AnalyticGaussian(0.02, 1e-9, noise=noise), 2.0)] * 3
+    items = [(AnalyticGaussian(0.05, delta=1e-9, noise=noise), 1.0),
+             (AnalyticGaussian(0.02, delta=1e-9, noise=noise), 2.0)] * 3
     extra: dict = {"per_query": items[0][0].cost}
     if rule == "pld":  # the one step it admits (and a dominated one), declared with the budget
-        items = [(SubsampledGaussian(2.0, 0.05, noise="float"), [[1.0]]),
-                 (SubsampledGaussian(3.0, 0.02, noise="float"), [[2.0]])] * 3
+        items = [(SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), [[1.0]]),
+                 (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float"), [[2.0]])] * 3
         extra = {"step": (0.05, 2.0)}
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=5, **extra)
     acc.release_many(items, dataset="d")
@@ -455,7 +455,7 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
     ledger = MemoryLedger()
     for name in (first, second):
         rule = make_rule(name, Budget(1.0, 1e-6), Budget(0.1, 1e-8) if name == "optimal" else None)
-        mech = AnalyticGaussian(0.1, 1e-8, noise="float") if name in ("gaussian", "optimal") else Laplace(0.1)
+        mech = AnalyticGaussian(0.1, delta=1e-8, noise="float") if name in ("gaussian", "optimal") else Laplace(0.1)
         # Forged below the gate: the ledger itself would refuse a state whose shape changes.
         with ledger.transaction() as tx:
             prev = tx.account("dataset:d")

@@ -122,7 +122,7 @@ def test_honest_records_of_every_kind_audit_clean(tmp_path: Path) -> None:
         acc.release(Laplace(0.1), 1.0, dataset="adult")  # no analyst: the dataset's only
         acc.release_many([(Laplace(0.01), 1.0), (Laplace(0.01), 2.0)], dataset="adult",
                          analyst="bob")
-        with acc.session(AboveThreshold(0.05, 10.0), dataset="adult", analyst="alice") as svt:
+        with acc.session(AboveThreshold(0.05, threshold=10.0), dataset="adult", analyst="alice") as svt:
             svt.test(1.0)
         with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.1)) as p:
             p.release(Laplace(0.01), 1.0)

@@ -21,8 +21,8 @@ def _ledger(tmp_path: Path, rng: object) -> str:
         acc.release(Laplace(0.1), [1.0, 2.0])
         acc.release(DiscreteLaplace(0.1), 3)
         acc.release(Laplace(0.1, noise="float"), 1.0)
-        acc.release(AnalyticGaussian(0.1, 1e-6), 1.0)  # exact by default too
-        acc.release(AnalyticGaussian(0.1, 1e-6, noise="float"), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-6), 1.0)  # exact by default too
+        acc.release(AnalyticGaussian(0.1, delta=1e-6, noise="float"), 1.0)
         acc.release_many([(Laplace(0.1), 1.0), (Laplace(0.1, noise="float"), 2.0)])
     return location
 

@@ -71,7 +71,7 @@ def test_derived_constants_are_in_every_entry():
     acc.release(Laplace(0.01), 1.0)
     assert next(acc.ledger.entries()).record["accounts"]["dataset:default"]["k_max"] == 562
     acc = Accountant(LIMIT, composition="gaussian", rng=0)
-    acc.release(AnalyticGaussian(0.5, 1e-7, noise="float"), 1.0)
+    acc.release(AnalyticGaussian(0.5, delta=1e-7, noise="float"), 1.0)
     entry = next(acc.ledger.entries()).record["accounts"]["dataset:default"]
     assert entry["mu_budget"] == pytest.approx(GaussianComposition(LIMIT).mu_budget)
 
@@ -108,7 +108,7 @@ def test_advanced_without_delta_is_basic_for_pure_steps():
     acc = Accountant(Budget(1.0), composition="advanced", rng=0)
     assert acc.max_releases(Laplace(0.01)) == 100
     with pytest.raises(BudgetExceededError):
-        acc.release(AnalyticGaussian(0.1, 1e-9), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-9), 1.0)
     acc.release(Laplace(0.5), 1.0)
     assert acc.spent() == Budget(0.5) and acc.remaining() == Budget(0.5)
 
@@ -116,7 +116,7 @@ def test_advanced_without_delta_is_basic_for_pure_steps():
 def test_gaussian_rule_refuses_laplace_and_changes_nothing():
     rng = np.random.default_rng(1)
     acc = Accountant(LIMIT, composition="gaussian", rng=rng)
-    acc.release(AnalyticGaussian(0.1, 1e-7, noise="float"), 1.0)
+    acc.release(AnalyticGaussian(0.1, delta=1e-7, noise="float"), 1.0)
     before = snapshot(acc, rng)
     with pytest.raises(MechanismNotAllowedError, match="Laplace"):
         acc.release(Laplace(0.01), 1.0)
@@ -126,7 +126,7 @@ def test_gaussian_rule_refuses_laplace_and_changes_nothing():
 
 
 def test_gaussian_rule_is_exact_gdp():
-    g = AnalyticGaussian(0.1, 1e-7, noise="float")
+    g = AnalyticGaussian(0.1, delta=1e-7, noise="float")
     acc = Accountant(LIMIT, composition="gaussian", rng=0)
     n = fill(acc, g)
     mu_b = GaussianComposition(LIMIT).mu_budget
@@ -143,7 +143,7 @@ def test_optimal_refuses_costlier_and_charges_cheaper_at_fixed_cost():
     with pytest.raises(MechanismNotAllowedError, match="per-query cost"):
         acc.release(Laplace(0.02), 1.0)
     with pytest.raises(MechanismNotAllowedError):
-        acc.release(AnalyticGaussian(0.005, 1e-9), 1.0)  # δ above δ₀ = 0
+        acc.release(AnalyticGaussian(0.005, delta=1e-9), 1.0)  # δ above δ₀ = 0
     assert snapshot(acc, rng) == before
 
 
@@ -155,7 +155,7 @@ SCALAR_RULES = sorted(set(RULES) - {"pld"})
 def test_refusal_leaves_ledger_and_rng_unchanged():
     for rule in SCALAR_RULES:
         rng = np.random.default_rng(3)
-        m = AnalyticGaussian(0.5, 1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
+        m = AnalyticGaussian(0.5, delta=1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
         acc = Accountant(LIMIT, composition=rule, rng=rng, simulation=True,
                          **({"per_query": Budget(0.5, 1e-8)} if rule == "optimal" else {}))
         fill(acc, m)
@@ -167,9 +167,9 @@ def test_refusal_leaves_ledger_and_rng_unchanged():
 
 @pytest.mark.parametrize("rule", SCALAR_RULES)
 def test_max_releases_agrees_with_counting(rule):
-    mechs = ([AnalyticGaussian(0.3, 1e-8, noise="float"), Gaussian(0.05, 1e-9, noise="float")]
+    mechs = ([AnalyticGaussian(0.3, delta=1e-8, noise="float"), Gaussian(0.05, delta=1e-9, noise="float")]
              if rule == "gaussian" else
-             [Laplace(0.05), Laplace(0.003), AnalyticGaussian(0.2, 1e-9)])
+             [Laplace(0.05), Laplace(0.003), AnalyticGaussian(0.2, delta=1e-9)])
     for first in mechs:
         for then in mechs:
             kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
@@ -183,7 +183,7 @@ def test_unlimited_spend_is_tracked():
     for rule in SCALAR_RULES:  # ("pld" needs a limit: its k_max is computed from it)
         kw = {"per_query": Budget(0.5)} if rule == "optimal" else {}
         acc = Accountant(None, composition=rule, rng=0, simulation=True, **kw)
-        m = AnalyticGaussian(0.5, 1e-6, noise="float") if rule == "gaussian" else Laplace(0.5)
+        m = AnalyticGaussian(0.5, delta=1e-6, noise="float") if rule == "gaussian" else Laplace(0.5)
         for _ in range(4):
             acc.release(m, 1.0)
         assert acc.remaining() == Budget.unlimited()
@@ -194,7 +194,7 @@ def test_unlimited_spend_is_tracked():
 @pytest.mark.parametrize("rule", SCALAR_RULES)
 def test_state_resumes_from_sqlite(tmp_path, rule):
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    m = AnalyticGaussian(0.3, 1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
+    m = AnalyticGaussian(0.3, delta=1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
     kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
     with Accountant(LIMIT, composition=rule, ledger=url, rng=0, simulation=True, **kw) as acc:
         total = acc.max_releases(m)
@@ -242,7 +242,7 @@ def test_mixed_spend_is_monotone_and_within_limit(steps, name):
     rule = _rule(name)
     state, last = rule.initial_state(), Budget(0.0)
     for e, d in steps:
-        m = Laplace(e) if d == 0.0 else Gaussian(e, d, noise="float")
+        m = Laplace(e) if d == 0.0 else Gaussian(e, delta=d, noise="float")
         try:
             state = rule.debit(state, m.charge)
         except (Refused, MechanismNotAllowedError):

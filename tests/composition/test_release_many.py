@@ -97,7 +97,7 @@ def test_advanced_batch_equals_sequential_zcdp():
 
 
 def test_gaussian_batch_composes_mu_squared_and_refuses_laplace():
-    g = AnalyticGaussian(0.1, 1e-7, noise="float")
+    g = AnalyticGaussian(0.1, delta=1e-7, noise="float")
     rng = np.random.default_rng(0)
     acc = Accountant(LIMIT, composition="gaussian", rng=rng)
     n = acc.max_releases(g)

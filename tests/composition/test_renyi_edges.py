@@ -25,4 +25,4 @@ def test_pure_curve_of_tiny_epsilon() -> None:
 
 def test_release_of_tiny_epsilon_median_under_renyi() -> None:
     acc = Accountant(Budget(1.0, 1e-6), composition="renyi")
-    assert acc.max_releases(Median(5e-324, 0.0, 1.0)) > 0
+    assert acc.max_releases(Median(5e-324, lower=0.0, upper=1.0)) > 0

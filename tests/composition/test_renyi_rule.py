@@ -26,7 +26,7 @@ from mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, Subsampled
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)
-SGM = SubsampledGaussian(1.0, 0.01)  # q = 0.01, σ = 1: the issue's workload
+SGM = SubsampledGaussian(1.0, sampling_rate=0.01)  # q = 0.01, σ = 1: the issue's workload
 
 
 def steps(rule_name: str, mechanism: object, **kw: object) -> int:
@@ -38,7 +38,7 @@ def test_dp_sgd_targets() -> None:
     the order planned (continuous Gaussian: MTZ's fractional series with our tail bound; the
     exact discrete noise has the integer orders and the chord between them, 2,185), and as many
     with no plan (the order chosen from the first step; issue 29)."""
-    float_sgm = SubsampledGaussian(1.0, 0.01, noise="float")
+    float_sgm = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float")
     order = plan_order(LIMIT, float_sgm)
     assert abs(order - 6.73) < 0.05 and steps("renyi", float_sgm, order=order) >= 2195
     exact_order = plan_order(LIMIT, SGM)
@@ -65,19 +65,19 @@ def test_never_fewer_pure_steps_than_basic(eps: float) -> None:
 def test_refused_step_draws_and_debits_nothing() -> None:
     rng = np.random.default_rng(1)
     acc = Accountant(Budget(0.5, 1e-6), composition="renyi", rng=rng)
-    n = acc.max_releases(SubsampledGaussian(0.8, 0.05))
+    n = acc.max_releases(SubsampledGaussian(0.8, sampling_rate=0.05))
     rows = np.ones((100, 2))
     for _ in range(n):
-        acc.release(SubsampledGaussian(0.8, 0.05), rows)
+        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05), rows)
     before = snapshot(acc.ledger, rng)
     with pytest.raises(BudgetExceededError, match="order its first step fixed"):
-        acc.release(SubsampledGaussian(0.8, 0.05), rows)
+        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05), rows)
     assert snapshot(acc.ledger, rng) == before
 
 
 def test_approximate_steps_without_a_renyi_bound_are_refused_with_advice() -> None:
     acc = Accountant(LIMIT, composition="renyi", rng=0)
-    ptr = ProposeTestRelease(1.0, 1e-6, bound=1.0, lower=0.0, upper=10.0)
+    ptr = ProposeTestRelease(1.0, delta=1e-6, bound=1.0, lower=0.0, upper=10.0)
     with pytest.raises(MechanismNotAllowedError, match="no Renyi bound.*'advanced'"):
         acc.release(ptr, [1.0, 2.0, 3.0])
     assert acc.spent() == Budget(0.0)

@@ -31,9 +31,9 @@ class TestBasicRuleContract(CompositionRuleContract):
     rule = "basic"
     steps = [
         (Laplace(0.07), 1.0),
-        (AnalyticGaussian(0.1, 1e-7), 1.0),
-        (Exponential(0.03, ["a", "b", "c"]), [1.0, 2.0, 3.0]),
-        (RandomizedResponse(0.011, ["yes", "no"]), "no"),
+        (AnalyticGaussian(0.1, delta=1e-7), 1.0),
+        (Exponential(0.03, candidates=["a", "b", "c"]), [1.0, 2.0, 3.0]),
+        (RandomizedResponse(0.011, categories=["yes", "no"]), "no"),
     ]
 
 
@@ -41,8 +41,8 @@ class TestAdvancedRuleContract(CompositionRuleContract):
     rule = "advanced"
     steps = [
         (Laplace(0.05), 1.0),
-        (AnalyticGaussian(0.2, 1e-9), 1.0),
-        (Exponential(0.02, ["a", "b"]), [0.0, 1.0]),
+        (AnalyticGaussian(0.2, delta=1e-9), 1.0),
+        (Exponential(0.02, candidates=["a", "b"]), [0.0, 1.0]),
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {"conversion_share": 0.0}, InvalidArgumentError,
@@ -64,7 +64,7 @@ class TestOptimalRuleContract(CompositionRuleContract):
     steps = [
         (Laplace(0.05), 1.0),
         (Laplace(0.01), 1.0),  # cheaper: still one full slot
-        (AnalyticGaussian(0.04, 1e-10), 1.0),
+        (AnalyticGaussian(0.04, delta=1e-10), 1.0),
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {}, InvalidArgumentError, "per_query"),
@@ -86,9 +86,9 @@ class TestOptimalRuleContract(CompositionRuleContract):
 class TestGaussianRuleContract(CompositionRuleContract):
     rule = "gaussian"
     steps = [
-        (AnalyticGaussian(0.3, 1e-8, noise="float"), 1.0),
-        (AnalyticGaussian(0.05, 1e-9, sensitivity=0.5, noise="float"), 1.0),
-        (Gaussian(0.5, 1e-7, noise="float"), 1.0),
+        (AnalyticGaussian(0.3, delta=1e-8, noise="float"), 1.0),
+        (AnalyticGaussian(0.05, delta=1e-9, sensitivity=0.5, noise="float"), 1.0),
+        (Gaussian(0.5, delta=1e-7, noise="float"), 1.0),
     ]
     bad_arguments = [
         (Budget(1.0), None, {}, InvalidArgumentError, "limit"),
@@ -102,9 +102,9 @@ class TestRenyiRuleContract(CompositionRuleContract):
     rule = "renyi"
     steps = [
         (Laplace(0.05), 1.0),
-        (AnalyticGaussian(0.2, 1e-9), 1.0),
-        (SubsampledGaussian(2.0, 0.05), np.ones((40, 3))),
-        (Exponential(0.02, ["a", "b"]), [0.0, 1.0]),
+        (AnalyticGaussian(0.2, delta=1e-9), 1.0),
+        (SubsampledGaussian(2.0, sampling_rate=0.05), np.ones((40, 3))),
+        (Exponential(0.02, candidates=["a", "b"]), [0.0, 1.0]),
     ]
     bad_arguments = [
         (Budget(1.0), None, {}, InvalidArgumentError, "limit"),
@@ -119,8 +119,8 @@ class TestPLDRuleContract(CompositionRuleContract):
     rule = "pld"
     step = (0.05, 2.0)
     steps = [
-        (SubsampledGaussian(2.0, 0.05, noise="float"), np.ones((40, 3))),
-        (SubsampledGaussian(3.0, 0.02, noise="float"), np.ones((40, 3))),  # dominated: one slot
+        (SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), np.ones((40, 3))),
+        (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float"), np.ones((40, 3))),  # dominated: one slot
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {}, InvalidArgumentError, "step"),
@@ -168,7 +168,7 @@ def test_max_releases_matches_release_on_a_grid_of_costs(rule: str) -> None:
 
     for k in (3, 7, 10, 33):
         for eps in np.nextafter(1.0 / k, [0.0, 1.0]).tolist() + [1.0 / k * (1 + 1e-9)]:
-            mech = Gaussian(eps, 1e-7, noise="float") if rule == "gaussian" else Laplace(eps)
+            mech = Gaussian(eps, delta=1e-7, noise="float") if rule == "gaussian" else Laplace(eps)
             acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=0)
             assert fill(acc, mech, 1.0) == Accountant(
                 Budget(1.0, 1e-6), composition=rule).max_releases(mech), (rule, k, eps)

@@ -26,10 +26,10 @@ from tests.contracts import assert_immutable
 SECRET = 918273.645
 ROWS = [SECRET, 1.0, 2.0, 3.0, 4.0]
 INSTANCES: list[Any] = [
-    Quantile(0.5, 0.25, 0.0, 1e6), Median(0.5, 0.0, 1e6),
-    ProposeTestRelease(0.5, 1e-6, 1.0, "median", 0.0, 1e6),
-    ProposeTestRelease(0.5, 1e-6, 1.0, "mean", 0.0, 1e6),
-    SmoothSensitivity(0.5, 1e-6, 0.0, 1e6), SampleAndAggregate(0.5, np.mean, 2, 0.0, 1e6),
+    Quantile(0.5, q=0.25, lower=0.0, upper=1e6), Median(0.5, lower=0.0, upper=1e6),
+    ProposeTestRelease(0.5, delta=1e-6, bound=1.0, statistic="median", lower=0.0, upper=1e6),
+    ProposeTestRelease(0.5, delta=1e-6, bound=1.0, statistic="mean", lower=0.0, upper=1e6),
+    SmoothSensitivity(0.5, delta=1e-6, lower=0.0, upper=1e6), SampleAndAggregate(0.5, function=np.mean, chunks=2, lower=0.0, upper=1e6),
 ]
 IDS = [f"{type(m).__name__}-{i}" for i, m in enumerate(INSTANCES)]
 

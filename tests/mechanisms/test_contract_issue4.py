@@ -20,9 +20,9 @@ from mechanisms import (
 )
 
 INSTANCES = [
-    AboveThreshold(0.5, 10.0), Sparse(0.5, 10.0, 3), Sparse(0.5, 10.0, 3, monotonic=True),
-    NumericSparse(0.5, 10.0, 3), Exponential(0.5, ["a", "b"]), ReportNoisyMax(0.5, ["a", "b"]),
-    PermuteAndFlip(0.5, ["a", "b"]), RandomizedResponse(0.5, ["a", "b", "c"]),
+    AboveThreshold(0.5, threshold=10.0), Sparse(0.5, threshold=10.0, max_positives=3), Sparse(0.5, threshold=10.0, max_positives=3, monotonic=True),
+    NumericSparse(0.5, threshold=10.0, max_positives=3), Exponential(0.5, candidates=["a", "b"]), ReportNoisyMax(0.5, candidates=["a", "b"]),
+    PermuteAndFlip(0.5, candidates=["a", "b"]), RandomizedResponse(0.5, categories=["a", "b", "c"]),
 ]
 
 
@@ -38,23 +38,23 @@ def test_contract(m):
     assert ">>>" in doc and ("Thm" in doc or "20" in doc)  # cites a source, runnable example
     assert type(m).__name__ in mechanisms.__all__
     acc = Accountant(Budget(0.5), rng=0)
-    assert acc.can_afford(m) and not acc.can_afford(type(m)(*_bigger(m)))
+    assert acc.can_afford(m) and not acc.can_afford(type(m)(0.6, **_bigger(m)))
 
 
 def _bigger(m):
     params = m.params()
     if isinstance(m, AboveThreshold):
-        return (0.6, params["threshold"])
+        return {"threshold": params["threshold"]}
     if isinstance(m, Sparse):
-        return (0.6, params["threshold"], params["max_positives"])
+        return {"threshold": params["threshold"], "max_positives": params["max_positives"]}
     if isinstance(m, RandomizedResponse):
-        return (0.6, m.categories)
-    return (0.6, m.candidates)
+        return {"categories": m.categories}
+    return {"candidates": m.candidates}
 
 
 def test_huge_integer_query_is_a_typed_error():
     acc = Accountant(Budget(1.0), rng=0)
-    with acc.session(AboveThreshold(0.5, 0.0)) as s:
+    with acc.session(AboveThreshold(0.5, threshold=0.0)) as s:
         with pytest.raises(InvalidArgumentError):
             s.test(10 ** 400)
         assert s.answered == 0

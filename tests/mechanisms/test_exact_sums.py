@@ -111,7 +111,7 @@ def test_exact_sums_per_group() -> None:
 
 def test_clamped_sum_neighbours_stay_within_the_sensitivity() -> None:
     rows = adversarial_rows()
-    mech = Laplace(1.0, clamped_sum(rows, 0.0, U40).l1_sensitivity)
+    mech = Laplace(1.0, sensitivity=clamped_sum(rows, 0.0, U40).l1_sensitivity)
     assert mech.sensitivity == U40 and mech.grid is not None and mech.grid.granularity == 1.0
     with_row, without = clamped_sum(rows, 0.0, U40).value, clamped_sum(rows[1:], 0.0, U40).value
     assert with_row == rational_sum(rows) and without == rational_sum(rows[1:])
@@ -148,7 +148,7 @@ def test_noisy_mean_releases_the_exact_sum(spy: list[Any]) -> None:
 def test_clamped_sum_value_released_through_laplace_is_exact(spy: list[Any]) -> None:
     rows = adversarial_rows()
     q = clamped_sum(rows, 0.0, U40)
-    Accountant(Budget(1.0), rng=3).release(Laplace(1.0, q.l1_sensitivity), q.value)
+    Accountant(Budget(1.0), rng=3).release(Laplace(1.0, sensitivity=q.l1_sensitivity), q.value)
     assert spy == [rational_sum(rows)] and Fraction(float(np.sum(rows))) != spy[0]
 
 
@@ -177,7 +177,7 @@ def test_group_by_releases_exact_sums(spy: list[Any], statistic: str) -> None:
 def test_group_by_sum_neighbours_stay_within_the_sensitivity() -> None:
     rows = adversarial_rows(2)  # (a seed where bincount's running sum moves by 2^40 + 8)
     index = np.zeros(rows.size, dtype=np.int64)
-    mech = Laplace(1.0, U40)  # group_by's Δ₁ for sums under add/remove: max(|L|, |U|)
+    mech = Laplace(1.0, sensitivity=U40)  # group_by's Δ₁ for sums under add/remove: max(|L|, |U|)
     new = exact_sums(rows, index, 1)[0], exact_sums(rows[1:], index[1:], 1)[0]
     assert grid_steps(*new, mech) <= calibrated_steps(mech)
     old = (np.bincount(index, weights=rows)[0], np.bincount(index[1:], weights=rows[1:])[0])
@@ -200,12 +200,12 @@ def test_ptr_mean_releases_the_exact_mean_and_neighbours_stay_within_the_bound(
     rows = near_2_50(2 ** 14, 1, 64.0)  # (a seed where the float means differ by 1/4)
     rows[0] = upper
     bound = 2.0 ** -4  # local sensitivity (U − L)/n = 2^-8 here: far from any that exceeds it
-    m = ProposeTestRelease(1.0, 1e-6, bound=bound, statistic="mean", lower=L50, upper=upper)
+    m = ProposeTestRelease(1.0, delta=1e-6, bound=bound, statistic="mean", lower=L50, upper=upper)
     out = Accountant(Budget(1.0, 1e-5), rng=0).release(m, rows)
     assert isinstance(out, float)
     exact = rational_sum(rows) / rows.size
     assert spy == [exact] and Fraction(float(np.sort(rows).mean())) != exact  # control
-    answer = Laplace(0.5, bound)  # what PTR releases the mean with
+    answer = Laplace(0.5, sensitivity=bound)  # what PTR releases the mean with
     new = exact, rational_sum(rows[1:]) / (rows.size - 1)
     assert abs(new[0] - new[1]) <= Fraction(upper - L50) / rows.size
     assert grid_steps(*new, answer) <= calibrated_steps(answer)
@@ -222,7 +222,7 @@ def test_sample_and_aggregate_releases_the_exact_mean(spy: list[Any]) -> None:
         return answers[-1]
 
     k = 2 ** 12
-    m = SampleAndAggregate(1.0, first, chunks=k, lower=L50, upper=U50)
+    m = SampleAndAggregate(1.0, function=first, chunks=k, lower=L50, upper=U50)
     Accountant(Budget(1.0), rng=0).release(m, near_2_50(2 ** 14, 2))
     exact = rational_sum(answers) / k
     assert len(answers) == k and spy == [exact]
@@ -239,7 +239,7 @@ def test_sample_and_aggregate_neighbours_stay_within_the_sensitivity() -> None:
     answers[-1] = L50
     moved = answers.copy()
     moved[-1] = U50
-    mech = Laplace(1.0, (U50 - L50) / k)
+    mech = Laplace(1.0, sensitivity=(U50 - L50) / k)
     new = exact_sum(answers) / k, exact_sum(moved) / k
     assert new[1] - new[0] == Fraction(U50 - L50) / k
     assert grid_steps(*new, mech) <= calibrated_steps(mech)
@@ -259,7 +259,7 @@ def test_sample_and_aggregate_neighbours_stay_within_the_sensitivity() -> None:
 def test_laplace_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the noise set to 0, the output is round(x/g)·g of the rational x itself: 2^60 + ½ + a
     hair rounds up to 2^60 + 1, where its nearest double (2^60) would give 2^60."""
-    mech = Laplace(1.0, 1.0)
+    mech = Laplace(1.0, sensitivity=1.0)
     assert mech.grid is not None
     g = Fraction(mech.grid.granularity)
     x = (2 ** 60 + Fraction(1, 2) + Fraction(1, 2 ** 80)) * g
@@ -274,7 +274,7 @@ def test_laplace_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_rational_beyond_the_grid_is_refused_before_the_debit() -> None:
-    mech = Laplace(1.0, 1.0)
+    mech = Laplace(1.0, sensitivity=1.0)
     assert mech.grid is not None
     acc = Accountant(Budget(1.0), rng=0)
     before = snapshot(acc.ledger)
@@ -284,7 +284,7 @@ def test_a_rational_beyond_the_grid_is_refused_before_the_debit() -> None:
 
 
 def test_float_noise_takes_the_nearest_double() -> None:
-    mech = Laplace(1.0, 1.0, noise="float")
+    mech = Laplace(1.0, sensitivity=1.0, noise="float")
     assert mech.prepare(Fraction(1, 3)) == 1 / 3
     vector = np.empty(2, dtype=object)
     vector[:] = [Fraction(1, 3), Fraction(2)]
@@ -296,7 +296,7 @@ def test_the_gaussian_grid_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyP
     to 0 the output is round(x/g)·g of the exact sum, not of its nearest double."""
     rows = adversarial_rows()
     q = clamped_sum(rows, 0.0, U40)
-    mech = AnalyticGaussian(1.0, 1e-7, q.l2_sensitivity)
+    mech = AnalyticGaussian(1.0, delta=1e-7, sensitivity=q.l2_sensitivity)
     assert mech.grid is not None
     g = Fraction(mech.grid.granularity)
     monkeypatch.setattr("mechanisms.gaussian_grid.wide_gaussian_array",

@@ -111,9 +111,9 @@ def test_discrete_laplace_outputs_integers(value: int) -> None:
 
 
 SELECTION = [
-    lambda noise: __import__("mechanisms").Exponential(1.0, ["a", "b", "c"], noise=noise),
-    lambda noise: __import__("mechanisms").ReportNoisyMax(1.0, ["a", "b", "c"], noise=noise),
-    lambda noise: __import__("mechanisms").PermuteAndFlip(1.0, ["a", "b", "c"], noise=noise),
+    lambda noise: __import__("mechanisms").Exponential(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("mechanisms").ReportNoisyMax(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("mechanisms").PermuteAndFlip(1.0, candidates=["a", "b", "c"], noise=noise),
 ]
 
 
@@ -132,7 +132,7 @@ def test_selection_exact_by_default_and_float_only_on_request(make: Callable[[st
 def test_exponential_terminates_when_one_score_dominates() -> None:
     from mechanisms import Exponential
     acc = Accountant(None, rng=1)
-    m = Exponential(1.0, list(range(200)))
+    m = Exponential(1.0, candidates=list(range(200)))
     assert acc.release(m, [0.0] * 199 + [1e6]) == 199
 
 
@@ -140,7 +140,7 @@ def test_report_noisy_max_refuses_scores_off_its_grid() -> None:
     from accountant.errors import InvalidDataError
     from mechanisms import ReportNoisyMax
     acc = Accountant(Budget(1.0), rng=1)
-    m = ReportNoisyMax(1.0, ["a", "b"], sensitivity=1e-300)
+    m = ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=1e-300)
     with pytest.raises(InvalidDataError) as e:
         acc.release(m, [1e300, 0.0])
     assert "1e+300" not in str(e.value)
@@ -151,7 +151,7 @@ def test_randomized_response_exact_is_exactly_p() -> None:
     """With k = 2 and ε = ln 3 the truth has probability 3/4 exactly; 40,000 draws."""
     from mechanisms import RandomizedResponse
     from mechanisms.sampling import Sampler
-    m = RandomizedResponse(math.log(3.0), ["y", "n"])
+    m = RandomizedResponse(math.log(3.0), categories=["y", "n"])
     s = Sampler(8)
     truthful = sum(m.draw(0, s) == "y" for _ in range(40_000))
     p = stats.binomtest(truthful, 40_000, 0.75).pvalue

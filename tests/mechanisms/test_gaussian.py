@@ -99,7 +99,7 @@ class TestGaussianContract(MechanismContract):
 def test_theory_vectors(epsilon: float, delta: float, sensitivity: float, sigma: float) -> None:
     # docs/theory.md §3 gives 10 significant digits, so 1e-9 relative is the tightest meaningful check.
     assert analytic_gaussian_sigma(epsilon, delta, sensitivity) == pytest.approx(sigma, rel=1e-9)
-    assert AnalyticGaussian(epsilon, delta, sensitivity).sigma == pytest.approx(sigma, rel=1e-9)
+    assert AnalyticGaussian(epsilon, delta=delta, sensitivity=sensitivity).sigma == pytest.approx(sigma, rel=1e-9)
     # σ scales linearly with Δ.
     assert analytic_gaussian_sigma(epsilon, delta, 2.5) == pytest.approx(2.5 * sigma, rel=1e-9)
 
@@ -222,7 +222,7 @@ def test_no_variance_as_scale_bug(epsilon: float, delta: float) -> None:
     ``np.random.normal`` as its scale). Cases with σ ≈ 36 and σ < 1 so σ² is far either way.
     Fixed seed; n = 40000, so the sample sd is within 0.36% of σ (1 s.e.); we allow 2.5% (7 s.e.,
     α < 1e-11)."""
-    m = AnalyticGaussian(epsilon, delta)
+    m = AnalyticGaussian(epsilon, delta=delta)
     noise = Accountant(None, rng=SEED).release(m, np.zeros(40_000))
     sd = float(np.std(noise, ddof=1))
     assert sd == pytest.approx(m.sigma, rel=0.025)
@@ -235,7 +235,7 @@ def test_no_variance_as_scale_bug(epsilon: float, delta: float) -> None:
 @pytest.mark.parametrize("epsilon", [1.0, 1.5, 10.0, 1e6])
 def test_classic_refuses_epsilon_at_least_one(epsilon: float) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        Gaussian(epsilon, 1e-5)
+        Gaussian(epsilon, delta=1e-5)
     assert info.value.argument == "epsilon"
     assert "AnalyticGaussian" in str(info.value)
     assert repr(epsilon) in str(info.value)
@@ -246,7 +246,7 @@ def test_classic_refuses_epsilon_at_least_one(epsilon: float) -> None:
 ])
 def test_classic_sigma_formula(epsilon: float, delta: float, sensitivity: float) -> None:
     """σ = Δ sqrt(2 ln(1.25/δ))/ε (Dwork–Roth Thm 3.22), never below the exact value."""
-    sigma = Gaussian(epsilon, delta, sensitivity).sigma
+    sigma = Gaussian(epsilon, delta=delta, sensitivity=sensitivity).sigma
     with mpmath.workdps(50):
         exact = mpf(sensitivity) * mpmath.sqrt(2 * mpmath.log(mpf(5) / 4 / mpf(delta))) / mpf(
             epsilon)
@@ -256,9 +256,9 @@ def test_classic_sigma_formula(epsilon: float, delta: float, sensitivity: float)
 
 def test_classic_at_eps_below_one_is_valid_and_noisier_than_analytic() -> None:
     for eps in [0.05, 0.5, 0.9]:
-        classic = Gaussian(eps, 1e-5).sigma
+        classic = Gaussian(eps, delta=1e-5).sigma
         assert analytic_gaussian_delta(classic, eps) <= 1e-5
-        assert classic >= AnalyticGaussian(eps, 1e-5).sigma
+        assert classic >= AnalyticGaussian(eps, delta=1e-5).sigma
 
 
 def test_why_classic_is_refused_at_eps_ten() -> None:
@@ -270,14 +270,14 @@ def test_why_classic_is_refused_at_eps_ten() -> None:
 # -- rho and mu ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("make", [
-    lambda: AnalyticGaussian(1.0, 1e-5, 2.0), lambda: Gaussian(0.5, 1e-6, 0.3),
-    lambda: AnalyticGaussian(0.05, 1e-9, 7.0),
+    lambda: AnalyticGaussian(1.0, delta=1e-5, sensitivity=2.0), lambda: Gaussian(0.5, delta=1e-6, sensitivity=0.3),
+    lambda: AnalyticGaussian(0.05, delta=1e-9, sensitivity=7.0),
 ])
 def test_rho_and_mu_declared_on_the_safe_side(make) -> None:
     m = make()
     assert m.noise == "exact" and m.mu is None and m.charge.mu is None  # no provable GDP
     exact_rho = m.rho
-    m = type(m)(m.epsilon, m.delta, m.sensitivity, noise="float")
+    m = type(m)(m.epsilon, delta=m.delta, sensitivity=m.sensitivity, noise="float")
     assert m.rho == exact_rho
     s, d = Fraction(m.sigma), Fraction(m.sensitivity)
     assert m.rho is not None and m.mu is not None
@@ -292,7 +292,7 @@ def test_rho_and_mu_declared_on_the_safe_side(make) -> None:
 @settings(max_examples=200, deadline=None)
 @given(sens=st.floats(1e-3, 1e3), sigma_factor=st.floats(0.01, 1e4))
 def test_rho_never_below_exact(sens: float, sigma_factor: float) -> None:
-    m = AnalyticGaussian(1.0, 1e-5, sens, noise="float")
+    m = AnalyticGaussian(1.0, delta=1e-5, sensitivity=sens, noise="float")
     object.__setattr__(m, "sigma", sens * sigma_factor)  # exercise the formula at many σ
     s, d = Fraction(m.sigma), Fraction(m.sensitivity)
     assert Fraction(m.rho) >= d * d / (2 * s * s)

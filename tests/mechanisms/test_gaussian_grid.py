@@ -57,23 +57,23 @@ def _delta_bw(sigma: mpmath.mpf, sens: mpmath.mpf, eps: float) -> mpmath.mpf:
 
 
 @pytest.mark.parametrize(("make", "n", "extra"), [
-    (lambda: AnalyticGaussian(1.0, 1e-5), 1, 1e-9),
-    (lambda: AnalyticGaussian(1.0, 1e-5), 1000, 1e-7),
-    (lambda: AnalyticGaussian(0.05, 1e-9, 3.0), 10 ** 6, 1e-5),
-    (lambda: AnalyticGaussian(8.0, 1e-3, 0.01), 7, 1e-7),
-    (lambda: AnalyticGaussian(1.0, 1e-14), 10 ** 6, 1e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-5), 1, 1e-9),
+    (lambda: AnalyticGaussian(1.0, delta=1e-5), 1000, 1e-7),
+    (lambda: AnalyticGaussian(0.05, delta=1e-9, sensitivity=3.0), 10 ** 6, 1e-5),
+    (lambda: AnalyticGaussian(8.0, delta=1e-3, sensitivity=0.01), 7, 1e-7),
+    (lambda: AnalyticGaussian(1.0, delta=1e-14), 10 ** 6, 1e-5),
     # near the end of the range (the TV term is then ~half of δ): still safe, 0.07% noisier
-    (lambda: AnalyticGaussian(1.0, 1e-14), 10 ** 8, 1e-3),
-    (lambda: Gaussian(0.5, 1e-6, 2.0), 1, 1e-9),
-    (lambda: Gaussian(0.9, 1e-5), 4096, 1e-7),
+    (lambda: AnalyticGaussian(1.0, delta=1e-14), 10 ** 8, 1e-3),
+    (lambda: Gaussian(0.5, delta=1e-6, sensitivity=2.0), 1, 1e-9),
+    (lambda: Gaussian(0.9, delta=1e-5), 4096, 1e-7),
     # extreme parameters take a finer grid: the extra noise stays small
-    (lambda: Gaussian(1e-12, 1e-5), 1, 2e-5),
-    (lambda: AnalyticGaussian(1e-9, 1e-10), 10 ** 6, 2e-5),
-    (lambda: AnalyticGaussian(1.0, 1e-23), 1, 2e-5),
-    (lambda: AnalyticGaussian(1.0, 1e-300), 1, 2e-5),
-    (lambda: AnalyticGaussian(45.0, 1e-5), 1, 2e-5),
-    (lambda: AnalyticGaussian(710.0, 0.4), 1, 1e-4),
-    (lambda: AnalyticGaussian(1.0, 1e-5, 1e-200), 3, 2e-5),
+    (lambda: Gaussian(1e-12, delta=1e-5), 1, 2e-5),
+    (lambda: AnalyticGaussian(1e-9, delta=1e-10), 10 ** 6, 2e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-23), 1, 2e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-300), 1, 2e-5),
+    (lambda: AnalyticGaussian(45.0, delta=1e-5), 1, 2e-5),
+    (lambda: AnalyticGaussian(710.0, delta=0.4), 1, 1e-4),
+    (lambda: AnalyticGaussian(1.0, delta=1e-5, sensitivity=1e-200), 3, 2e-5),
 ])
 def test_calibration_keeps_the_declared_cost(make, n: int, extra: float) -> None:
     """Recomputed independently at 60 digits from the sampler's integer s: the grid release of n
@@ -100,7 +100,7 @@ def test_no_double_grid_is_refused_before_the_debit() -> None:
     entries would need one below 2^-1074. A typed refusal naming the value (not showing it),
     nothing drawn, nothing debited; where not even a scalar fits, construction is refused."""
     acc = Accountant(Budget(1000.0, 0.5), rng=1)
-    m = AnalyticGaussian(700.0, 1e-300, 2.0 ** -59)
+    m = AnalyticGaussian(700.0, delta=1e-300, sensitivity=2.0 ** -59)
     assert m.grid.fits(1) and not m.grid.fits(10 ** 6)
     values = np.full(10 ** 6, 3.25)
     with pytest.raises(InvalidDataError) as info:
@@ -110,13 +110,13 @@ def test_no_double_grid_is_refused_before_the_debit() -> None:
     assert acc.spent() == Budget(0.0)
     assert acc.release(m, 1e-16) is not None  # a grid of 2^-1071 holds only tiny values
     with pytest.raises(InvalidArgumentError, match="parameters"):
-        AnalyticGaussian(700.0, 1e-300, 1e-100)
-    assert AnalyticGaussian(700.0, 1e-300, 1e-100, noise="float").sigma > 0
+        AnalyticGaussian(700.0, delta=1e-300, sensitivity=1e-100)
+    assert AnalyticGaussian(700.0, delta=1e-300, sensitivity=1e-100, noise="float").sigma > 0
 
 
 def test_extreme_delta_still_releases_exactly() -> None:
     """δ = 1e-300 needs σ_g ~ 2^500 grid steps: the Python-integer sampler takes over."""
-    m = AnalyticGaussian(1.0, 1e-300)
+    m = AnalyticGaussian(1.0, delta=1e-300)
     out = Accountant(None, rng=2).release(m, np.zeros(3))
     g = m.grid.granularity_for(3)
     assert np.all(out / g == np.floor(out / g)) and np.all(np.abs(out) < 60 * m.sigma)
@@ -124,7 +124,7 @@ def test_extreme_delta_still_releases_exactly() -> None:
 
 def test_values_beyond_the_grid_are_refused_before_the_debit() -> None:
     acc = Accountant(Budget(10.0, 0.5), rng=1)
-    m = AnalyticGaussian(1.0, 1e-5)
+    m = AnalyticGaussian(1.0, delta=1e-5)
     big = m.grid.limit_for(2) * 2
     with pytest.raises(InvalidDataError) as info:
         acc.release(m, np.array([0.0, big]))
@@ -220,7 +220,7 @@ def test_wide_gaussian_at_grid_scale_has_the_right_spread() -> None:
 
 def test_exact_gaussian_outputs_stay_on_the_grid() -> None:
     acc = Accountant(None, rng=7)
-    m = AnalyticGaussian(1.0, 1e-5)
+    m = AnalyticGaussian(1.0, delta=1e-5)
     g = m.grid.granularity
     for x in (0.0, 1.0, 0.1, -3.3, 1e6 + 0.123456789):
         outs = acc.release(m, np.full(500, x))
@@ -233,7 +233,7 @@ def test_exact_gaussian_resists_the_float_attack() -> None:
     """The float-attack events of test_float_attack, on AnalyticGaussian(1, 1e-5): the bit events
     never fire; the only measurable loss is the honest one of "below 0" (true value 0.24)."""
     acc = Accountant(None, rng=20261122)
-    m = AnalyticGaussian(EPSILON, 1e-5)
+    m = AnalyticGaussian(EPSILON, delta=1e-5)
     losses = measured_losses(lambda x: acc.release(m, x))
     assert max(v for k, v in losses.items() if k != "below 0") == 0.0, losses
     assert 0.1 < losses["below 0"] <= 0.25, losses
@@ -242,7 +242,7 @@ def test_exact_gaussian_resists_the_float_attack() -> None:
 def test_the_float_gaussian_is_caught() -> None:
     """Negative control: the textbook float Gaussian through the same API leaks on bit events."""
     acc = Accountant(None, rng=20261122)
-    m = AnalyticGaussian(EPSILON, 1e-5, noise="float")
+    m = AnalyticGaussian(EPSILON, delta=1e-5, noise="float")
     losses = measured_losses(lambda x: acc.release(m, x))
     assert losses["in (0, 0.5), not a multiple of 2^-53"] > 4 * EPSILON, losses
 
@@ -250,16 +250,16 @@ def test_the_float_gaussian_is_caught() -> None:
 def test_gaussian_rule_refuses_exact_gaussians_and_says_what_to_do() -> None:
     acc = Accountant(Budget(1.0, 1e-6), composition="gaussian", rng=0)
     with pytest.raises(MechanismNotAllowedError, match="advanced"):
-        acc.release(AnalyticGaussian(0.1, 1e-8), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-8), 1.0)
     assert acc.spent() == Budget(0.0)
     adv = Accountant(Budget(1.0, 1e-6), composition="advanced", rng=0)
-    exact, floating = AnalyticGaussian(0.1, 1e-8), AnalyticGaussian(0.1, 1e-8, noise="float")
+    exact, floating = AnalyticGaussian(0.1, delta=1e-8), AnalyticGaussian(0.1, delta=1e-8, noise="float")
     assert adv.max_releases(exact) == adv.max_releases(floating) > 10
 
 
 def test_seeded_exact_gaussian_is_reproducible_and_recorded() -> None:
     a, b = Accountant(None, rng=11), Accountant(None, rng=11)
-    m = AnalyticGaussian(0.5, 1e-6, 2.0)
+    m = AnalyticGaussian(0.5, delta=1e-6, sensitivity=2.0)
     x = np.linspace(-5, 5, 100)
     assert np.array_equal(a.release(m, x), b.release(m, x))
     record = list(a.ledger.entries())[-1].record
@@ -276,7 +276,7 @@ def test_a_gradients_pooled_grid_noise_matches_the_discrete_gaussian() -> None:
     from mechanisms import SubsampledGaussian
     from tests.mechanisms.stat_checks import chi2_with_power
 
-    grid = SubsampledGaussian(2.0, 0.05).grid
+    grid = SubsampledGaussian(2.0, sampling_rate=0.05).grid
     assert grid is not None
     s = grid.noise_s(31)
     sigma = s / math.sqrt(2)

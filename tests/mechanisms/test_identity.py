@@ -50,7 +50,7 @@ class Laplace(NumericMechanism):
     and the true value out."""
 
     def __init__(self, epsilon: float, sensitivity: float = 1.0) -> None:
-        self.real = mechanisms.Laplace(epsilon, sensitivity)
+        self.real = mechanisms.Laplace(epsilon, sensitivity=sensitivity)
         self.declare(Budget(epsilon), noise="exact")
 
     def params(self) -> dict[str, Any]:
@@ -374,7 +374,7 @@ def test_a_session_sampler_ends_with_the_session() -> None:
             return super()._open(sampler)
 
     acc = Accountant(Budget(1.0))
-    session = acc.session(Keeper(0.5, 10.0))
+    session = acc.session(Keeper(0.5, threshold=10.0))
     assert isinstance(kept[0].bits.word(), int)
     session.close()
     with pytest.raises(SamplerSpentError):
@@ -435,12 +435,12 @@ def test_the_audit_flags_a_record_its_library_mechanism_cannot_give(params, char
 
 def test_the_audit_flags_a_batch_item_its_library_mechanism_cannot_give() -> None:
     acc = Accountant(Budget(10.0, 1e-5))
-    acc.release_many([(mechanisms.Laplace(0.1), 1.0), (mechanisms.Gaussian(0.5, 1e-6), 1.0)])
+    acc.release_many([(mechanisms.Laplace(0.1), 1.0), (mechanisms.Gaussian(0.5, delta=1e-6), 1.0)])
     assert audit(acc.ledger).exit_status == 0
-    honest = Step.batch((mechanisms.Laplace(0.1), mechanisms.Gaussian(0.5, 1e-6)))
+    honest = Step.batch((mechanisms.Laplace(0.1), mechanisms.Gaussian(0.5, delta=1e-6)))
     items = [{"name": "Laplace", "params": mechanisms.Laplace(0.9).params(),
               "cost": {"epsilon": 0.1, "delta": 0.0}},
-             {"name": "Gaussian", "params": mechanisms.Gaussian(0.5, 1e-6).params(),
+             {"name": "Gaussian", "params": mechanisms.Gaussian(0.5, delta=1e-6).params(),
               "cost": {"epsilon": 0.5, "delta": 1e-6}}]
     forged = step_fragments("batch", {"items": items}, honest.charge)
     acc._gate.debit(honest._replace(members={**honest.members, **forged}),  # noqa: SLF001
@@ -455,7 +455,7 @@ def test_the_audit_flags_a_batch_items_forged_curve() -> None:
     too), so that is what the item must rebuild to. A curve far cheaper than the mechanism's,
     with its genuine (ε, δ), is flagged; the honest batch audits clean."""
     acc = Accountant(Budget(3.0, 1e-5), composition="renyi")
-    sgm = mechanisms.SubsampledGaussian(1.0, 0.01)
+    sgm = mechanisms.SubsampledGaussian(1.0, sampling_rate=0.01)
     honest = Step.batch((sgm,))
     plan = acc._gate.plan(("default", None, None))  # noqa: SLF001
     acc._gate.debit(honest, plan, None)  # noqa: SLF001

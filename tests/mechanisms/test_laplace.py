@@ -36,7 +36,7 @@ def test_scale_and_cost() -> None:
 @given(epsilon=st.floats(1e-6, 1e6), sensitivity=st.floats(1e-6, 1e6))
 def test_scale_never_below_exact(epsilon: float, sensitivity: float) -> None:
     """b = Δ₁/ε, rounded up: never below the exact quotient, at most 2 ulp above it."""
-    scale = Laplace(epsilon, sensitivity).scale
+    scale = Laplace(epsilon, sensitivity=sensitivity).scale
     exact = Fraction(sensitivity) / Fraction(epsilon)
     assert Fraction(scale) >= exact
     assert Fraction(scale) <= exact * (1 + Fraction(1, 2 ** 51))

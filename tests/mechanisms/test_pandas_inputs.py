@@ -15,7 +15,7 @@ from mechanisms import AnalyticGaussian, Laplace, Median, clamped_sum, noisy_mea
 pd = pytest.importorskip("pandas")
 
 
-@pytest.mark.parametrize("make", [lambda: Laplace(0.5), lambda: AnalyticGaussian(0.5, 1e-6)])
+@pytest.mark.parametrize("make", [lambda: Laplace(0.5), lambda: AnalyticGaussian(0.5, delta=1e-6)])
 def test_numeric_mechanisms_take_a_series_and_a_frame(make: object) -> None:
     acc = Accountant(Budget(10.0, 1e-3), rng=0)
     series = pd.Series([1.0, 2.0, 3.0], index=["a", "b", "c"])
@@ -40,12 +40,12 @@ def test_helpers_and_selection_take_a_column() -> None:
     acc = Accountant(Budget(3.0), rng=1)
     assert clamped_sum(frame["age"], 0, 100).value == float(np.arange(20.0, 80.0).sum())
     assert 0 <= noisy_mean(acc, frame["age"], 0, 100, epsilon=1.0) <= 100
-    assert 0 <= acc.release(Median(1.0, 0.0, 100.0), frame["age"]) <= 100
+    assert 0 <= acc.release(Median(1.0, lower=0.0, upper=100.0), frame["age"]) <= 100
 
 
-@pytest.mark.parametrize("make", [lambda: Median(1.0, 0.0, 1.0),
+@pytest.mark.parametrize("make", [lambda: Median(1.0, lower=0.0, upper=1.0),
                                   lambda: __import__("mechanisms").SmoothSensitivity(
-                                      1.0, 1e-6, 0.0, 1.0)])
+                                      1.0, delta=1e-6, lower=0.0, upper=1.0)])
 def test_a_complex_column_is_refused_not_truncated(make: object) -> None:
     """numpy would cast complex to float by dropping the imaginary part (a different value than
     the caller's): refused, typed, before anything is debited."""

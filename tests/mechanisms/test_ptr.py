@@ -27,7 +27,7 @@ def pass_probability_at_distance_zero(epsilon: float, threshold: float) -> float
 
 @pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-5), (0.1, 1e-6), (2.0, 1e-9), (0.5, 0.05)])
 def test_distance_zero_passes_with_probability_at_most_delta(epsilon: float, delta: float) -> None:
-    m = ProposeTestRelease(epsilon, delta, 1.0, "median", 0.0, 1.0)
+    m = ProposeTestRelease(epsilon, delta=delta, bound=1.0, statistic="median", lower=0.0, upper=1.0)
     assert pass_probability_at_distance_zero(epsilon, m.threshold) <= delta
     # The course notes' threshold ln(2/δ)/(2ε) (with the test's noise Lap(1/ε)) does not:
     notes = 0.5 * math.exp(-epsilon * math.log(2 / delta) / (2 * epsilon))
@@ -54,13 +54,14 @@ def test_empirical_pass_rate_at_distance_zero() -> None:
     exact rate (binomial, α = 1e-6); the notes' threshold passes far more often and is caught."""
     epsilon, delta, n = 1.0, 0.02, 40_000
     data = [0.0] * 10 + [100.0] * 11  # the median sits at a jump of 100
-    m = ProposeTestRelease(epsilon, delta, 1.0, "median", 0.0, 100.0)
+    m = ProposeTestRelease(epsilon, delta=delta, bound=1.0, statistic="median", lower=0.0, upper=100.0)
     assert m.statistic.distance(m.prepare(data), 1.0, 10) == 0
     k = _pass_rate(m, data, n, seed=21)
     exact = pass_probability_at_distance_zero(epsilon, m.threshold)
     assert stats.binomtest(k, n, exact).pvalue > ALPHA
     assert stats.binomtest(k, n, 3 * exact).pvalue < ALPHA  # power: a 3× leak would show
-    broken = _NotesThreshold(epsilon, delta, 1.0, "median", 0.0, 100.0)
+    broken = _NotesThreshold(epsilon, delta=delta, bound=1.0, statistic="median",
+                             lower=0.0, upper=100.0)
     k_broken = _pass_rate(broken, data, n, seed=22)
     assert stats.binomtest(k_broken, n, delta, alternative="greater").pvalue < ALPHA
 
@@ -81,7 +82,7 @@ def test_median_distance_matches_brute_force() -> None:
     """min{k : some dataset within k replacements has local sensitivity > b}, by brute force over
     replacements with the bounds, on small datasets."""
     rng = np.random.default_rng(3)
-    stat = PTRMedian(0.0, 10.0)
+    stat = PTRMedian(lower=0.0, upper=10.0)
     for _ in range(20):
         x = sorted(float(v) for v in rng.integers(0, 11, size=5))
         for b in (0.5, 2.0, 4.0):
@@ -94,7 +95,7 @@ def test_median_distance_matches_brute_force() -> None:
 
 
 def test_mean_distance_is_rows_to_remove() -> None:
-    stat = PTRMean(0.0, 10.0)
+    stat = PTRMean(lower=0.0, upper=10.0)
     # B(m) = 10/m <= b needs m >= 10/b: for b = 2, m >= 5.
     for n, expected in [(0, 0), (4, 0), (5, 1), (6, 2), (100, 50)]:
         assert stat.distance(np.zeros(n), 2.0, 50) == expected
@@ -116,7 +117,7 @@ def test_mean_local_sensitivity_is_range_over_n(n: int) -> None:
 
 def test_median_distance_ties_are_decided_exactly() -> None:
     """A gap that is just above the bound but rounds to it: the distance is 0, not the cap."""
-    stat = PTRMedian(-2.0 ** -60, 1.0)
+    stat = PTRMedian(lower=-2.0 ** -60, upper=1.0)
     assert stat.distance(np.array([-2.0 ** -60, 1.0]), 1.0, 10) == 0
 
 
@@ -126,14 +127,14 @@ def test_a_statistic_that_raises_never_escapes_after_the_debit() -> None:
             raise ValueError(f"secret {ordered[0]}")
 
     acc = Accountant(Budget(1.0, 1e-5), rng=2)
-    result = acc.release(ProposeTestRelease(1.0, 1e-6, 1.0, Fragile(0.0, 10.0)), [5.0] * 9)
+    result = acc.release(ProposeTestRelease(1.0, delta=1e-6, bound=1.0, statistic=Fragile(lower=0.0, upper=10.0)), [5.0] * 9)
     assert isinstance(result, (PTRRefused, float))  # the test ran on a distance of 0
     assert acc.spent() == Budget(1.0, 1e-6)
 
 
 def test_the_whole_cost_is_debited_also_when_refused() -> None:
     acc = Accountant(Budget(2.0, 1e-5), rng=0)
-    m = ProposeTestRelease(1.0, 1e-6, 0.1, "mean", 0.0, 100.0)
+    m = ProposeTestRelease(1.0, delta=1e-6, bound=0.1, statistic="mean", lower=0.0, upper=100.0)
     result = acc.release(m, [50.0] * 3)  # three rows: far too few for b = 0.1
     assert isinstance(result, PTRRefused) and not result
     assert "50" not in repr(result)

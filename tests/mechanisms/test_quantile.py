@@ -40,7 +40,7 @@ def draws(m: Quantile, data: list[float], n: int, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("q", [0.5, 0.25, 0.9])
 def test_output_law_is_the_exponential_mechanism(q: float) -> None:
-    m = Quantile(0.8, q, 0.0, 10.0, candidates=CANDIDATES)
+    m = Quantile(0.8, q=q, lower=0.0, upper=10.0, candidates=CANDIDATES)
     counts = draws(m, DATA, 30_000, seed=11)
     chi2_with_power(counts, lambda eps: law(DATA, q, eps), 0.8)
 
@@ -49,7 +49,7 @@ def test_negative_control_a_law_with_epsilon_not_halved_is_rejected() -> None:
     """The same test refuses the exponential mechanism written without the 2 (ε·u, not ε·u/2)."""
     from scipy import stats
 
-    counts = draws(Quantile(0.8, 0.5, 0.0, 10.0, candidates=CANDIDATES), DATA, 30_000, seed=12)
+    counts = draws(Quantile(0.8, q=0.5, lower=0.0, upper=10.0, candidates=CANDIDATES), DATA, 30_000, seed=12)
     assert stats.chisquare(counts, counts.sum() * law(DATA, 0.5, 1.6)).pvalue < ALPHA
 
 
@@ -69,16 +69,16 @@ def test_privacy_ratio_on_neighbours_is_the_laws_and_a_broken_variant_exceeds_it
     ratios = np.abs(np.log(law(x, 0.5, epsilon) / law(x2, 0.5, epsilon)))
     worst = int(np.argmax(ratios))
     assert ratios[worst] <= epsilon
-    right = Quantile(epsilon, 0.5, 0.0, 10.0, candidates=CANDIDATES)
+    right = Quantile(epsilon, q=0.5, lower=0.0, upper=10.0, candidates=CANDIDATES)
     assert _ratio_bound(right, x, x2, n, (13, 14), worst) <= ratios[worst]
-    broken = Quantile(epsilon, 0.5, 0.0, 10.0, candidates=CANDIDATES)
+    broken = Quantile(epsilon, q=0.5, lower=0.0, upper=10.0, candidates=CANDIDATES)
     object.__setattr__(broken, "_rate", broken._rate * 2)  # ε·u instead of ε·u/2
     assert _ratio_bound(broken, x, x2, n, (15, 16), worst) > ratios[worst]
 
 
 def test_declared_cost_is_what_the_ledger_debits() -> None:
     acc = Accountant(Budget(1.0), rng=0)
-    m = Median(0.4, 0.0, 100.0)
+    m = Median(0.4, lower=0.0, upper=100.0)
     answer = acc.release(m, np.arange(100.0), dataset="d")
     assert 0.0 <= answer <= 100.0 and answer in m.candidates
     record = [e.record for e in acc.ledger.entries() if e.record["kind"] == "release"][0]
@@ -93,12 +93,12 @@ def test_refusal_and_bad_data_draw_and_debit_nothing() -> None:
     acc = Accountant(Budget(0.3), rng=rng)
     state = rng.bit_generator.state
     with pytest.raises(BudgetExceededError):
-        acc.release(Quantile(0.5, 0.5, 0.0, 1.0), [0.5])
+        acc.release(Quantile(0.5, q=0.5, lower=0.0, upper=1.0), [0.5])
     for bad, error in [([1.0, math.nan], InvalidDataError), ("abc", InvalidDataTypeError),
                        ([[1.0], [2.0]], InvalidDataTypeError), ([True, False], InvalidDataTypeError),
                        (None, InvalidDataTypeError), ([1 + 2j], InvalidDataTypeError)]:
         with pytest.raises(error) as caught:
-            acc.release(Quantile(0.1, 0.5, 0.0, 1.0), bad)
+            acc.release(Quantile(0.1, q=0.5, lower=0.0, upper=1.0), bad)
         assert caught.value.argument == "value"
     assert rng.bit_generator.state == state
     assert list(acc.ledger.entries())[1:] == []  # only the policy record
@@ -107,10 +107,10 @@ def test_refusal_and_bad_data_draw_and_debit_nothing() -> None:
 def test_errors_never_show_the_data() -> None:
     secret = 123456.789
     with pytest.raises(InvalidDataError) as caught:
-        Median(1.0, 0.0, 1.0).prepare([secret, math.nan])
+        Median(1.0, lower=0.0, upper=1.0).prepare([secret, math.nan])
     assert "123456" not in str(caught.value) and "value[1] is nan" in str(caught.value)
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Median(1.0, 0.0, 1e6), [secret] * 5)
+    acc.release(Median(1.0, lower=0.0, upper=1e6), [secret] * 5)
     assert all("123456" not in e.text for e in acc.ledger.entries())
 
 
@@ -134,28 +134,28 @@ def test_errors_never_show_the_data() -> None:
 def test_bad_constructions_are_typed(kwargs: dict[str, Any], error: type, argument: str) -> None:
     params: dict[str, Any] = {"epsilon": 1.0, "q": 0.5, "lower": 0.0, "upper": 10.0, **kwargs}
     with pytest.raises(error) as caught:
-        Quantile(params.pop("epsilon"), params.pop("q"), params.pop("lower"),
-                 params.pop("upper"), **params)
+        Quantile(params.pop("epsilon"), q=params.pop("q"), lower=params.pop("lower"),
+                 upper=params.pop("upper"), **params)
     assert caught.value.argument == argument
 
 
 def test_values_outside_the_bounds_are_clamped_and_pandas_is_accepted() -> None:
     pd = pytest.importorskip("pandas")
-    m = Quantile(50.0, 1.0, 0.0, 10.0, candidates=CANDIDATES)
+    m = Quantile(50.0, q=1.0, lower=0.0, upper=10.0, candidates=CANDIDATES)
     acc = Accountant(None, rng=1)
     assert acc.release(m, pd.Series([-5.0, 3.0, 1e9])) == 10.0  # the max, clamped to upper
 
 
 def test_empty_data_picks_uniformly_and_extremes_are_exact() -> None:
-    m = Quantile(1.0, 0.0, 0.0, 10.0, candidates=CANDIDATES)
+    m = Quantile(1.0, q=0.0, lower=0.0, upper=10.0, candidates=CANDIDATES)
     assert m.scores(m.prepare([])) == [0] * len(CANDIDATES)
-    big = Quantile(200.0, 0.0, 0.0, 10.0, candidates=CANDIDATES)
+    big = Quantile(200.0, q=0.0, lower=0.0, upper=10.0, candidates=CANDIDATES)
     assert Accountant(None, rng=2).release(big, [4.0] * 50) in (0.0, 1.0, 2.0, 3.0)
 
 
 def test_noisy_quantiles_are_one_batch_all_or_nothing() -> None:
     acc = Accountant(Budget(1.0), rng=3)
-    acc.release(Median(0.5, 0.0, 1.0), [0.5], dataset="d")
+    acc.release(Median(0.5, lower=0.0, upper=1.0), [0.5], dataset="d")
     with pytest.raises(BudgetExceededError):
         noisy_quantiles(acc, DATA, [0.25, 0.5, 0.75], 0.0, 10.0, epsilon=0.9, dataset="d")
     assert acc.spent("d") == Budget(0.5)

@@ -29,7 +29,7 @@ def test_randomized_response_draws_do_not_depend_on_the_truth(k: int) -> None:
     """The same random words give the same number of draws whatever the true category (the
     review measured 1.0 µs for truthful and 2.8 µs for untruthful answers before the fix), and
     the answer is the true one exactly when the loop stopped on its reference index."""
-    m = RandomizedResponse(1.0, list(range(k)))
+    m = RandomizedResponse(1.0, categories=list(range(k)))
     for seed in range(200):
         used, outs = set(), []
         for truth in range(k):
@@ -50,7 +50,7 @@ def test_randomized_response_law_after_relabelling() -> None:
     rejected."""
     from scipy import stats
 
-    m = RandomizedResponse(1.0, ["a", "b", "c", "d"])
+    m = RandomizedResponse(1.0, categories=["a", "b", "c", "d"])
     acc = Accountant(None, rng=3)
     outs = [acc.release(m, "c") for _ in range(60_000)]
     counts = np.array([outs.count(c) for c in "abcd"])
@@ -64,8 +64,8 @@ def test_randomized_response_law_after_relabelling() -> None:
 @pytest.mark.parametrize(("make", "value"), [
     (lambda: Laplace(1.0), 2 ** 60 + 128),
     (lambda: Laplace(1.0), np.array([1, 2 ** 60 + 128], dtype=np.int64)),
-    (lambda: Exponential(1.0, ["a", "b"]), np.array([2 ** 60 + 128, 2 ** 60], dtype=np.int64)),
-    (lambda: ReportNoisyMax(1.0, ["a", "b"]), [2 ** 60 + 129, 1]),
+    (lambda: Exponential(1.0, candidates=["a", "b"]), np.array([2 ** 60 + 128, 2 ** 60], dtype=np.int64)),
+    (lambda: ReportNoisyMax(1.0, candidates=["a", "b"]), [2 ** 60 + 129, 1]),
 ])
 def test_integers_that_are_not_doubles_are_refused_before_the_debit(make, value) -> None:
     """2^60 + 128 and 2^60 + 129 are neighbours (Δ = 1) that become doubles 256 apart: refused,
@@ -90,7 +90,7 @@ def test_sparse_vector_refuses_a_query_that_is_not_a_double() -> None:
 def test_grid_parameters_are_pinned() -> None:
     """The integer noise parameters the review derived by hand (so an off-by-one in the widening
     D = ⌊Δ/g⌋ + 1 or in t cannot pass unnoticed)."""
-    rnm = ReportNoisyMax(1.0, ["a", "b"])
+    rnm = ReportNoisyMax(1.0, candidates=["a", "b"])
     assert rnm._g == 2.0 ** -39 and rnm._t == 2 ** 40 + 2
     svt = Sparse(1.0, threshold=0.0, max_positives=3)
     assert (svt._t_threshold, svt._t_query) == (591252379006, 1074376873452)

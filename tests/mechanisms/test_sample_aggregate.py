@@ -27,7 +27,7 @@ def test_chunks_are_a_disjoint_cover_of_the_rows() -> None:
         return 1.0
 
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(SampleAndAggregate(1.0, spy, chunks=7, lower=0.0, upper=10.0), np.arange(1000))
+    acc.release(SampleAndAggregate(1.0, function=spy, chunks=7, lower=0.0, upper=10.0), np.arange(1000))
     assert len(seen) == 7
     together = np.sort(np.concatenate(seen))
     assert np.array_equal(together, np.arange(1000))  # every row once, in exactly one chunk
@@ -41,7 +41,7 @@ def test_each_row_lands_in_a_uniform_chunk_whatever_its_position() -> None:
     """Over many releases, the chunk holding the first row, and the one holding the last, is
     uniform on the k chunks (a contiguous split would always put row 0 in chunk 0)."""
     seen: list[list[int]] = []
-    m = SampleAndAggregate(1.0, lambda rows: seen.append(list(rows)) or 0.5, 5, 0.0, 1.0)
+    m = SampleAndAggregate(1.0, function=lambda rows: seen.append(list(rows)) or 0.5, chunks=5, lower=0.0, upper=1.0)
     first, last = np.zeros(5), np.zeros(5)
     for seed in range(600):
         seen.clear()
@@ -61,12 +61,12 @@ def _noise(m: SampleAndAggregate, n: int, seed: int) -> np.ndarray:
 def test_noise_scale_is_range_over_k_epsilon() -> None:
     """A function that answers 50 on every chunk: the release is 50 + Lap(100/(kε)), clamped to
     [0, 100] (far from the bounds here)."""
-    m = SampleAndAggregate(2.0, lambda rows: 50.0, chunks=20, lower=0.0, upper=100.0)
+    m = SampleAndAggregate(2.0, function=lambda rows: 50.0, chunks=20, lower=0.0, upper=100.0)
     ks_with_power(_noise(m, 20_000, seed=31), laplace_cdf, 100.0 / (20 * 2.0))
 
 
 def test_negative_control_noise_not_divided_by_k_is_rejected() -> None:
-    m = SampleAndAggregate(2.0, lambda rows: 50.0, chunks=20, lower=0.0, upper=100.0)
+    m = SampleAndAggregate(2.0, function=lambda rows: 50.0, chunks=20, lower=0.0, upper=100.0)
     samples = _noise(m, 20_000, seed=32)
     assert stats.kstest(samples, lambda x: laplace_cdf(x, 100.0 / 2.0)).pvalue < ALPHA
 
@@ -81,14 +81,14 @@ def test_a_failing_function_never_escapes_after_the_debit() -> None:
         return math.nan if len(calls) % 3 == 1 else "not a number"
 
     acc = Accountant(Budget(1.0), rng=1)
-    answer = acc.release(SampleAndAggregate(1.0, fragile, 6, 0.0, 10.0), list(range(60)))
+    answer = acc.release(SampleAndAggregate(1.0, function=fragile, chunks=6, lower=0.0, upper=10.0), list(range(60)))
     assert 0.0 <= answer <= 10.0 and len(calls) == 6
     assert acc.spent() == Budget(1.0)
 
 
 def test_the_declared_cost_is_debited_and_the_ledger_holds_no_data() -> None:
     acc = Accountant(Budget(1.0), rng=2)
-    m = SampleAndAggregate(0.5, np.mean, chunks=10, lower=0.0, upper=1e6)
+    m = SampleAndAggregate(0.5, function=np.mean, chunks=10, lower=0.0, upper=1e6)
     acc.release(m, np.full(100, 987654.321))
     record = [e for e in acc.ledger.entries() if e.record["kind"] == "release"][0]
     assert record.record["cost"]["epsilon"] == 0.5
@@ -99,7 +99,7 @@ def test_the_declared_cost_is_debited_and_the_ledger_holds_no_data() -> None:
 def test_pandas_rows_are_accepted() -> None:
     pd = pytest.importorskip("pandas")
     frame = pd.DataFrame({"age": np.arange(100.0), "income": np.arange(100.0) * 2})
-    m = SampleAndAggregate(1.0, lambda rows: rows["income"].mean(), 5, 0.0, 400.0)
+    m = SampleAndAggregate(1.0, function=lambda rows: rows["income"].mean(), chunks=5, lower=0.0, upper=400.0)
     assert 0.0 <= Accountant(None, rng=3).release(m, frame) <= 400.0
 
 
@@ -125,5 +125,5 @@ def test_bad_rows_are_refused_before_anything(bad: Any) -> None:
     acc = Accountant(Budget(1.0), rng=rng)
     state = rng.bit_generator.state
     with pytest.raises(InvalidDataTypeError):
-        acc.release(SampleAndAggregate(1.0, np.mean, 5, 0.0, 1.0), bad)
+        acc.release(SampleAndAggregate(1.0, function=np.mean, chunks=5, lower=0.0, upper=1.0), bad)
     assert rng.bit_generator.state == state and acc.spent() == Budget(0.0)

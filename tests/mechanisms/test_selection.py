@@ -23,7 +23,7 @@ def test_cost_scale_and_choice(cls):
     m = cls(epsilon=0.5, candidates=["lo", "mid", "hi"], sensitivity=2.0)
     assert m.cost == Budget(0.5)
     assert m.scale == pytest.approx(8.0, rel=1e-9) and m.scale >= 8.0
-    assert cls(0.5, ["a"], 2.0, monotonic=True).scale == pytest.approx(4.0, rel=1e-9)
+    assert cls(0.5, candidates=["a"], sensitivity=2.0, monotonic=True).scale == pytest.approx(4.0, rel=1e-9)
     acc = Accountant(Budget(1.0), rng=0)
     assert acc.release(m, [0.0, 0.0, 1e4]) == "hi"
     assert acc.spent() == Budget(0.5)
@@ -54,10 +54,10 @@ def test_bad_candidates(cls, candidates, argument):
 def test_bad_scores_change_nothing(cls, scores, error):
     rng = np.random.default_rng(1)
     acc = Accountant(Budget(1.0), rng=rng)
-    acc.release(cls(0.1, ["x", "y", "z"]), [1, 2, 3])
+    acc.release(cls(0.1, candidates=["x", "y", "z"]), [1, 2, 3])
     before = snapshot(acc, rng)
     with pytest.raises(error) as info:
-        acc.release(cls(0.1, ["x", "y", "z"]), scores)
+        acc.release(cls(0.1, candidates=["x", "y", "z"]), scores)
     assert info.value.argument == "scores"
     assert snapshot(acc, rng) == before and acc.spent() == Budget(0.1)
 
@@ -73,7 +73,7 @@ def test_bad_epsilon_and_sensitivity(cls):
 
 
 def test_selection_is_immutable():
-    m = Exponential(1.0, ["a", "b"])
+    m = Exponential(1.0, candidates=["a", "b"])
     with pytest.raises(AttributeError):
         m.scale = 0.01
     assert isinstance(m.candidates, tuple)
@@ -102,7 +102,7 @@ def test_randomized_response_validation_changes_nothing():
     for cats, argument in (([], "categories"), (["a"], "categories"), (["a", "a"], "categories[1]"),
                            ("ab", "categories")):
         with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
-            RandomizedResponse(1.0, cats)
+            RandomizedResponse(1.0, categories=cats)
         assert info.value.argument == argument
 
 
@@ -113,10 +113,10 @@ def test_unordered_candidates_are_refused() -> None:
 
     for bad in ({"a", "b"}, frozenset({"a", "b"}), {"a": 1, "b": 2}, {"a": 1, "b": 2}.keys()):
         with pytest.raises(InvalidTypeError) as info:
-            Exponential(1.0, bad)
+            Exponential(1.0, candidates=bad)
         assert info.value.argument == "candidates"
         with pytest.raises(InvalidTypeError):
-            RandomizedResponse(1.0, bad)
+            RandomizedResponse(1.0, categories=bad)
 
 
 def test_negative_zero_is_stored_as_zero() -> None:

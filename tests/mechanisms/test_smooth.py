@@ -60,7 +60,7 @@ def test_noise_is_laplace_of_scale_two_s_over_epsilon() -> None:
     directly (the smooth bound itself is checked against its definition above)."""
     x = np.random.default_rng(5).normal(50, 1, 601)
     epsilon = 0.5  # (not 1: a scale missing its /ε would pass at ε = 1)
-    m = SmoothSensitivity(epsilon, 1e-6, 0.0, 100.0)
+    m = SmoothSensitivity(epsilon, delta=1e-6, lower=0.0, upper=100.0)
     prepared = m.prepare(x)
     centre = Fraction(float(prepared[m.index(x.size) - 1]))
     s = smooth_sensitivity(prepared, m.index(x.size), m.beta, 0.0, 100.0)
@@ -88,7 +88,7 @@ def test_fractional_bits_of_the_exponential(j: int) -> None:
 
 def test_the_declared_cost_is_debited_and_the_answer_is_in_range() -> None:
     acc = Accountant(Budget(1.0, 1e-5), rng=8)
-    answer = acc.release(SmoothSensitivity(0.5, 1e-6, 0.0, 10.0, q=0.25), [1.0, 2.0, 9.0] * 50)
+    answer = acc.release(SmoothSensitivity(0.5, delta=1e-6, lower=0.0, upper=10.0, q=0.25), [1.0, 2.0, 9.0] * 50)
     assert 0.0 <= answer <= 10.0
     assert acc.spent() == Budget(0.5, 1e-6)
     record = [e.record for e in acc.ledger.entries() if e.record["kind"] == "release"][0]
@@ -97,13 +97,13 @@ def test_the_declared_cost_is_debited_and_the_answer_is_in_range() -> None:
 
 def test_the_order_statistic_is_exact() -> None:
     # The double 0.1 is a hair above 1/10 (so ⌈q·10⌉ = 2), the double 0.3 a hair below 3/10.
-    assert SmoothSensitivity(1.0, 1e-6, 0.0, 1.0, q=0.1).index(10) == 2
-    assert SmoothSensitivity(1.0, 1e-6, 0.0, 1.0, q=0.3).index(10) == 3
+    assert SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=1.0, q=0.1).index(10) == 2
+    assert SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=1.0, q=0.3).index(10) == 3
 
 
 def test_large_constant_data_is_fast_and_exact_enough() -> None:
     acc = Accountant(None, rng=9)
-    assert acc.release(SmoothSensitivity(1.0, 1e-6, 0.0, 100.0), np.full(200_000, 50.0)) == 50.0
+    assert acc.release(SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=100.0), np.full(200_000, 50.0)) == 50.0
 
 
 @pytest.mark.parametrize("kwargs, argument", [

@@ -112,10 +112,10 @@ def test_the_issue_counterexample_was_1_90_delta_and_is_within_delta_now(
     beta = _nrs(16, 1e-6)
     laws = [(sorted(d)[4], 2 * _exact_s(d, 5, beta) / 16) for d in (X, Y)]
     assert _hockey(*laws[0], *laws[1], 16, 0, 1) / 1e-6 == pytest.approx(1.8965, abs=1e-3)
-    assert _release_divergence(SmoothSensitivity(16, 1e-6, lower=0, upper=1), X, Y) <= 1
+    assert _release_divergence(SmoothSensitivity(16, delta=1e-6, lower=0, upper=1), X, Y) <= 1
     # Negative control: the old calibration, through the same mechanism, lets the attack through.
     monkeypatch.setattr(smooth, "beta_for", _nrs)
-    old = SmoothSensitivity(16, 1e-6, lower=0, upper=1)
+    old = SmoothSensitivity(16, delta=1e-6, lower=0, upper=1)
     assert old.beta == pytest.approx(beta)
     assert _release_divergence(old, X, Y) > 1.89
 
@@ -124,7 +124,7 @@ def test_the_issue_counterexample_was_1_90_delta_and_is_within_delta_now(
 def test_the_worst_pair_the_proof_allows_is_within_delta_at_every_epsilon(delta: float) -> None:
     for epsilon in EPSILONS:
         assert _worst_pair(epsilon, delta, beta_for(epsilon, delta)) <= 1, epsilon
-        mech = SmoothSensitivity(epsilon, delta, lower=0, upper=1)
+        mech = SmoothSensitivity(epsilon, delta=delta, lower=0, upper=1)
         assert _release_divergence(mech, X, Y) <= 1, epsilon
 
 

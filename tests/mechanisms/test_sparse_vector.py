@@ -84,7 +84,7 @@ def test_explicit_split_and_numeric_shares():
 def test_shares_never_sum_above_epsilon():
     for eps in (0.1, 0.3, 1 / 3, 0.7, 1.1, 2.9):
         for split in ((1, 1), (1, 3), (0.1, 0.7), (1, 2 ** (2 / 3))):
-            m = Sparse(eps, 0.0, 1, split=split)
+            m = Sparse(eps, threshold=0.0, max_positives=1, split=split)
             from fractions import Fraction
             assert Fraction(m.epsilon_threshold) + Fraction(m.epsilon_queries) <= Fraction(eps)
 

@@ -70,7 +70,7 @@ def test_poisson_sample_half_word_ties_go_to_the_rest() -> None:
 def test_rows_are_clipped_and_the_noise_is_sigma() -> None:
     """q = 1 and rows far beyond the clip norm: the released sum is n·C·direction plus N(0, σ²)
     noise. KS test at α = 1e-6 of the noise against N(0, σ²); power check against 0.7σ, 1.3σ."""
-    m = SubsampledGaussian(2.0, 1.0, sensitivity=0.5)  # σ = 1
+    m = SubsampledGaussian(2.0, sampling_rate=1.0, sensitivity=0.5)  # σ = 1
     acc = Accountant(None, rng=3)
     rows = np.tile([30.0, 40.0], (10, 1))  # norm 50, clipped to 0.5: each row (0.3, 0.4)
     noise = np.array([acc.release(m, rows) - np.array([3.0, 4.0]) for _ in range(1500)]).ravel()
@@ -93,7 +93,7 @@ def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
 
     monkeypatch.setattr(module, "poisson_sample", spy)
     acc = Accountant(Budget(1.0, 1e-6), composition="renyi", rng=5)
-    m = SubsampledGaussian(1.0, 0.5)
+    m = SubsampledGaussian(1.0, sampling_rate=0.5)
     n = acc.max_releases(m)
     for _ in range(n):
         acc.release(m, np.ones((64, 1)))
@@ -104,13 +104,13 @@ def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
 
 
 def test_declared_costs() -> None:
-    m = SubsampledGaussian(1.0, 0.01, sensitivity=2.0, delta=1e-5)
+    m = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=2.0, delta=1e-5)
     assert m.sigma == 2.0 and m.rho == pytest.approx(0.5) and m.mu is None
     assert m.rdp == ("poisson-discrete-gaussian", 0.01, 1.0)
-    assert SubsampledGaussian(1.0, 0.01, noise="float").rdp == ("poisson-gaussian", 0.01, 1.0)
+    assert SubsampledGaussian(1.0, sampling_rate=0.01, noise="float").rdp == ("poisson-gaussian", 0.01, 1.0)
     # The declared ε is a valid conversion of the step's own curve, below the unsubsampled one.
     assert m.epsilon < analytic_gaussian_epsilon(2.0, 1e-5, 2.0)
-    whole = SubsampledGaussian(1.0, 1.0, delta=1e-5)
+    whole = SubsampledGaussian(1.0, sampling_rate=1.0, delta=1e-5)
     assert whole.epsilon == pytest.approx(analytic_gaussian_epsilon(1.0, 1e-5), rel=1e-6)
 
 
@@ -129,7 +129,7 @@ def test_bad_parameters_are_named(kwargs: dict, name: str) -> None:
 
 def test_bad_rows_are_refused_without_data_and_without_debit() -> None:
     acc = Accountant(Budget(3.0, 1e-5), composition="renyi", rng=0)
-    m = SubsampledGaussian(1.0, 0.1)
+    m = SubsampledGaussian(1.0, sampling_rate=0.1)
     secret = 123456.789
     for bad in ([[1.0, math.nan], [secret, 1.0]], 3.0, np.ones((2, 2, 2)), [[secret, math.inf]]):
         with pytest.raises((InvalidDataError, InvalidArgumentError, TypeError)) as info:
@@ -148,7 +148,7 @@ def test_gaussian_from_its_noise() -> None:
     odd = AnalyticGaussian(noise_multiplier=0.1, delta=1e-5, sensitivity=0.3)
     assert Fraction(odd.sigma) >= Fraction(0.1) * Fraction(0.3)  # never less noise
     with pytest.raises(InvalidArgumentError, match="given alone"):
-        AnalyticGaussian(1.0, 1e-5, sigma=2.0)
+        AnalyticGaussian(1.0, delta=1e-5, sigma=2.0)
 
 
 # -- found by the independent review of issue 14 ------------------------------------------------
@@ -168,7 +168,7 @@ def test_one_added_row_moves_the_sum_by_at_most_the_calibrated_sensitivity() -> 
     norm C. A float sum moved by C + 2^-12 (the rounding of the running total); the exact integer
     sum moves by at most C/g + √d/2 grid steps, inside the Δ_g = C/g + √d the noise is
     calibrated for."""
-    mech = SubsampledGaussian(1.0, 1.0, 1.0)
+    mech = SubsampledGaussian(1.0, sampling_rate=1.0, sensitivity=1.0)
     body = np.zeros((2 ** 20 + 2 ** 21, 2))
     body[: 2 ** 20, 0] = 1.0
     body[2 ** 20:, 0] = 0.6 * 2.0 ** -32
@@ -182,14 +182,14 @@ def test_one_added_row_moves_the_sum_by_at_most_the_calibrated_sensitivity() -> 
 
 
 def test_clipped_rows_never_exceed_the_clip_norm_exactly() -> None:
-    mech = SubsampledGaussian(1.0, 0.5, 1.0)
+    mech = SubsampledGaussian(1.0, sampling_rate=0.5, sensitivity=1.0)
     rows = np.random.default_rng(0).normal(size=(2000, 3)) * 10.0
     clipped, _ = mech.prepare(rows)
     assert not [r for r in clipped if sum(Fraction(float(x)) ** 2 for x in r) > 1]
 
 
 def test_huge_and_tiny_rows_are_clipped_not_zeroed() -> None:
-    mech = SubsampledGaussian(1.0, 0.5, 1.0)
+    mech = SubsampledGaussian(1.0, sampling_rate=0.5, sensitivity=1.0)
     clipped, _ = mech.prepare(np.array([[1e200, 0.0], [0.5, 0.0], [1e-300, 1e-300]]))
     assert 0.99 < clipped[0, 0] <= 1.0 and clipped[1, 0] == 0.5 and clipped[2, 0] == 1e-300
 
@@ -203,7 +203,7 @@ def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() 
     from accountant.errors import SamplerSpentError
     from mechanisms.sampling import Sampler
 
-    mech = SubsampledGaussian(2.0, 0.05)
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05)
     assert mech.grid is not None
     key = ("wide_gaussian", mech.grid.noise_s(31))
     source = Sampler(5)

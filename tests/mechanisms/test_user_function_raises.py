@@ -41,7 +41,7 @@ def _sample_and_aggregate(exc: type[BaseException]) -> SampleAndAggregate:
             raise exc()
         return 50.0  # the midpoint: what a failing chunk counts as
 
-    return SampleAndAggregate(0.1, function, chunks=10, lower=0.0, upper=100.0)
+    return SampleAndAggregate(0.1, function=function, chunks=10, lower=0.0, upper=100.0)
 
 
 def _ptr(exc: type[BaseException]) -> ProposeTestRelease:
@@ -57,7 +57,7 @@ def _ptr(exc: type[BaseException]) -> ProposeTestRelease:
             return 50.0
 
     # A large δ: the test passes often, so the value is computed too.
-    return ProposeTestRelease(0.1, 0.4, bound=1.0, statistic=Spy(0.0, 100.0))
+    return ProposeTestRelease(0.1, delta=0.4, bound=1.0, statistic=Spy(lower=0.0, upper=100.0))
 
 
 def _outcome(mechanism: Any, data: list[float], seed: int) -> tuple[str, Any]:
@@ -116,7 +116,7 @@ def test_a_real_ctrl_c_is_delivered_after_the_noisy_answer(monkeypatch: pytest.M
         return 50.0
 
     before = signal.getsignal(signal.SIGINT)
-    mechanism = SampleAndAggregate(0.1, function, 10, 0.0, 100.0)
+    mechanism = SampleAndAggregate(0.1, function=function, chunks=10, lower=0.0, upper=100.0)
     drawn: list[int] = []
     noise = Laplace.draw
     monkeypatch.setattr(Laplace, "draw",
@@ -143,7 +143,7 @@ def test_negative_control_without_deferring_a_ctrl_c_is_lost(
         return 50.0
 
     answer = Accountant(Budget(1.0), rng=0).release(
-        SampleAndAggregate(0.1, function, 10, 0.0, 100.0), BASE)
+        SampleAndAggregate(0.1, function=function, chunks=10, lower=0.0, upper=100.0), BASE)
     assert isinstance(answer, float)  # no interrupt: it was swallowed
 
 
@@ -153,7 +153,7 @@ def test_a_function_raising_keyboard_interrupt_itself_is_a_failure_not_an_interr
 
     before = signal.getsignal(signal.SIGINT)
     answer = Accountant(Budget(1.0), rng=0).release(
-        SampleAndAggregate(1.0, function, 5, 0.0, 100.0), BASE)
+        SampleAndAggregate(1.0, function=function, chunks=5, lower=0.0, upper=100.0), BASE)
     assert 0.0 <= answer <= 100.0
     assert signal.getsignal(signal.SIGINT) is before
 
@@ -181,7 +181,7 @@ def test_a_returned_object_whose_conversion_raises_is_a_failure() -> None:
             raise SystemExit
 
     answer = Accountant(Budget(1.0), rng=0).release(
-        SampleAndAggregate(1.0, lambda rows: Evil(), 5, 0.0, 100.0), BASE)
+        SampleAndAggregate(1.0, function=lambda rows: Evil(), chunks=5, lower=0.0, upper=100.0), BASE)
     assert 0.0 <= answer <= 100.0
 
 
@@ -192,7 +192,7 @@ class _Remembers(PTRMedian):
 
     def __init__(self, exc: type[BaseException]) -> None:
         self.exc, self.seen = exc, False
-        super().__init__(0.0, 100.0)
+        super().__init__(lower=0.0, upper=100.0)
 
     def _member(self, value: float) -> float:
         if self.seen:
@@ -213,7 +213,7 @@ class _Remembers(PTRMedian):
 
 
 def _ptr_members(exc: type[BaseException]) -> ProposeTestRelease:
-    return ProposeTestRelease(0.1, 0.4, bound=1.0, statistic=_Remembers(exc))
+    return ProposeTestRelease(0.1, delta=0.4, bound=1.0, statistic=_Remembers(exc))
 
 
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)

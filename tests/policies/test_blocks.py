@@ -90,7 +90,7 @@ def test_analyst_and_dataset_quotas_apply_as_well(make) -> None:
 
 def test_sessions_pipelines_and_batches_name_blocks(make) -> None:
     acc = make(DAILY)
-    with acc.session(AboveThreshold(0.3, 10.0), dataset="events", blocks="2026-11-17") as svt:
+    with acc.session(AboveThreshold(0.3, threshold=10.0), dataset="events", blocks="2026-11-17") as svt:
         svt.test(1.0)
     with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-17") as p:
         p.release(Laplace(0.2), 1.0)
@@ -110,9 +110,9 @@ def test_named_blocks_and_other_rules(make) -> None:
         limit = { epsilon = 3.0, delta = 1e-5 }
     """)
     rows = np.ones((50, 2))
-    n = acc.max_releases(SubsampledGaussian(1.0, 0.01), dataset="cohorts", blocks="2019")
+    n = acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.01), dataset="cohorts", blocks="2019")
     assert n > 1000
-    acc.release(SubsampledGaussian(1.0, 0.01), rows, dataset="cohorts", blocks=["2019", "2021"])
+    acc.release(SubsampledGaussian(1.0, sampling_rate=0.01), rows, dataset="cohorts", blocks=["2019", "2021"])
     with pytest.raises(InvalidArgumentError, match="declared blocks"):
         acc.release(Laplace(0.1), 1.0, dataset="cohorts", blocks="2022")
     with pytest.raises(InvalidArgumentError, match="range of time blocks"):

@@ -109,9 +109,9 @@ def test_per_query_cap_refuses(make, untouched):
     acc = make(POLICY)
     err = refusal(acc, untouched, Laplace(0.6), dataset="adult")
     assert err.account == "dataset:adult" and "max_per_query" in str(err)
-    err = refusal(acc, untouched, AnalyticGaussian(0.4, 1e-6), dataset="adult")  # δ above cap
+    err = refusal(acc, untouched, AnalyticGaussian(0.4, delta=1e-6), dataset="adult")  # δ above cap
     assert "max_per_query" in str(err)
-    acc.release(AnalyticGaussian(0.5, 1e-7), 1.0, dataset="adult")  # exactly the cap
+    acc.release(AnalyticGaussian(0.5, delta=1e-7), 1.0, dataset="adult")  # exactly the cap
     with untouched(acc):
         assert not acc.can_afford(Laplace(0.6), dataset="adult")
         assert acc.can_afford(Laplace(0.5), dataset="adult")
@@ -120,11 +120,11 @@ def test_per_query_cap_refuses(make, untouched):
 def test_allowed_mechanisms(make, untouched):
     acc = make(POLICY)
     with untouched(acc), pytest.raises(MechanismNotAllowedError, match="allowed_mechanisms"):
-        acc.release(Gaussian(0.3, 1e-7), 1.0, dataset="adult")
+        acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset="adult")
     with untouched(acc), pytest.raises(MechanismNotAllowedError):
-        acc.release(Gaussian(0.3, 1e-7), 1.0, dataset=("census", "adult"), analyst="bob")
-    assert not _can(acc, Gaussian(0.3, 1e-7), "adult")
-    acc.release(Gaussian(0.3, 1e-7), 1.0, dataset="census", analyst="bob")  # census: any
+        acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset=("census", "adult"), analyst="bob")
+    assert not _can(acc, Gaussian(0.3, delta=1e-7), "adult")
+    acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset="census", analyst="bob")  # census: any
 
 
 def _can(acc, mechanism, dataset, analyst=None):
@@ -238,7 +238,7 @@ def test_record_invariant_every_account_debited_with_the_records_cost(make):
     state it records. (The auditor relies on exactly this.)"""
     acc = make(POLICY)
     acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="alice")
-    acc.release(AnalyticGaussian(0.3, 1e-7), 1.0, dataset=("adult", "census"), analyst="bob")
+    acc.release(AnalyticGaussian(0.3, delta=1e-7), 1.0, dataset=("adult", "census"), analyst="bob")
     with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.3, 1e-8)) as p:
         p.release(Laplace(0.1), 1.0)
         with p.pipeline("q", budget=Budget(0.1)) as q:

@@ -79,7 +79,7 @@ def test_policy_checks_still_apply_inside(make, untouched):
     acc = make(POLICY)
     with acc.pipeline("r", dataset="adult", budget=Budget(1.0, 1e-8)) as p:
         with untouched(acc), pytest.raises(MechanismNotAllowedError):
-            p.release(Gaussian(0.2, 1e-9), 1.0)
+            p.release(Gaussian(0.2, delta=1e-9), 1.0)
         with untouched(acc), pytest.raises(BudgetExceededError, match="max_per_query"):
             p.release(Laplace(0.6), 1.0)  # the cap is per release, not per allocation
 
