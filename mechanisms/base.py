@@ -15,6 +15,7 @@ Composition math lives in ``accountant.composition`` and the ledger's encoding i
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import sys
@@ -112,7 +113,13 @@ class _Frozen(ABCMeta):
                     "name is its class, and its cost and noise kind are what __init__ declares "
                     "(self.declare(Budget(...), noise=...)); rho, mu and rdp declare a tighter "
                     "cost")
-        return super().__new__(mcs, name, bases, namespace, **kwargs)
+        cls = super().__new__(mcs, name, bases, namespace, **kwargs)
+        # The constructor's own signature, for inspect and help(): this metaclass's __call__
+        # takes (*args, **kwargs), which inspect would otherwise report.
+        init = inspect.signature(getattr(cls, "__init__"))  # (own or inherited)
+        type.__setattr__(cls, "__signature__", init.replace(
+            parameters=list(init.parameters.values())[1:], return_annotation=init.empty))
+        return cls
 
     def __setattr__(cls, key: str, value: Any) -> None:
         # Assigned after the class statement (``Poser.name = ...``) is defined all the same.

@@ -77,3 +77,30 @@ def test_notebook_tables_show_spend_and_never_data(tmp_path: Path) -> None:
     from accountant.html import table
 
     assert "<td>a&lt;b&gt;</td>" in table(("x",), [("a<b>",)])  # every cell escaped
+
+
+def test_signatures_and_types_reach_inspect_and_type_checkers(tmp_path: Path) -> None:
+    """Issue 30: ``inspect.signature(dp.Laplace)`` was ``(*args, **kwargs)`` (the metaclass's
+    __call__) and ``import dpbudget as dp`` was ``Any`` to mypy, so a misspelt keyword passed."""
+    import inspect
+    import os
+
+    for name in mechanisms.__all__:
+        cls = getattr(dp, name, None)
+        if isinstance(cls, type) and issubclass(cls, mechanisms.Mechanism) \
+                and not inspect.isabstract(cls):
+            params = inspect.signature(cls).parameters
+            assert "args" not in params and "kwargs" not in params, name
+    assert list(inspect.signature(dp.Laplace).parameters) == ["epsilon", "sensitivity", "noise"]
+    script = tmp_path / "user.py"
+    script.write_text("import dpbudget as dp\n\n"
+                      "acc = dp.Accountant(dp.Budget(1.0))\n"
+                      "acc.release(dp.Laplace(0.1, sensitivty=2.0), 1.0, datset='x')\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
+         str(script)], capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "MYPYPATH": str(root)})
+    assert 'Unexpected keyword argument "sensitivty" for "Laplace"' in out.stdout, out.stdout
+    assert 'Unexpected keyword argument "datset" for "release"' in out.stdout, out.stdout
+    assert "does not explicitly export" not in out.stdout, out.stdout
