@@ -61,53 +61,90 @@ for _module, _names in {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and IDEs; lazy at run time
-    from accountant import (
-        Accountant as Accountant, AnalystMismatchError as AnalystMismatchError, Budget as Budget,
-        BudgetExceededError as BudgetExceededError, Charge as Charge, CompositionRule as
-        CompositionRule, InvalidArgumentError as InvalidArgumentError, InvalidDataError as
-        InvalidDataError, InvalidDataTypeError as InvalidDataTypeError, InvalidTypeError as
-        InvalidTypeError, LedgerConflictError as LedgerConflictError, LedgerCorruptedError as
-        LedgerCorruptedError, LedgerError as LedgerError, LedgerUnconfirmedError as
-        LedgerUnconfirmedError, LogisticRegression as LogisticRegression, MechanismExhaustedError as
-        MechanismExhaustedError, MechanismNotAllowedError as MechanismNotAllowedError,
-        NumericSession as NumericSession, OwnerKeyError as OwnerKeyError, Pipeline as Pipeline,
-        PolicyChangedError as PolicyChangedError, PolicyError as PolicyError, PrivacyError as
-        PrivacyError, RULES as RULES, Receipt as Receipt, SamplerSpentError as SamplerSpentError,
-        Session as Session, TrainingResult as TrainingResult, UnknownAnalystError as
-        UnknownAnalystError, UnknownDatasetError as UnknownDatasetError, WindowEndedError as
-        WindowEndedError, dp_sgd as dp_sgd, noise_for_steps as noise_for_steps,
-        noisy_gradient_descent as noisy_gradient_descent, plan_order as plan_order
+    from accountant.audit import audit as audit
+    from accountant.audit_report import AuditReport as AuditReport
+    from accountant.budget import Budget as Budget
+    from accountant.charge import Charge as Charge
+    from accountant.composition import RULES as RULES
+    from accountant.composition.base import CompositionRule as CompositionRule
+    from accountant.composition.renyi import plan_order as plan_order
+    from accountant.core import Accountant as Accountant
+    from accountant.errors import (
+        AnalystMismatchError as AnalystMismatchError, BudgetExceededError as BudgetExceededError,
+        InvalidArgumentError as InvalidArgumentError, InvalidDataError as InvalidDataError,
+        InvalidDataTypeError as InvalidDataTypeError, InvalidTypeError as InvalidTypeError,
+        LedgerConflictError as LedgerConflictError, LedgerCorruptedError as LedgerCorruptedError,
+        LedgerError as LedgerError, LedgerUnconfirmedError as LedgerUnconfirmedError,
+        MechanismExhaustedError as MechanismExhaustedError, MechanismNotAllowedError as
+        MechanismNotAllowedError, OwnerKeyError as OwnerKeyError, PolicyChangedError as
+        PolicyChangedError, PolicyError as PolicyError, PrivacyError as PrivacyError,
+        SamplerSpentError as SamplerSpentError, UnknownAnalystError as UnknownAnalystError,
+        UnknownDatasetError as UnknownDatasetError, WindowEndedError as WindowEndedError
     )
-    from accountant.audit import AuditReport as AuditReport, audit as audit
-    from accountant.plot import plot_audit as plot_audit
-    from accountant.ledger import Ledger as Ledger, open_ledger as open_ledger
+    from accountant.estimator import LogisticRegression as LogisticRegression
+    from accountant.ledger import open_ledger as open_ledger
+    from accountant.ledger.base import Ledger as Ledger
     from accountant.ledger.postgres_schema import grant_statements as grant_statements
-    from accountant.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
     from accountant.logs import log_records_to as log_records_to
-    from mechanisms import (
-        AboveThreshold as AboveThreshold, AnalyticGaussian as AnalyticGaussian, DiscreteGaussian as
-        DiscreteGaussian, DiscreteLaplace as DiscreteLaplace, Exponential as Exponential, Gaussian
-        as Gaussian, Laplace as Laplace, Mechanism as Mechanism, Median as Median, Neighbouring as
-        Neighbouring, NumericMechanism as NumericMechanism, NumericSparse as NumericSparse, PTRMean
-        as PTRMean, PTRMedian as PTRMedian, PTRRefused as PTRRefused, PTRStatistic as PTRStatistic,
-        PermuteAndFlip as PermuteAndFlip, ProposeTestRelease as ProposeTestRelease, Quantile as
-        Quantile, Query as Query, RandomizedResponse as RandomizedResponse, ReportNoisyMax as
-        ReportNoisyMax, SampleAndAggregate as SampleAndAggregate, Sampler as Sampler,
-        SmoothSensitivity as SmoothSensitivity, Sparse as Sparse, StreamMechanism as
-        StreamMechanism, SubsampledGaussian as SubsampledGaussian, above_threshold_accuracy as
-        above_threshold_accuracy, analytic_gaussian_delta as analytic_gaussian_delta,
-        analytic_gaussian_epsilon as analytic_gaussian_epsilon, analytic_gaussian_sigma as
-        analytic_gaussian_sigma, clamped_sum as clamped_sum, count as count, discrete_gaussian_delta
-        as discrete_gaussian_delta, discrete_gaussian_sigma as discrete_gaussian_sigma, group_by as
-        group_by, histogram as histogram, noisy_mean as noisy_mean, noisy_quantiles as
-        noisy_quantiles, poisson_sample as poisson_sample, smooth_sensitivity as smooth_sensitivity
+    from accountant.pipeline import Pipeline as Pipeline
+    from accountant.plot import plot_audit as plot_audit
+    from accountant.receipt import Receipt as Receipt
+    from accountant.session import NumericSession as NumericSession, Session as Session
+    from accountant.training import (
+        TrainingResult as TrainingResult, dp_sgd as dp_sgd, noise_for_steps as noise_for_steps,
+        noisy_gradient_descent as noisy_gradient_descent
     )
-    from policies import (
-        AnalystLimit as AnalystLimit, Cap as Cap, DatasetLimit as DatasetLimit, Period as Period,
+    from accountant.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
+    from mechanisms.base import (
+        Mechanism as Mechanism, NumericMechanism as NumericMechanism, StreamMechanism as
+        StreamMechanism
+    )
+    from mechanisms.calibration import (
+        analytic_gaussian_delta as analytic_gaussian_delta, analytic_gaussian_epsilon as
+        analytic_gaussian_epsilon, analytic_gaussian_sigma as analytic_gaussian_sigma
+    )
+    from mechanisms.discrete import (
+        DiscreteGaussian as DiscreteGaussian, DiscreteLaplace as DiscreteLaplace,
+        discrete_gaussian_delta as discrete_gaussian_delta, discrete_gaussian_sigma as
+        discrete_gaussian_sigma
+    )
+    from mechanisms.gaussian import AnalyticGaussian as AnalyticGaussian, Gaussian as Gaussian
+    from mechanisms.group_by import group_by as group_by
+    from mechanisms.laplace import Laplace as Laplace
+    from mechanisms.ptr import (
+        PTRMean as PTRMean, PTRMedian as PTRMedian, PTRRefused as PTRRefused, PTRStatistic as
+        PTRStatistic, ProposeTestRelease as ProposeTestRelease
+    )
+    from mechanisms.quantile import Median as Median, Quantile as Quantile
+    from mechanisms.queries import (
+        Neighbouring as Neighbouring, Query as Query, clamped_sum as clamped_sum, count as count,
+        histogram as histogram, noisy_mean as noisy_mean, noisy_quantiles as noisy_quantiles
+    )
+    from mechanisms.sample_aggregate import SampleAndAggregate as SampleAndAggregate
+    from mechanisms.sampling import Sampler as Sampler
+    from mechanisms.selection import (
+        Exponential as Exponential, PermuteAndFlip as PermuteAndFlip, RandomizedResponse as
+        RandomizedResponse, ReportNoisyMax as ReportNoisyMax
+    )
+    from mechanisms.smooth import (
+        SmoothSensitivity as SmoothSensitivity, smooth_sensitivity as smooth_sensitivity
+    )
+    from mechanisms.sparse_vector import (
+        AboveThreshold as AboveThreshold, NumericSparse as NumericSparse, Sparse as Sparse,
+        above_threshold_accuracy as above_threshold_accuracy
+    )
+    from mechanisms.subsampled import (
+        SubsampledGaussian as SubsampledGaussian, poisson_sample as poisson_sample
+    )
+    from policies.blocks import Blocks as Blocks, Unlock as Unlock
+    from policies.limits import (
+        AnalystLimit as AnalystLimit, Cap as Cap, DatasetLimit as DatasetLimit
+    )
+    from policies.periods import Period as Period
+    from policies.policy import (
         Policy as Policy, load_policy as load_policy, parse_policy as parse_policy, policy_schema as
         policy_schema
     )
-    from policies.blocks import Blocks as Blocks, Unlock as Unlock
 
 
 def __getattr__(name: str) -> Any:
