@@ -84,6 +84,15 @@ def release_entries(ledger: Ledger) -> list[Any]:
     return [e for e in ledger.entries() if json.loads(e.text).get("kind") != "policy"]
 
 
+#: A module defining a custom mechanism, ``Halver`` (ε = 0.5, halves its value), for tests that
+#: write it to a file and import it by its qualified name.
+HALVER_MODULE = ("from accountant import Budget\nfrom mechanisms import NumericMechanism\n"
+                 "class Halver(NumericMechanism):\n"
+                 "    def __init__(self):\n        self.declare(Budget(0.5))\n"
+                 "    def params(self):\n        return {}\n"
+                 "    def draw(self, value, sampler):\n        return value / 2\n")
+
+
 def __getattr__(name: str) -> Any:
     """``OWNER``: the ledger owner key (``accountant.owner_key.OwnerKey``) of the tests' ledgers
     whose policy a test changes: the same in every process (a test's child processes open the

@@ -165,22 +165,14 @@ def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
     """The session dies before the commit's round trip: the ledger cannot tell whether the
     COMMIT ran, so the debit may stand — unconfirmed, never the plain type."""
     from accountant.ledger.postgres import PostgresLedger
-    from tests.test_postgres_resilience import _kill_sessions
+    from tests.test_postgres_resilience import sessions_killed_before_each_write
 
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
     events = _watched(acc)
-    original = ledger._write_entry
-
-    def dying(entry: Any) -> None:
-        _kill_sessions(postgres_database)
-        time.sleep(0.05)
-        original(entry)
-
-    ledger._write_entry = dying  # type: ignore[method-assign]
-    error = _outcome(acc)
-    ledger._write_entry = original  # type: ignore[method-assign]
+    with sessions_killed_before_each_write(ledger, postgres_database):
+        error = _outcome(acc)
     assert isinstance(error, LedgerUnconfirmedError) and "may have been" in str(error)
     assert events == []
     acc.close()

@@ -5,8 +5,10 @@ session. Against the real server the test session starts."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -33,6 +35,24 @@ def _kill_sessions(database: str) -> int:
             "pg_backend_pid() AND datname = current_database()").fetchall())
 
 
+@contextlib.contextmanager
+def sessions_killed_before_each_write(ledger: Any, database: str) -> Iterator[None]:
+    """Every record ``ledger`` writes meanwhile is written after the server ended its sessions
+    (what a restart does to clients, in the middle of a debit's transaction)."""
+    original = ledger._write_entry
+
+    def dying(entry: Any) -> None:
+        _kill_sessions(database)
+        time.sleep(0.05)
+        original(entry)
+
+    ledger._write_entry = dying
+    try:
+        yield
+    finally:
+        ledger._write_entry = original
+
+
 def test_a_killed_session_is_replaced_on_the_next_call(dsn: str, postgres_database: str) -> None:
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     acc.release(Laplace(0.1), 1.0)
@@ -53,17 +73,9 @@ def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: s
     acc.release(Laplace(0.1), 1.0)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
-    original = ledger._write_entry
-
-    def dying(entry: Any) -> None:
-        _kill_sessions(postgres_database)
-        time.sleep(0.05)
-        original(entry)
-
-    ledger._write_entry = dying  # type: ignore[method-assign]
-    with pytest.raises(LedgerError):
+    with sessions_killed_before_each_write(ledger, postgres_database), \
+            pytest.raises(LedgerError):
         acc.release(Laplace(0.1), 1.0)
-    ledger._write_entry = original  # type: ignore[method-assign]
     acc.release(Laplace(0.1), 1.0)
     assert audit(acc.ledger).ok
     assert acc.spent().epsilon == pytest.approx(0.2)

@@ -18,6 +18,7 @@ from mechanisms import Laplace
 from policies import load_policy
 from policies.policy import Policy
 from policies.stored import document, from_document
+from tests.support import HALVER_MODULE
 
 MISSPELT = '[datasets.adult]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Laplce"]\n'
 EXPECTED = ("datasets.adult.allowed_mechanisms.0: must name a mechanism class (no mechanism is "
@@ -102,11 +103,7 @@ def test_a_custom_name_whose_module_is_absent_loads_and_admits_nothing_else(writ
 def test_a_custom_name_is_checked_once_its_module_is_imported(write, tmp_path, monkeypatch
                                                               ) -> None:
     module = tmp_path / "my_mechs_v.py"
-    module.write_text("from accountant import Budget\nfrom mechanisms import NumericMechanism\n"
-                      "class Halver(NumericMechanism):\n"
-                      "    def __init__(self):\n        self.declare(Budget(0.5))\n"
-                      "    def params(self):\n        return {}\n"
-                      "    def draw(self, value, sampler):\n        return value / 2\n")
+    module.write_text(HALVER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_mechs_v", raising=False)
     typo = '[datasets.a]\nallowed_mechanisms = ["my_mechs_v.Halvr"]\n'

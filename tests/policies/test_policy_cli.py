@@ -10,6 +10,7 @@ import pytest
 from accountant import Accountant
 from accountant.cli import main
 from mechanisms import Laplace
+from tests.support import HALVER_MODULE
 
 GOOD = """
     [datasets.adult]
@@ -138,11 +139,7 @@ def test_policy_check_catches_contradictions(write, capsys):
 
 def test_policy_check_imports_custom_mechanisms(write, tmp_path, monkeypatch, capsys):
     module = tmp_path / "my_mechs.py"
-    module.write_text("from accountant import Budget\nfrom mechanisms import NumericMechanism\n"
-                      "class Halver(NumericMechanism):\n"
-                      "    def __init__(self):\n        self.declare(Budget(0.5))\n"
-                      "    def params(self):\n        return {}\n"
-                      "    def draw(self, value, sampler):\n        return value / 2\n")
+    module.write_text(HALVER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     policy = write('[datasets.a]\nlimit = { epsilon = 1.0 }\n'
                    'allowed_mechanisms = ["my_mechs.Halver"]\n')
