@@ -1,13 +1,13 @@
 """dpbudget's gate: the ``Budget`` value type, the ``Accountant``, composition rules, ledgers.
 
 The errors (the bottom layer) are imported here directly. Everything else is loaded on first use
-(PEP 562 ``__getattr__``): importing ``accountant.budget`` from ``mechanisms`` or ``policies``
+(PEP 562 ``__getattr__``): importing ``dpbudget.accountant.budget`` from ``mechanisms`` or ``policies``
 must not pull in the ``Accountant``, which is built on them, and ``dpbudget --version`` must not
 pay for pydantic, which ``Budget`` is built on. Either way ``from accountant import Accountant``
 works as usual.
 
->>> from accountant import Accountant, Budget
->>> from mechanisms import Laplace
+>>> from dpbudget.accountant import Accountant, Budget
+>>> from dpbudget.mechanisms import Laplace
 >>> acc = Accountant(Budget(epsilon=1.0, delta=1e-6), rng=0)
 >>> _ = acc.release(Laplace(epsilon=0.1), 4213, dataset="adult")
 >>> acc.remaining("adult")
@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from accountant.errors import (
+from dpbudget.accountant.errors import (
     AnalystMismatchError,
     BudgetExceededError,
     InvalidArgumentError,
@@ -43,31 +43,31 @@ from accountant.errors import (
 )
 
 if TYPE_CHECKING:
-    from accountant.budget import Budget
-    from accountant.charge import Charge
-    from accountant.composition import RULES, CompositionRule, plan_order
-    from accountant.estimator import LogisticRegression
-    from accountant.training import (
+    from dpbudget.accountant.budget import Budget
+    from dpbudget.accountant.charge import Charge
+    from dpbudget.accountant.composition import RULES, CompositionRule, plan_order
+    from dpbudget.accountant.estimator import LogisticRegression
+    from dpbudget.accountant.training import (
         TrainingResult,
         dp_sgd,
         noise_for_steps,
         noisy_gradient_descent,
     )
-    from accountant.core import Accountant
-    from accountant.pipeline import Pipeline
-    from accountant.receipt import Receipt
-    from accountant.session import NumericSession, Session
+    from dpbudget.accountant.core import Accountant
+    from dpbudget.accountant.pipeline import Pipeline
+    from dpbudget.accountant.receipt import Receipt
+    from dpbudget.accountant.session import NumericSession, Session
 
 # Names other than the errors, and the module each is loaded from on first use.
 _LAZY = {
-    "Budget": "accountant.budget", "Charge": "accountant.charge",
-    "RULES": "accountant.composition", "CompositionRule": "accountant.composition",
-    "Accountant": "accountant.core", "Pipeline": "accountant.pipeline",
-    "Receipt": "accountant.receipt", "NumericSession": "accountant.session",
-    "Session": "accountant.session", "plan_order": "accountant.composition",
-    "LogisticRegression": "accountant.estimator", "TrainingResult": "accountant.training",
-    "dp_sgd": "accountant.training", "noise_for_steps": "accountant.training",
-    "noisy_gradient_descent": "accountant.training",
+    "Budget": "dpbudget.accountant.budget", "Charge": "dpbudget.accountant.charge",
+    "RULES": "dpbudget.accountant.composition", "CompositionRule": "dpbudget.accountant.composition",
+    "Accountant": "dpbudget.accountant.core", "Pipeline": "dpbudget.accountant.pipeline",
+    "Receipt": "dpbudget.accountant.receipt", "NumericSession": "dpbudget.accountant.session",
+    "Session": "dpbudget.accountant.session", "plan_order": "dpbudget.accountant.composition",
+    "LogisticRegression": "dpbudget.accountant.estimator", "TrainingResult": "dpbudget.accountant.training",
+    "dp_sgd": "dpbudget.accountant.training", "noise_for_steps": "dpbudget.accountant.training",
+    "noisy_gradient_descent": "dpbudget.accountant.training",
 }
 
 __all__ = [

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-from accountant.errors import (
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,

@@ -7,7 +7,7 @@ empty state — independently of the states stored in the records and in the led
 optional plot series, which is thinned), and a corrupted ledger never ends in a traceback: the
 report says what verified and where the problems are, by record number.
 
-The report and its exit bits are defined in ``accountant.audit_report``.
+The report and its exit bits are defined in ``dpbudget.accountant.audit_report``.
 """
 
 from __future__ import annotations
@@ -15,20 +15,20 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from accountant._numeric import within_budget
-from accountant.audit_chain import ChainCheck
-from accountant.audit_policy import InForce, PolicyRecords
-from accountant.audit_release import LibraryRecords
-from accountant.audit_tally import Tallies
-from accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
-from accountant.audit_time import TimeCheck
-from accountant.charge import Charge
-from accountant.composition import CompositionRule, Refused, rule_from_config
-from accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
-from accountant.step import step_account
-from accountant.ledger import Account, Ledger, table_sum
-from accountant.ledger.record import charge_from_record, key_from_env
-from accountant.sources import (
+from dpbudget.accountant._numeric import within_budget
+from dpbudget.accountant.audit_chain import ChainCheck
+from dpbudget.accountant.audit_policy import InForce, PolicyRecords
+from dpbudget.accountant.audit_release import LibraryRecords
+from dpbudget.accountant.audit_tally import Tallies
+from dpbudget.accountant.audit_report import EXIT_BITS, AccountReport, AuditReport, Problem, Tally
+from dpbudget.accountant.audit_time import TimeCheck
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import CompositionRule, Refused, rule_from_config
+from dpbudget.accountant.errors import InvalidArgumentError, LedgerConflictError, PrivacyError
+from dpbudget.accountant.step import step_account
+from dpbudget.accountant.ledger import Account, Ledger, table_sum
+from dpbudget.accountant.ledger.record import charge_from_record, key_from_env
+from dpbudget.accountant.sources import (
     REORDER_WINDOW,
     Item,
     MergedSource,
@@ -36,8 +36,8 @@ from accountant.sources import (
     open_source,
     progress_items,
 )
-from policies.accounts import PolicyLimits
-from policies.stored import POLICY_KEY
+from dpbudget.policies.accounts import PolicyLimits
+from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "Problem", "Tally", "audit"]
 
@@ -54,12 +54,12 @@ def audit(source: str | Ledger | Sequence[str], policy: Any = None, *,
 
     A JSONL log of one process is a subsequence of the chain: it audits on its own, with the
     records other writers wrote reported as ``absent`` rather than as tampering, and several
-    logs given together are merged (``accountant.audit_chain``).
+    logs given together are merged (``dpbudget.accountant.audit_chain``).
 
     Args:
         source: a ledger, its URL, an SQLite file, a JSONL file, or a list of JSONL files to
             merge.
-        policy: a policy file or ``policies.Policy`` (or any object with a
+        policy: a policy file or ``dpbudget.policies.Policy`` (or any object with a
             ``limit_for(account_key)`` method); the limits it declares now are checked against
             the replayed spend as well as the limits recorded with each release.
         key: the HMAC key, when the ledger is keyed (default: ``DPBUDGET_LEDGER_KEY``). With a key,
@@ -101,7 +101,7 @@ class _Replay:
         self.out = AuditReport(source=src.name, keyed=key is not None)
         self.chain = ChainCheck(key, self.problem, ledger=src.ledger is not None,
                                 complete=complete)
-        self.times = TimeCheck(self.problem)  # (``accountant.audit_time``)
+        self.times = TimeCheck(self.problem)  # (``dpbudget.accountant.audit_time``)
         self.micros = 0  # the time of the record being replayed
         self.last_seq: dict[str, int] = {}  # per account: the last record that charged it
         self.head_table: Any = None  # the last record's commitment to the accounts table

@@ -2,10 +2,10 @@
 the sequence numbers — for a whole chain, or for a subsequence of it.
 
 A ledger, or a full export of one, holds every record 1..head, each linking to the one before
-(``prev``); a gap there is a deletion. One process's log (``accountant.logs``) holds only the records
+(``prev``); a gap there is a deletion. One process's log (``dpbudget.accountant.logs``) holds only the records
 that process wrote, so it is a subsequence of the chain. Each record names its writer (``writer``:
 a random id of the ledger object that wrote it, new in every process, and ``n``, that writer's
-count of records, ``accountant.ledger.record``), which lets a subsequence be checked writer by
+count of records, ``dpbudget.accountant.ledger.record``), which lets a subsequence be checked writer by
 writer:
 
 - a record's hash is always checked (each record verifies on its own);
@@ -23,7 +23,7 @@ complete chain (``complete=True``, ``dpbudget audit --complete``) to audit an ex
 absent record is a deletion. A ledger's own rows are always held to the complete chain, and so are
 records written before the ``writer`` member existed.
 
-A ledger of lanes (record format 2, ``accountant.ledger.lanes``) links each record to the last
+A ledger of lanes (record format 2, ``dpbudget.accountant.ledger.lanes``) links each record to the last
 record of each of its lanes (``links``) instead of to the record before it: numbers may be skipped,
 and each link is checked against the last record seen on its lane (every lane's last record is
 kept, from format 1 records too: their accounts' lanes). In a complete source every link must be
@@ -37,9 +37,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from accountant.ledger import GENESIS, record_hash
-from accountant.ledger.lanes import START, read_links
-from accountant.sources import Item
+from dpbudget.accountant.ledger import GENESIS, record_hash
+from dpbudget.accountant.ledger.lanes import START, read_links
+from dpbudget.accountant.sources import Item
 
 __all__ = ["ChainCheck"]
 

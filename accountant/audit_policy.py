@@ -9,7 +9,7 @@ record itself carries. A writer that kept an older policy (or wrote records by h
 shows up here, record by record.
 
 Each policy record is listed (``PolicyRecords``: when, who, why, what it grants more than the
-one before) and checked to be the owner's (``accountant.owner_key``): signed in its place by the
+one before) and checked to be the owner's (``dpbudget.accountant.owner_key``): signed in its place by the
 key the first record pins, or — in a ledger that pins none — the ledger's first policy record.
 """
 
@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant import owner_key
-from accountant._numeric import within_budget
-from accountant.audit_report import PolicyRecordReport
-from accountant.budget import Budget
-from accountant.composition import CompositionRule
-from accountant.errors import OwnerKeyError, PrivacyError
-from accountant.planner import Plan, Planner
-from policies.accounts import PolicyLimits, pipeline_key
-from policies.periods import split_window
-from policies.stored import from_document, raised
+from dpbudget.accountant import owner_key
+from dpbudget.accountant._numeric import within_budget
+from dpbudget.accountant.audit_report import PolicyRecordReport
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import CompositionRule
+from dpbudget.accountant.errors import OwnerKeyError, PrivacyError
+from dpbudget.accountant.planner import Plan, Planner
+from dpbudget.policies.accounts import PolicyLimits, pipeline_key
+from dpbudget.policies.periods import split_window
+from dpbudget.policies.stored import from_document, raised
 
 __all__ = ["InForce", "PolicyRecords", "charged"]
 
@@ -111,7 +111,7 @@ def _inside(record: dict[str, Any]) -> str | None:
 def charged(accounts: dict[str, Any], plan: Plan | str) -> str | None:
     """How the accounts a record charges differ from those its ``plan`` (or one pipeline's
     account) charges, or None. Compared without windows (which window is the time check's,
-    ``accountant.audit_time``), but a windowed limit must be charged in some window of its own
+    ``dpbudget.accountant.audit_time``), but a windowed limit must be charged in some window of its own
     period and a lifetime one without: ``dataset:adult/analyst:alice@2026-11-21+1d`` is the
     ``1d`` windows' account of ``dataset:adult/analyst:alice``. Blocks are those the record
     names (its plan's)."""

@@ -1,7 +1,7 @@
 """Whether a release record can be what it claims: seeded noise only in a simulation ledger, and
 a record that names one of the library's mechanisms one that mechanism could write.
 
-The gate records a mechanism under its class identity (``mechanisms.base.mechanism_name``): only
+The gate records a mechanism under its class identity (``dpbudget.mechanisms.base.mechanism_name``): only
 the library's own ``Laplace`` is ever recorded as ``"Laplace"``, a custom class under its
 module-qualified name. The audit holds every release record (a single release, each item of a
 batch, a sparse-vector session) that names a library mechanism to that: its recorded parameters
@@ -92,8 +92,8 @@ class LibraryRecords:
 
     def _library(self) -> dict[str, type]:
         if self.classes is None:
-            import mechanisms
-            from mechanisms.base import Mechanism, mechanism_name
+            from dpbudget import mechanisms
+            from dpbudget.mechanisms.base import Mechanism, mechanism_name
 
             found = (getattr(mechanisms, n) for n in mechanisms.__all__)
             self.classes = {c.__name__: c for c in found if isinstance(c, type)
@@ -104,7 +104,7 @@ class LibraryRecords:
 
 def _verdict(cls: Any, params: Any, cost: Any, noise: str | None) -> str | None:
     """Why ``params`` do not rebuild ``cls`` with exactly ``cost`` and ``noise``, or None."""
-    from accountant.ledger.record import charge_record
+    from dpbudget.accountant.ledger.record import charge_record
 
     name = cls.__name__
     if not isinstance(params, dict) or not isinstance(cost, dict):

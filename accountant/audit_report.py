@@ -38,7 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from accountant.ledger.record import GENESIS
+from dpbudget.accountant.ledger.record import GENESIS
 
 __all__ = ["EXIT_BITS", "AccountReport", "AuditReport", "PolicyRecordReport", "Problem",
            "ProblemKind", "Tally"]
@@ -97,7 +97,7 @@ class AccountReport(BaseModel):
 
 class PolicyRecordReport(BaseModel):
     """One policy record: when, who (``by``), why, whether it is signed, and each way it grants
-    more than the policy it replaces (``policies.stored.raised``; empty for the first)."""
+    more than the policy it replaces (``dpbudget.policies.stored.raised``; empty for the first)."""
 
     seq: int
     time: str | None
@@ -150,7 +150,7 @@ class AuditReport(BaseModel):
     #: Records found more than once — in several merged logs, or a log line written twice (after
     #: an interrupt) — identical each time, so read once.
     duplicates: int = 0
-    #: Refused requests found in a log (``accountant.refusals``), per analyst: never spend.
+    #: Refused requests found in a log (``dpbudget.accountant.refusals``), per analyst: never spend.
     refused: dict[str, int] = {}
     problems: list[Problem] = []
     problem_count: int = 0
@@ -175,7 +175,7 @@ class AuditReport(BaseModel):
 
     def _repr_html_(self) -> str:
         """A notebook summary: the verdict, then one row per account."""
-        from accountant.html import table
+        from dpbudget.accountant.html import table
 
         verdict = "clean" if self.ok else f"{self.problem_count} problem(s)"
         return table(("account", "rule", "spent ε", "spent δ", "releases", "over limit"),

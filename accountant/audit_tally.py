@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant.audit_report import AuditReport, Tally
-from accountant.charge import Charge
+from dpbudget.accountant.audit_report import AuditReport, Tally
+from dpbudget.accountant.charge import Charge
 
 __all__ = ["Tallies"]
 

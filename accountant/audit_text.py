@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant.audit_report import SECURE_NOISE, AuditReport, Tally
+from dpbudget.accountant.audit_report import SECURE_NOISE, AuditReport, Tally
 
 __all__ = ["SIMULATION", "audit_text", "noise_counts", "noise_line"]
 

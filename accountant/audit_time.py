@@ -1,7 +1,7 @@
 """The audit's time checks: a record's ``time`` is the time its debit was computed from.
 
 A debit's renewal windows, blocks and unlock shares are those of its transaction's time, which is
-its record's ``time`` (``accountant.ledger.transaction``): the ledger's clock, never the caller's.
+its record's ``time`` (``dpbudget.accountant.ledger.transaction``): the ledger's clock, never the caller's.
 So the audit checks, from the records alone (problems of kind ``time``, exit bit 1):
 
 - **Windows**: every windowed account a record charges (``…@<start>+<period>``) is the window that
@@ -9,7 +9,7 @@ So the audit checks, from the records alone (problems of kind ``time``, exit bit
   pushed forward to renew the budget — shows here.
 - **Blocks**: every time block a record charges had begun at the record's time and, under an
   unlocking schedule, its replayed spend after the record is within the share unlocked at that
-  time (``accountant.step.check_unlocked``, the gate's own check). Divisions and schedules are
+  time (``dpbudget.accountant.step.check_unlocked``, the gate's own check). Divisions and schedules are
   those of the policy in force (the ledger's policy records); without one, blocks are not checked
   here.
 - **Order**: record times never run backwards. In one chain (SQLite, in memory: format 1) by
@@ -18,7 +18,7 @@ So the audit checks, from the records alone (problems of kind ``time``, exit bit
   server's clock in either order, so two records on different lanes may have times in the
   other order than their numbers, honestly; but each lane is written under its lock, and a
   transaction's time is never earlier than the last record on any lane it locks
-  (``accountant.ledger.postgres_time``), so along each lane — in ``seq`` order, which each lane
+  (``dpbudget.accountant.ledger.postgres_time``), so along each lane — in ``seq`` order, which each lane
   follows — times never run backwards. A record is compared with the last one seen on each lane
   (absent records of a log are skipped; each step backwards is reported once).
 - **Future**: no record is dated after the audit's own clock (plus ``FUTURE_TOLERANCE``). An
@@ -36,12 +36,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from accountant.composition import CompositionRule, Refused, State
-from accountant.errors import PrivacyError
-from accountant.ledger.record import time_micros
-from accountant.step import check_unlocked
-from policies.accounts import dataset_name
-from policies.periods import Period, split_window
+from dpbudget.accountant.composition import CompositionRule, Refused, State
+from dpbudget.accountant.errors import PrivacyError
+from dpbudget.accountant.ledger.record import time_micros
+from dpbudget.accountant.step import check_unlocked
+from dpbudget.policies.accounts import dataset_name
+from dpbudget.policies.periods import Period, split_window
 
 __all__ = ["TimeCheck"]
 

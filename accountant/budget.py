@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
-from accountant import _numeric, _validate
-from accountant.errors import InvalidArgumentError
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.errors import InvalidArgumentError
 
 __all__ = ["Budget"]
 
@@ -110,7 +110,7 @@ class Budget(BaseModel):
 
     def _repr_html_(self) -> str:
         """A one-row table in a notebook."""
-        from accountant.html import table
+        from dpbudget.accountant.html import table
 
         return table(("ε", "δ"), [("∞ (no limit)" if self.is_unlimited else self.epsilon,
                                    self.delta)])

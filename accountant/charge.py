@@ -3,7 +3,7 @@
 Invariant: a ``Charge`` is plain immutable data (a ``NamedTuple``, like every internal value the
 library builds on each release: cheap to make, impossible to change) built from a mechanism's public
 parameters; it knows nothing of ledgers or rules. A mechanism declares it, a composition rule
-interprets it, the ledger encodes it (``accountant.ledger.record``). Bottom layer: imports nothing
+interprets it, the ledger encodes it (``dpbudget.accountant.ledger.record``). Bottom layer: imports nothing
 of ours but ``Budget``.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from accountant.budget import Budget
+from dpbudget.accountant.budget import Budget
 
 __all__ = ["Charge"]
 
@@ -25,7 +25,7 @@ class Charge(NamedTuple):
         mu: its Gaussian-DP parameter where it has one (Dong–Roth–Su 2019), else None.
         mechanism: the mechanism's name, for error messages.
         rdp: its Rényi-DP curve where it has one beyond what ρ or a pure ε give (a tuple: the
-            kind and its public parameters, ``accountant.rdp``), else None.
+            kind and its public parameters, ``dpbudget.accountant.rdp``), else None.
         parts: for a batch (``Accountant.release_many``), the charges of its items, fixed before
             any of them is released; empty for a single release. ``epsilon``/``delta`` of a batch
             are then the basic-composition totals, and each rule composes ``parts`` itself.

@@ -3,7 +3,7 @@
 
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
 with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
-problem bits (``accountant.audit``).
+problem bits (``dpbudget.accountant.audit``).
 
 Each subcommand imports what it needs when it runs: ``--help`` and ``--version`` load argparse and
 importlib.metadata only, not the ledger, pydantic or SciPy (benchmarks/startup.py measures it).
@@ -17,16 +17,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accountant.errors import PolicyError, PrivacyError
+from dpbudget.accountant.errors import PolicyError, PrivacyError
 
 if TYPE_CHECKING:
-    from accountant.ledger import Ledger
+    from dpbudget.accountant.ledger import Ledger
 
 __all__ = ["main"]
 
 
 def _open_existing(location: str) -> Ledger:
-    from accountant.ledger import open_ledger
+    from dpbudget.accountant.ledger import open_ledger
 
     if "://" not in location and not Path(location).exists():
         raise PrivacyError(f"no ledger at {location!r}")
@@ -34,10 +34,10 @@ def _open_existing(location: str) -> Ledger:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from accountant import policy_record
-    from accountant.audit_text import SIMULATION, noise_counts, noise_line
-    from accountant.report import budget_rows, budget_table
-    from policies.policy import load_policy
+    from dpbudget.accountant import policy_record
+    from dpbudget.accountant.audit_text import SIMULATION, noise_counts, noise_line
+    from dpbudget.accountant.report import budget_rows, budget_table
+    from dpbudget.policies.policy import load_policy
 
     with _open_existing(args.ledger) as ledger:
         default, source = None, args.policy
@@ -75,8 +75,8 @@ def _status(args: argparse.Namespace) -> int:
 def _policy_check(args: argparse.Namespace) -> int:
     import importlib
 
-    from policies.accounts import policy_accounts
-    from policies.policy import load_policy
+    from dpbudget.policies.accounts import policy_accounts
+    from dpbudget.policies.policy import load_policy
 
     try:
         for module in args.imports or ():
@@ -124,10 +124,10 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 def _contradictions(policy: Any) -> list[str]:
     """What ``policy check`` warns of beyond validity (``load_policy`` runs every validity check,
-    ``policies.limits.mechanism_problem`` among them): settings that can never matter, or that
+    ``dpbudget.policies.limits.mechanism_problem`` among them): settings that can never matter, or that
     another limit makes moot (a cap above its limit, an analyst limit above the dataset's), and
     custom mechanism names left unchecked because their module is not imported (``--import``)."""
-    from policies.limits import unchecked_mechanism
+    from dpbudget.policies.limits import unchecked_mechanism
 
     warnings = []
     for name, dataset in policy.datasets.items():
@@ -150,10 +150,10 @@ def _contradictions(policy: Any) -> list[str]:
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
-    from accountant import owner_key, policy_record
-    from accountant.ledger import open_ledger
-    from policies.policy import load_policy
-    from policies.stored import document
+    from dpbudget.accountant import owner_key, policy_record
+    from dpbudget.accountant.ledger import open_ledger
+    from dpbudget.policies.policy import load_policy
+    from dpbudget.policies.stored import document
 
     policy = load_policy(args.file)
     owner = owner_key.from_env() if args.owner_key is None else owner_key.load(args.owner_key)
@@ -182,7 +182,7 @@ def _policy_apply(args: argparse.Namespace) -> int:
 
 
 def _keys_new(args: argparse.Namespace) -> int:
-    from accountant.owner_key import new_key_file
+    from dpbudget.accountant.owner_key import new_key_file
 
     public = new_key_file(args.file)  # the private key goes to the file only, never to output
     print(f"{args.file}: new owner key written (mode 0600; keep it off the analysts' machines "
@@ -191,15 +191,15 @@ def _keys_new(args: argparse.Namespace) -> int:
 
 
 def _policy_schema(args: argparse.Namespace) -> int:
-    from policies.policy import policy_schema
+    from dpbudget.policies.policy import policy_schema
 
     print(json.dumps(policy_schema(), indent=2))
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from accountant.audit import audit
-    from accountant.audit_text import audit_text
+    from dpbudget.accountant.audit import audit
+    from dpbudget.accountant.audit_text import audit_text
 
     source = args.source[0] if len(args.source) == 1 else args.source
     report = audit(source, args.policy, since=args.since, until=args.until,
@@ -207,11 +207,11 @@ def _audit(args: argparse.Namespace) -> int:
                    plot=args.plot is not None or args.blocks_plot is not None,
                    complete=args.complete)
     if args.plot is not None:
-        from accountant.plot import plot_audit
+        from dpbudget.accountant.plot import plot_audit
 
         plot_audit(report, args.plot)
     if args.blocks_plot is not None:
-        from accountant.plot_blocks import plot_blocks
+        from dpbudget.accountant.plot_blocks import plot_blocks
 
         if not plot_blocks(report, args.blocks_plot):
             print(f"{args.blocks_plot}: not written (no block was charged)", file=sys.stderr)
@@ -223,7 +223,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from accountant.transfer import export_jsonl
+    from dpbudget.accountant.transfer import export_jsonl
 
     with _open_existing(args.ledger) as ledger:
         n = export_jsonl(ledger, args.out)
@@ -233,8 +233,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from accountant.ledger import open_ledger
-    from accountant.transfer import import_jsonl
+    from dpbudget.accountant.ledger import open_ledger
+    from dpbudget.accountant.transfer import import_jsonl
 
     with open_ledger(args.ledger) as ledger:
         n = import_jsonl(args.jsonl, ledger)
@@ -243,7 +243,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from dpbudget_examples.demo import main as demo_main
+    from dpbudget.examples.demo import main as demo_main
 
     return int(demo_main(args.demo_args))
 

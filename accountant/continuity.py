@@ -6,13 +6,13 @@ before stored policies adopts one, no limit above the ones its releases were rec
 
 from __future__ import annotations
 
-from accountant.errors import LedgerConflictError
-from accountant.ledger import Ledger
-from accountant.planner import Planner
-from accountant.step import check_continues
-from policies.accounts import dataset_name
-from policies.periods import split_window
-from policies.stored import POLICY_KEY
+from dpbudget.accountant.errors import LedgerConflictError
+from dpbudget.accountant.ledger import Ledger
+from dpbudget.accountant.planner import Planner
+from dpbudget.accountant.step import check_continues
+from dpbudget.policies.accounts import dataset_name
+from dpbudget.policies.periods import split_window
+from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["check_ledger", "refuse_raised"]
 

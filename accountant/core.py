@@ -1,7 +1,7 @@
 """The ``Accountant``: the public face of the gate every noisy answer passes through.
 
 Invariant: the ``Accountant`` holds no logic of its own. It builds a ``Planner`` (which accounts a
-request is charged to) and a ``Gate`` (the one check-and-debit path, ``accountant.gate``) and
+request is charged to) and a ``Gate`` (the one check-and-debit path, ``dpbudget.accountant.gate``) and
 forwards every request to them; pipelines and sessions hold the same gate, never the
 ``Accountant``.
 """
@@ -12,21 +12,21 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from accountant.budget import Budget
-from accountant.composition import make_rule
-from accountant.errors import InvalidArgumentError, InvalidTypeError
-from accountant.ledger import Ledger
-from accountant.opening import Opening
-from accountant.owner_key import OwnerKey
-from accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
-from accountant.planner import dataset_limits
-from accountant.receipt import Receipt
-from accountant.session import Session
-from accountant.unnamed import NOT_GIVEN
-from mechanisms.base import Mechanism, StreamMechanism
-from policies.blocks import rows_in_blocks
-from policies.limits import DatasetLimit
-from policies.policy import Policy
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import make_rule
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.ledger import Ledger
+from dpbudget.accountant.opening import Opening
+from dpbudget.accountant.owner_key import OwnerKey
+from dpbudget.accountant.pipeline import Pipeline, budgeted, open_pipeline, pipeline_rule
+from dpbudget.accountant.planner import dataset_limits
+from dpbudget.accountant.receipt import Receipt
+from dpbudget.accountant.session import Session
+from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.policies.blocks import rows_in_blocks
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.policy import Policy
 
 __all__ = ["Accountant"]
 
@@ -52,7 +52,7 @@ class Accountant(Opening):
         owner_key: the ledger owner's private key (its file, from ``dpbudget keys new``, or an
             ``OwnerKey``), for a new ledger: its first record pins the public key, and only that
             key can change the policy later (``apply_policy``). ``None``: the ledger's first
-            policy is its policy for good (``accountant.owner_key``).
+            policy is its policy for good (``dpbudget.accountant.owner_key``).
         simulation: create the ledger as a simulation ledger — its first record says so, for
             good (``dpbudget status`` and the audit show it) — or open one: only such a durable
             ledger takes a seeded ``rng``. Refused on a ledger not created for simulation. An
@@ -68,9 +68,9 @@ class Accountant(Opening):
 
     ``Accountant.from_policy(path)`` builds one from a policy file instead (per-dataset,
     per-analyst, global limits, caps, allowed mechanisms); ``pipeline``/``budgeted`` open child
-    budgets (``accountant.pipeline``).
+    budgets (``dpbudget.accountant.pipeline``).
 
-    >>> from mechanisms import Laplace
+    >>> from dpbudget.mechanisms import Laplace
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> noisy = acc.release(Laplace(epsilon=0.25), 42.0, dataset="adult")
     >>> acc.spent("adult"), acc.remaining("adult")
@@ -111,11 +111,11 @@ class Accountant(Opening):
         transaction, or none. ``dataset`` may be a tuple (or list) of names: a release computed
         from several datasets (a join) is charged to each of them, all or none. Left out, it is
         ``"default"`` while this accountant knows no other dataset, and refused once it does (as
-        for every method here; ``accountant.unnamed``).
+        for every method here; ``dpbudget.accountant.unnamed``).
 
         Scalar in, scalar (``float``) out; array (or list) in, ``numpy`` array out.
 
-        ``blocks``: for a dataset divided into blocks (``policies.blocks``), the blocks the data
+        ``blocks``: for a dataset divided into blocks (``dpbudget.policies.blocks``), the blocks the data
         came from — a name, a list of names, or ``slice(first, last)`` of time blocks; each
         block's limit is charged too, in the same transaction. ``block_rows`` selects the rows.
 
@@ -154,7 +154,7 @@ class Accountant(Opening):
             MechanismNotAllowedError: an item the dataset's rule does not admit.
             InvalidArgumentError, InvalidTypeError: a malformed batch or item.
 
-        >>> from mechanisms import Laplace
+        >>> from dpbudget.mechanisms import Laplace
         >>> acc = Accountant(Budget(1.0, 1e-6), rng=0)
         >>> answers = acc.release_many([(Laplace(0.01), 1.0)] * 300)
         >>> len(answers), acc.spent().delta
@@ -169,7 +169,7 @@ class Accountant(Opening):
 
         The session then answers queries with no further debit: it is one step whose cost is
         declared and debited when it opens (docs/theory.md §2, "Sparse vector's fixed cost").
-        Its records and why other releases may interleave with it: ``accountant.session``.
+        Its records and why other releases may interleave with it: ``dpbudget.accountant.session``.
 
         Returns:
             A ``Session`` (``test(value) -> bool``), or a ``NumericSession`` (also
@@ -189,14 +189,14 @@ class Accountant(Opening):
                  blocks: Any = None) -> Pipeline:
         """Open a child budget of ``budget`` on ``dataset``: its whole allocation is debited
         now, as one step, from every limit a release there would be charged to; releases inside
-        are then charged to the pipeline's own account only. See ``accountant.pipeline``.
+        are then charged to the pipeline's own account only. See ``dpbudget.accountant.pipeline``.
 
         Raises:
             BudgetExceededError: the allocation does not fit; nothing was debited.
             InvalidArgumentError, InvalidTypeError, UnknownDatasetError, UnknownAnalystError:
                 as for ``release``, or a bad name, budget or rule.
 
-        >>> from mechanisms import Laplace
+        >>> from dpbudget.mechanisms import Laplace
         >>> acc = Accountant(Budget(1.0), rng=0)
         >>> with acc.pipeline("report", dataset="adult", budget=Budget(0.5)) as p:
         ...     _ = p.release(Laplace(0.2), 3.0)
@@ -215,7 +215,7 @@ class Accountant(Opening):
         """Decorator: each call of the function runs in a new pipeline (as ``pipeline``), passed
         as its first argument. The arguments are checked when decorating.
 
-        >>> from mechanisms import Laplace
+        >>> from dpbudget.mechanisms import Laplace
         >>> acc = Accountant(Budget(1.0), rng=0)
         >>> @acc.budgeted("twice", dataset="adult", budget=Budget(0.4))
         ... def twice(p, value):
@@ -254,7 +254,7 @@ class Accountant(Opening):
                 (e.g. Laplace under ``"gaussian"``, or a costlier one under ``"optimal"``).
             InvalidArgumentError, InvalidTypeError, UnknownDatasetError: as for ``release``.
 
-        >>> from mechanisms import Laplace
+        >>> from dpbudget.mechanisms import Laplace
         >>> Accountant(Budget(1.0, 1e-6), composition="advanced").max_releases(Laplace(0.01))
         487
         """
@@ -283,7 +283,7 @@ class Accountant(Opening):
     def block_rows(self, dataset: str, frame: Any, column: str, blocks: Any) -> Any:
         """The rows of ``frame`` (a pandas DataFrame) whose time ``column`` falls in ``blocks``
         of ``dataset`` — the blocks to pass to ``release`` with them, so that the data read
-        and the blocks charged cannot drift apart (``policies.blocks.rows_in_blocks``)."""
+        and the blocks charged cannot drift apart (``dpbudget.policies.blocks.rows_in_blocks``)."""
         spec = self.limit(dataset).blocks
         if spec is None:
             raise InvalidArgumentError("dataset", dataset, "a dataset divided into blocks")
@@ -295,8 +295,8 @@ class Accountant(Opening):
 
     def _repr_html_(self) -> str:
         """The status of every account of this accountant's ledger, as a notebook table."""
-        from accountant.composition import rule_from_config
-        from accountant.html import table
+        from dpbudget.accountant.composition import rule_from_config
+        from dpbudget.accountant.html import table
 
         rows = []
         for account in self.ledger.accounts():

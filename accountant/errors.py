@@ -263,7 +263,7 @@ class MechanismNotAllowedError(PrivacyError):
 
 class WindowEndedError(PrivacyError):
     """A session or pipeline was opened in a renewal window (``period``) that has since ended:
-    that window paid for it, so it answers nothing more (``policies.periods``). Nothing was drawn
+    that window paid for it, so it answers nothing more (``dpbudget.policies.periods``). Nothing was drawn
     or debited; open a new one, charged to the current window.
 
     Attributes:
@@ -319,7 +319,7 @@ class LedgerUnconfirmedError(LedgerError):
 class LedgerStaleError(LedgerError):
     """A transaction computed from a ledger's cached state found, when it reached the ledger,
     that another writer had moved on; nothing was written. The gate redoes it on fresh reads
-    (``accountant.ledger.postgres``); a caller never sees it."""
+    (``dpbudget.accountant.ledger.postgres``); a caller never sees it."""
 
 
 class LedgerCorruptedError(LedgerError):
@@ -336,7 +336,7 @@ class OwnerKeyError(LedgerError):
     """A policy change without the ledger owner's key: none given, another key than the one the
     ledger's first record pins, or a ledger that pins none (its policy cannot change); or an
     owner key that cannot be used (its file, or the ``cryptography`` package, missing). Nothing
-    was written (``accountant.owner_key``)."""
+    was written (``dpbudget.accountant.owner_key``)."""
 
 
 class PolicyChangedError(LedgerConflictError):

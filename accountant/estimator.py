@@ -1,6 +1,6 @@
 """``LogisticRegression``: a scikit-learn-style estimator trained under an accountant's budget.
 
-Invariant: ``fit`` touches the training data only through :func:`accountant.training.dp_sgd`
+Invariant: ``fit`` touches the training data only through :func:`dpbudget.accountant.training.dp_sgd`
 (every step charged before its noise is drawn); the fitted weights are then public, so
 ``predict``/``score`` on any data cost nothing. Errors and reprs name arguments, never data.
 """
@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from accountant.core import Accountant
-from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
-from accountant.training import dp_sgd, noise_for_steps
-from accountant.unnamed import NOT_GIVEN
-from mechanisms.base import real_values
+from dpbudget.accountant.core import Accountant
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
+from dpbudget.accountant.training import dp_sgd, noise_for_steps
+from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.mechanisms.base import real_values
 
 __all__ = ["LogisticRegression"]
 
@@ -45,7 +45,7 @@ class LogisticRegression:
     Attributes (after ``fit``): ``coef_`` (d,), ``intercept_``, ``steps_``, ``refused_``,
     ``noise_multiplier_``, ``classes_`` (``[0, 1]``).
 
-    >>> from accountant import Budget
+    >>> from dpbudget.accountant import Budget
     >>> X = np.array([[0.1, 0.2], [0.9, 0.8]] * 50); y = np.array([0, 1] * 50)
     >>> acc = Accountant(Budget(3.0, 1e-5), composition="renyi", rng=0)
     >>> model = LogisticRegression(acc, batch_size=20, steps=50, sampling_rate=0.2,

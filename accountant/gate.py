@@ -15,26 +15,26 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.composition import CompositionRule, Refused, State
-from accountant.continuity import check_ledger
-from accountant.errors import (BudgetExceededError, InvalidArgumentError, InvalidDataError,
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import CompositionRule, Refused, State
+from dpbudget.accountant.continuity import check_ledger
+from dpbudget.accountant.errors import (BudgetExceededError, InvalidArgumentError, InvalidDataError,
                                InvalidDataTypeError, InvalidTypeError, LedgerStaleError,
                                MechanismNotAllowedError, PolicyChangedError)
-from accountant.ledger import Account, Ledger
-from accountant.ledger.record import ZERO_COST, assemble, canonical
-from accountant.planner import Plan, Planner, Target
-from accountant.receipt import Receipt
-from accountant.refusals import REFUSALS, log_refusal
-from accountant.session import NumericSession, Session
-from accountant.unnamed import NOT_GIVEN
-from accountant.step import Step, check_continues, check_unlocked, step_account
-from mechanisms.base import Mechanism, StreamMechanism
-from mechanisms.sampling import OneShotSampler, Sampler
-from policies.accounts import dataset_key, dataset_name
-from policies.limits import DatasetLimit, folded_name
-from policies.stored import POLICY_KEY
+from dpbudget.accountant.ledger import Account, Ledger
+from dpbudget.accountant.ledger.record import ZERO_COST, assemble, canonical
+from dpbudget.accountant.planner import Plan, Planner, Target
+from dpbudget.accountant.receipt import Receipt
+from dpbudget.accountant.refusals import REFUSALS, log_refusal
+from dpbudget.accountant.session import NumericSession, Session
+from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.accountant.step import Step, check_continues, check_unlocked, step_account
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
+from dpbudget.policies.accounts import dataset_key, dataset_name
+from dpbudget.policies.limits import DatasetLimit, folded_name
+from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-exports Step's)
 
@@ -42,7 +42,7 @@ __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-ex
 Where = Plan | tuple[Any, ...]
 _REDO = (BudgetExceededError, PolicyChangedError)  # refusals computed on a cache: redone fresh
 # Read by every debit, written by none: in a ledger of lanes, debits share its lock and a policy
-# change (which writes it) waits for them (``accountant.ledger.lanes``).
+# change (which writes it) waits for them (``dpbudget.accountant.ledger.lanes``).
 _SHARED = (POLICY_KEY,)
 
 
@@ -144,7 +144,7 @@ class Gate:
 
     def refused(self, error: Exception, name: str, cost: Budget, where: Where,
                 label: Any) -> None:
-        """Log a refused request for security review (``accountant.refusals``); never spend."""
+        """Log a refused request for security review (``dpbudget.accountant.refusals``); never spend."""
         dataset, analyst = (where.dataset, where.analyst) if isinstance(where, Plan) else where[:2]
         analyst = self.planner.analyst or analyst  # (who asked: the ledger's analyst, if it knows)
         dataset = "default" if dataset is NOT_GIVEN else dataset  # (named: it refused the rest)
@@ -288,7 +288,7 @@ class Gate:
             other = dataset_name(account.key)
             if other is None or other == name:
                 continue
-            if name == "default":  # not opened beside a named one (``accountant.unnamed``)
+            if name == "default":  # not opened beside a named one (``dpbudget.accountant.unnamed``)
                 self.planner.know(other)
                 raise InvalidArgumentError("dataset", name, f"named: this ledger holds the "
                                            f"dataset {other!r}, beside which no 'default' opens")
@@ -318,7 +318,7 @@ class Gate:
                        lanes: list[str], sampler: OneShotSampler) -> None:
         """Append the zero-cost record of a session's answer counts; no account changes. In a
         ledger of lanes it is on the lanes of the accounts the session was charged to, so that it
-        cannot be deleted unseen (``accountant.ledger.lanes``). Ends the session's sampler."""
+        cannot be deleted unseen (``dpbudget.accountant.ledger.lanes``). Ends the session's sampler."""
         sampler.end()
         r = session.receipt
         fields = self._fields(step, plan, r.label, '"session-close"', [])

@@ -5,17 +5,17 @@ JSONL form as ``dpbudget export``, so that a pipeline's logs can be audited like
 The ledger emits each committed record on the logger ``dpbudget.ledger`` at INFO level with the
 record attached (``record.dpbudget_entry``), in ``seq`` order within a process; the gate reports
 each refused request on its child ``dpbudget.ledger.refusals`` at WARNING level
-(``accountant.refusals``). ``JsonlHandler`` writes both — records as ``{"hash":..., "record":...}``
+(``dpbudget.accountant.refusals``). ``JsonlHandler`` writes both — records as ``{"hash":..., "record":...}``
 lines, refusals as ``{"refused": {...}}`` lines, which are never part of the chain — and ignores any
 other log record. Nothing is emitted (and nothing costs anything) until a handler is attached.
 
 A process's log holds only the records that process wrote: ``dpbudget audit`` checks it alone as
 a subsequence of the chain, and merges several (``dpbudget audit a.jsonl b.jsonl``;
-``accountant.audit_chain``).
+``dpbudget.accountant.audit_chain``).
 
 >>> import logging, tempfile, os
->>> from accountant import Accountant, Budget
->>> from mechanisms import Laplace
+>>> from dpbudget.accountant import Accountant, Budget
+>>> from dpbudget.mechanisms import Laplace
 >>> path = os.path.join(tempfile.mkdtemp(), "records.jsonl")
 >>> handler = log_records_to(path)
 >>> _ = Accountant(Budget(1.0), rng=0).release(Laplace(0.5), 3.0)
@@ -31,7 +31,7 @@ import json
 import logging
 import os
 
-from accountant.ledger.record import export_line
+from dpbudget.accountant.ledger.record import export_line
 
 __all__ = ["LOGGER_NAME", "JsonlHandler", "log_records_to"]
 

@@ -1,5 +1,5 @@
 """How an ``Accountant`` is opened: from arguments, a policy file or a ledger's stored policy, and
-how a policy is replaced (``apply_policy``). The releasing API is ``accountant.core``.
+how a policy is replaced (``apply_policy``). The releasing API is ``dpbudget.accountant.core``.
 
 Invariant: every way of opening builds one ``Planner`` and one ``Gate`` and checks the ledger
 (continuity, the stored policy) before the accountant is returned; nothing is released here.
@@ -11,17 +11,17 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from accountant import owner_key as owner_keys
-from accountant import policy_record
-from accountant.continuity import refuse_raised
-from accountant.errors import InvalidArgumentError, InvalidTypeError
-from accountant.gate import Gate
-from accountant.ledger import Ledger, MemoryLedger, open_ledger
-from accountant.planner import Planner
-from mechanisms.sampling import Sampler
-from policies.limits import DatasetLimit
-from policies.policy import Policy, load_policy, validated
-from policies.stored import POLICY_KEY, document
+from dpbudget.accountant import owner_key as owner_keys
+from dpbudget.accountant import policy_record
+from dpbudget.accountant.continuity import refuse_raised
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.gate import Gate
+from dpbudget.accountant.ledger import Ledger, MemoryLedger, open_ledger
+from dpbudget.accountant.planner import Planner
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.policy import Policy, load_policy, validated
+from dpbudget.policies.stored import POLICY_KEY, document
 
 __all__ = ["Opening"]
 
@@ -39,7 +39,7 @@ class Opening:
                     clock: Callable[[], float] | None = None,
                     owner_key: "owner_keys.OwnerKey | str | os.PathLike[str] | None" = None,
                     simulation: bool = False) -> Any:
-        """An accountant enforcing a policy file (TOML or JSON; see ``policies.policy``).
+        """An accountant enforcing a policy file (TOML or JSON; see ``dpbudget.policies.policy``).
 
         Every release is checked, before anything is drawn, against: the datasets' allowed
         mechanisms, their per-query caps, and every limit that applies to it — the global
@@ -47,7 +47,7 @@ class Opening:
         all debited in one ledger transaction, or none.
 
         Who is held to which limit (analysts not listed, joins, windows) is documented in
-        ``accountant.planner``, with what happens when a policy changes under an existing ledger.
+        ``dpbudget.accountant.planner``, with what happens when a policy changes under an existing ledger.
 
         Args:
             path: the policy file, or a ``Policy`` (checked again, as a file is).
@@ -68,8 +68,8 @@ class Opening:
             LedgerConflictError: the ledger holds an account under another rule or period.
 
         >>> import tempfile, pathlib
-        >>> from accountant import Accountant
-        >>> from mechanisms import Laplace
+        >>> from dpbudget.accountant import Accountant
+        >>> from dpbudget.mechanisms import Laplace
         >>> f = pathlib.Path(tempfile.mkdtemp()) / "policy.toml"
         >>> _ = f.write_text('''
         ... [datasets.adult]
@@ -109,7 +109,7 @@ class Opening:
             LedgerCorruptedError: the stored policy was edited outside dpbudget.
 
         >>> import tempfile, pathlib
-        >>> from accountant import Accountant, Budget
+        >>> from dpbudget.accountant import Accountant, Budget
         >>> url = f"sqlite:///{pathlib.Path(tempfile.mkdtemp()) / 'b.db'}"
         >>> Accountant(Budget(2.0), ledger=url).close()
         >>> acc = Accountant.open(url)

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accountant.errors import OwnerKeyError
-from accountant.ledger.record import canonical
+from dpbudget.accountant.errors import OwnerKeyError
+from dpbudget.accountant.ledger.record import canonical
 
 __all__ = ["KEY_ENV", "OwnerKey", "from_env", "load", "new_key_file", "pinned", "signed_text",
            "verify"]

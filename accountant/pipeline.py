@@ -44,19 +44,19 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.composition import CompositionRule, make_rule
-from accountant.errors import InvalidArgumentError, InvalidTypeError, WindowEndedError
-from accountant.gate import Gate, Step, Where
-from accountant.ledger.record import canonical
-from accountant.planner import Plan, Target, pipeline_members
-from accountant.refusals import REFUSALS
-from accountant.session import Session
-from accountant.unnamed import NOT_GIVEN
-from mechanisms.base import Mechanism, StreamMechanism
-from policies.accounts import pipeline_key
-from policies.limits import valid_name
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import CompositionRule, make_rule
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError, WindowEndedError
+from dpbudget.accountant.gate import Gate, Step, Where
+from dpbudget.accountant.ledger.record import canonical
+from dpbudget.accountant.planner import Plan, Target, pipeline_members
+from dpbudget.accountant.refusals import REFUSALS
+from dpbudget.accountant.session import Session
+from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.policies.accounts import pipeline_key
+from dpbudget.policies.limits import valid_name
 
 __all__ = ["Pipeline", "budgeted", "open_pipeline", "pipeline_rule"]
 

@@ -20,9 +20,9 @@ Who is held to what:
   named, and must be admitted by each dataset's checks.
 - A windowed limit (``period``) charges the account of the window in force at the
   debit's time — its transaction's, the ledger's, never the caller's (``Gate.debit``); see
-  ``policies.periods`` for why that is a weaker guarantee.
+  ``dpbudget.policies.periods`` for why that is a weaker guarantee.
 - ``dataset`` not given: ``"default"`` while the planner knows no other dataset, else refused
-  (``accountant.unnamed``); resolved here, before any plan is cached.
+  (``dpbudget.accountant.unnamed``); resolved here, before any plan is cached.
 
 Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than what a ledger has already spent
 loads, and those limits then refuse every release (``dpbudget status --policy`` marks
@@ -36,20 +36,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.composition import CompositionRule
-from accountant.errors import (AnalystMismatchError, InvalidArgumentError, InvalidTypeError,
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import CompositionRule
+from dpbudget.accountant.errors import (AnalystMismatchError, InvalidArgumentError, InvalidTypeError,
                                UnknownAnalystError, UnknownDatasetError)
-from accountant.ledger.record import AccountLayout, canonical
-from accountant.unnamed import NOT_GIVEN, named
-from policies.accounts import (AccountSpec, analyst_key, block_spec, block_template_key,
+from dpbudget.accountant.ledger.record import AccountLayout, canonical
+from dpbudget.accountant.unnamed import NOT_GIVEN, named
+from dpbudget.policies.accounts import (AccountSpec, analyst_key, block_spec, block_template_key,
                                dataset_analyst_key, dataset_key, policy_accounts)
-from policies.blocks import Blocks, Unlock, block_names
-from policies.limits import DatasetLimit, folded_name, valid_name
-from policies.periods import Period
-from policies.policy import Policy
-from policies.stored import POLICY_KEY
+from dpbudget.policies.blocks import Blocks, Unlock, block_names
+from dpbudget.policies.limits import DatasetLimit, folded_name, valid_name
+from dpbudget.policies.periods import Period
+from dpbudget.policies.policy import Policy
+from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Plan", "Planner", "Target"]
 
@@ -350,7 +350,7 @@ def _division(limit: DatasetLimit) -> str:
 
 
 def valid_name_as(argument: str, value: str) -> str:
-    """``policies.limits.valid_name``, naming ``argument`` in its error."""
+    """``dpbudget.policies.limits.valid_name``, naming ``argument`` in its error."""
     try:
         return valid_name(value)
     except InvalidArgumentError as exc:

@@ -1,5 +1,5 @@
 """Plot an audit: cumulative ε over time per account, one panel per dataset, each limit drawn,
-and δ below (block accounts have their own heat map: ``accountant.plot_blocks``).
+and δ below (block accounts have their own heat map: ``dpbudget.accountant.plot_blocks``).
 
 Needs the optional extra ``dpbudget[plot]`` (matplotlib); without it ``plot_audit`` raises a
 ``PrivacyError`` that says how to install it. Figures are drawn on their own Agg canvas, never
@@ -12,8 +12,8 @@ import os
 from datetime import datetime, timedelta
 from typing import Any
 
-from accountant.audit import AuditReport
-from accountant.errors import InvalidArgumentError, InvalidDataTypeError, PrivacyError
+from dpbudget.accountant.audit import AuditReport
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, PrivacyError
 
 __all__ = ["plot_audit"]
 

@@ -1,5 +1,5 @@
 """A heat map of per-block spend: blocks down, time across, the share of each block's limit spent
-as colour — one panel per dataset divided into blocks (``policies.blocks``).
+as colour — one panel per dataset divided into blocks (``dpbudget.policies.blocks``).
 
 Reads only an audit report (``audit(..., plot=True)``): the replayed cumulative spend of every
 block account. Needs matplotlib (the ``plot`` extra).
@@ -11,8 +11,8 @@ import os
 from datetime import datetime, timezone
 from typing import Any
 
-from accountant.audit import AuditReport
-from accountant.plot import figure
+from dpbudget.accountant.audit import AuditReport
+from dpbudget.accountant.plot import figure
 
 __all__ = ["block_grid", "plot_blocks"]
 

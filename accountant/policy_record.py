@@ -1,13 +1,13 @@
 """Policy records: the limits in force, written into the ledger's hash chain.
 
 A ledger's stored policy is the ``policy`` member of its latest record of kind ``"policy"``; the
-ledger row ``policy`` (``policies.stored.POLICY_KEY``) points at that record, so reading it is
+ledger row ``policy`` (``dpbudget.policies.stored.POLICY_KEY``) points at that record, so reading it is
 O(1), and the record's own hash is re-checked when it is read (a hand-edited limit is refused,
 not enforced). ``enforce`` runs when an accountant opens a ledger: the first opener writes the
 policy record, every later one must bring the same limits or none (``Accountant.open``).
 ``apply`` is the one explicit way to change them, and only with the ledger owner's key: a policy
 record is enforced only if it is the ledger's first, or is signed in its place by the owner key
-the first record pins (``accountant.owner_key``); a ledger that pins none keeps its first policy.
+the first record pins (``dpbudget.accountant.owner_key``); a ledger that pins none keeps its first policy.
 
 Invariant: the read, the comparison and the append happen in one ledger transaction, so two
 processes creating the same ledger at once write one policy record, and a process with other
@@ -22,23 +22,23 @@ import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from accountant import _validate, owner_key
-from accountant.errors import (
+from dpbudget.accountant import _validate, owner_key
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     LedgerConflictError,
     LedgerCorruptedError,
     LedgerError,
     OwnerKeyError,
 )
-from accountant.continuity import check_ledger
-from accountant.ledger import Account, Entry, Ledger, open_ledger, record_hash
-from accountant.ledger.base import Transaction
-from accountant.ledger.record import ZERO_COST, canonical
-from accountant.owner_key import OwnerKey
-from accountant.planner import Planner
-from policies.limits import DatasetLimit
-from policies.policy import Policy
-from policies.stored import POLICY_KEY, differences, document, from_document, raised
+from dpbudget.accountant.continuity import check_ledger
+from dpbudget.accountant.ledger import Account, Entry, Ledger, open_ledger, record_hash
+from dpbudget.accountant.ledger.base import Transaction
+from dpbudget.accountant.ledger.record import ZERO_COST, canonical
+from dpbudget.accountant.owner_key import OwnerKey
+from dpbudget.accountant.planner import Planner
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.policy import Policy
+from dpbudget.policies.stored import POLICY_KEY, differences, document, from_document, raised
 
 __all__ = ["PolicyChange", "actor", "apply", "enforce", "replace", "stored_document",
            "stored_policy"]

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric
+from dpbudget.accountant import _numeric
 
 __all__ = ["CURVE_KINDS", "MAX_ORDER", "MIN_ORDER", "budget", "charge_rdp", "check_curve",
            "epsilon", "laplace", "poisson_discrete_gaussian", "poisson_gaussian", "poisson_zcdp",

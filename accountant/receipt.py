@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from accountant.budget import Budget
-from accountant.composition import CompositionRule
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import CompositionRule
 
 __all__ = ["Receipt"]
 
@@ -85,7 +85,7 @@ class Receipt:
         return hash((self.seq, self.hash))
 
     def _repr_html_(self) -> str:
-        from accountant.html import table
+        from dpbudget.accountant.html import table
 
         return table(("record", "dataset", "mechanism", "cost ε", "cost δ", "spent ε",
                       "remaining ε", "hash"),

@@ -6,7 +6,7 @@ analyst probing a limit, a pipeline configured past its allocation). The gate re
 the logger ``dpbudget.ledger.refusals`` at WARNING level, with the request attached as
 ``record.dpbudget_refusal`` (a dict): ``time``, ``analyst``, ``dataset``, ``label``,
 ``mechanism`` (its name), ``cost`` (the declared ε and δ), ``refused_by`` (the account, when a
-limit refused), ``reason`` (the error's type) and ``message``. ``accountant.logs.JsonlHandler``
+limit refused), ``reason`` (the error's type) and ``message``. ``dpbudget.accountant.logs.JsonlHandler``
 writes them into the same JSONL log as the records (``{"refused": {...}}`` lines), and
 ``dpbudget audit`` counts them per analyst without mixing them into the chain or the spend.
 
@@ -20,7 +20,7 @@ import logging
 from datetime import datetime, timezone
 from typing import Any
 
-from accountant.errors import (
+from dpbudget.accountant.errors import (
     BudgetExceededError,
     MechanismNotAllowedError,
     UnknownAnalystError,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant import _numeric
-from accountant.composition import CompositionRule, rule_from_config
-from accountant.ledger import Account, Ledger
-from policies.accounts import (
+from dpbudget.accountant import _numeric
+from dpbudget.accountant.composition import CompositionRule, rule_from_config
+from dpbudget.accountant.ledger import Account, Ledger
+from dpbudget.policies.accounts import (
     block_spec,
     block_template_key,
     dataset_key,
@@ -24,9 +24,9 @@ from policies.accounts import (
     dataset_spec,
     policy_accounts,
 )
-from policies.limits import DatasetLimit
-from policies.periods import split_window
-from policies.stored import POLICY_KEY
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.periods import split_window
+from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["budget_rows", "budget_table"]
 
@@ -36,7 +36,7 @@ def budget_rows(ledger: Ledger, policy: Any = None,
     """One row per limit in the ledger: key, rule, limit, spent, remaining, last record.
 
     Args:
-        policy: a ``policies.Policy`` to report against (its limits, not the recorded ones):
+        policy: a ``dpbudget.policies.Policy`` to report against (its limits, not the recorded ones):
             each row then also has ``over_limit`` (spent exceeds the policy's limit: every
             release there is refused), ``new_dataset`` (a dataset the policy does not list,
             charged under its default limit: a misspelt name shows as one) and ``note``.

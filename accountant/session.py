@@ -18,8 +18,8 @@ import os
 import threading
 from typing import Any
 
-from accountant.errors import MechanismExhaustedError, WindowEndedError
-from accountant.receipt import Receipt
+from dpbudget.accountant.errors import MechanismExhaustedError, WindowEndedError
+from dpbudget.accountant.receipt import Receipt
 
 __all__ = ["NumericSession", "Session"]
 
@@ -33,8 +33,8 @@ class Session:
     since a forked child's copy would count its own ⊤ answers (as many again, against the
     threshold noise the session paid for once).
 
-    >>> from accountant import Accountant, Budget
-    >>> from mechanisms import AboveThreshold
+    >>> from dpbudget.accountant import Accountant, Budget
+    >>> from dpbudget.mechanisms import AboveThreshold
     >>> acc = Accountant(Budget(1.0), rng=1)
     >>> with acc.session(AboveThreshold(epsilon=0.5, threshold=100.0), dataset="adult") as svt:
     ...     first = next(b for b in range(0, 1000, 10) if svt.test(float(b)))

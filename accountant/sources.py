@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from accountant.errors import LedgerError
-from accountant.ledger import Account, Ledger, canonical, open_ledger
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger import Account, Ledger, canonical, open_ledger
 
 __all__ = ["REORDER_WINDOW", "Item", "MergedSource", "Source", "open_source", "progress_items"]
 
@@ -32,7 +32,7 @@ class Item(NamedTuple):
     text: str | None
     error: str = ""
     origin: str = ""  # which file, when several are merged
-    refusal: Any = None  # a refused request's log line (``accountant.refusals``): not a record
+    refusal: Any = None  # a refused request's log line (``dpbudget.accountant.refusals``): not a record
 
 
 class Source:

@@ -8,16 +8,16 @@ from __future__ import annotations
 import weakref
 from typing import Any, NamedTuple
 
-from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant import _numeric
-from accountant.composition import CompositionRule, Refused, State, batch_charge
-from accountant.composition.base import check_charge, clip_delta
-from accountant.errors import LedgerConflictError
-from accountant.ledger import Account
-from accountant.ledger.record import canonical, step_fragments
-from mechanisms.base import Mechanism
-from policies.blocks import Unlock
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant import _numeric
+from dpbudget.accountant.composition import CompositionRule, Refused, State, batch_charge
+from dpbudget.accountant.composition.base import check_charge, clip_delta
+from dpbudget.accountant.errors import LedgerConflictError
+from dpbudget.accountant.ledger import Account
+from dpbudget.accountant.ledger.record import canonical, step_fragments
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.policies.blocks import Unlock
 
 __all__ = ["Step", "check_continues", "check_unlocked", "step_account"]
 
@@ -40,7 +40,7 @@ def check_continues(key: str, rule: CompositionRule, current: Account | None) ->
 def check_unlocked(unlock: Unlock, start: float, rule: CompositionRule, state: State,
                    now: float) -> None:
     """Refuse a block's state beyond the share of its ε limit unlocked at ``now`` (the debit's
-    time) for a block that began at ``start`` — a usage policy (``policies.blocks.Unlock``; the
+    time) for a block that began at ``start`` — a usage policy (``dpbudget.policies.blocks.Unlock``; the
     guarantee is the block's whole limit either way), checked by the gate and the audit alike.
 
     Raises:

@@ -14,19 +14,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.composition import make_rule
-from accountant.core import Accountant
-from accountant.errors import (
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.composition import make_rule
+from dpbudget.accountant.core import Accountant
+from dpbudget.accountant.errors import (
     BudgetExceededError,
     InvalidArgumentError,
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from accountant.unnamed import NOT_GIVEN
-from mechanisms import SubsampledGaussian
-from mechanisms.base import real_values
+from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.mechanisms import SubsampledGaussian
+from dpbudget.mechanisms.base import real_values
 
 __all__ = ["TrainingResult", "dp_sgd", "logistic_gradients", "noise_for_steps",
            "noisy_gradient_descent"]

@@ -13,10 +13,10 @@ import json
 import os
 from pathlib import Path
 
-from accountant.audit import audit
-from accountant.errors import LedgerCorruptedError, LedgerError
-from accountant.ledger import Account, Entry, Ledger, export_line
-from accountant.sources import open_source, progress_items
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.ledger import Account, Entry, Ledger, export_line
+from dpbudget.accountant.sources import open_source, progress_items
 
 __all__ = ["export_jsonl", "import_jsonl"]
 
@@ -75,7 +75,7 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
 
 def _one_chain(path: str | os.PathLike[str], ledger: Ledger) -> None:
     """Refuse, before anything is written, an export linked per account (format 2,
-    ``accountant.ledger.lanes``) into a ledger of one chain: its next record could not link."""
+    ``dpbudget.accountant.ledger.lanes``) into a ledger of one chain: its next record could not link."""
     source = open_source(path)
     try:
         for item in source.items():

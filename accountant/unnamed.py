@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from accountant.errors import InvalidArgumentError
+from dpbudget.accountant.errors import InvalidArgumentError
 
 __all__ = ["NOT_GIVEN", "named"]
 

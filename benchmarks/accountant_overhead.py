@@ -76,10 +76,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from accountant import Accountant, Budget  # noqa: E402
-from accountant.ledger import SqliteLedger  # noqa: E402
-from mechanisms import Laplace  # noqa: E402
-from policies.stored import POLICY_KEY  # noqa: E402
+from dpbudget.accountant import Accountant, Budget  # noqa: E402
+from dpbudget.accountant.ledger import SqliteLedger  # noqa: E402
+from dpbudget.mechanisms import Laplace  # noqa: E402
+from dpbudget.policies.stored import POLICY_KEY  # noqa: E402
 
 README = Path(__file__).resolve().parent / "README.md"
 HEADING = "## Accountant overhead (issue 2)"

@@ -28,7 +28,7 @@ SECTION = "## Audit of a large ledger (issue 6)"
 
 _AUDIT = """
 import json, sys, time
-from accountant.audit import audit
+from dpbudget.accountant.audit import audit
 t = time.perf_counter()
 report = audit(sys.argv[1], progress=False)
 elapsed = time.perf_counter() - t
@@ -40,9 +40,9 @@ print(json.dumps({"seconds": elapsed, "records": report.records, "ok": report.ok
 
 
 def generate(n: int, jsonl: Path) -> float:
-    from accountant import Accountant, Budget
-    from accountant.transfer import export_jsonl
-    from mechanisms import AnalyticGaussian, Laplace
+    from dpbudget.accountant import Accountant, Budget
+    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.mechanisms import AnalyticGaussian, Laplace
 
     t = time.perf_counter()
     acc = Accountant(limits={"visits": Budget(1e6, 1e-3), "people": Budget(1e6, 1e-3)},
@@ -69,8 +69,8 @@ def main() -> int:
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
-    from accountant.ledger import SqliteLedger
-    from accountant.transfer import import_jsonl
+    from dpbudget.accountant.ledger import SqliteLedger
+    from dpbudget.accountant.transfer import import_jsonl
 
     with tempfile.TemporaryDirectory() as tmp:
         jsonl, db = Path(tmp) / "ledger.jsonl", Path(tmp) / "ledger.db"

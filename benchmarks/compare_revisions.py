@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _WORKER = r'''
 import json, os, sys, tempfile, time
-from accountant import Accountant, Budget
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import Laplace
 
 kind, n = sys.argv[1], int(sys.argv[2])
 tmp = tempfile.mkdtemp()

@@ -24,9 +24,9 @@ import warnings
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from accountant.composition import bounds, make_rule
-from mechanisms import AnalyticGaussian, Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.composition import bounds, make_rule
+from dpbudget.mechanisms import AnalyticGaussian, Laplace
 
 EPS_B, DELTA_B = 1.0, 1e-6
 STEPS = (0.1, 0.05, 0.01, 0.001)

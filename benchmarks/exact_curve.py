@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import itertools
 
-from accountant import Accountant, Budget, plan_order
-from mechanisms import SubsampledGaussian
+from dpbudget.accountant import Accountant, Budget, plan_order
+from dpbudget.mechanisms import SubsampledGaussian
 
 SETTINGS = [(q, z, Budget(3.0, 1e-5), "") for q, z in itertools.product((0.01, 0.05, 0.1),
                                                                           (1.0, 2.0, 4.0))]

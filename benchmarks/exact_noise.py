@@ -28,12 +28,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from mechanisms import AnalyticGaussian, Laplace
-from mechanisms.base import Mechanism
-from mechanisms.bits import RandomBits
-from mechanisms.exact import discrete_gaussian_array, discrete_laplace_array
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import AnalyticGaussian, Laplace
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.exact import discrete_gaussian_array, discrete_laplace_array
+from dpbudget.mechanisms.sampling import Sampler
 
 
 def _opendp_rows(n: int) -> dict[str, Callable[[], object]]:

@@ -10,7 +10,7 @@ on this machine: the script starts a throw-away one as the tests do). Background
 writer, checkpointer) are left out of both.
 
 A third row, for diagnosis only, repeats dpbudget's releases on a second throw-away ledger whose
-server-side checks (the triggers on its entries and accounts, ``accountant.ledger.postgres_ddl``)
+server-side checks (the triggers on its entries and accounts, ``dpbudget.accountant.ledger.postgres_ddl``)
 are disabled by its owner: what those checks cost the server. A ledger is never run so.
 
 With ``c`` cores and ``t`` µs of CPU per release (client + server), no number of processes can
@@ -28,8 +28,8 @@ import sys
 import time
 from typing import Any
 
-from accountant import Accountant, Budget
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import Laplace
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _RECORD = "x" * 520

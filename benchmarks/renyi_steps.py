@@ -30,9 +30,9 @@ import numpy as np
 
 from composition_tightness import largest  # (the benchmarks folder is on the path)
 
-from accountant import Accountant, Budget, plan_order
-from accountant.composition import RenyiComposition
-from mechanisms import AnalyticGaussian, SubsampledGaussian
+from dpbudget.accountant import Accountant, Budget, plan_order
+from dpbudget.accountant.composition import RenyiComposition
+from dpbudget.mechanisms import AnalyticGaussian, SubsampledGaussian
 
 LIMIT = Budget(3.0, 1e-5)
 Q, Z = 0.01, 1.0

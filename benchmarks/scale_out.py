@@ -43,9 +43,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.audit import audit
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.audit import audit
+from dpbudget.mechanisms import Laplace
 
 _RECORD = "x" * 520
 _CTX = mp.get_context("fork")

@@ -18,8 +18,8 @@ import time
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from accountant import RULES, Accountant, Budget, PrivacyError
-from mechanisms import AboveThreshold, Laplace, Sparse
+from dpbudget.accountant import RULES, Accountant, Budget, PrivacyError
+from dpbudget.mechanisms import AboveThreshold, Laplace, Sparse
 
 N_TESTS = 1_000_000
 N_QUERIES = 10_000

@@ -2,8 +2,9 @@
 
 ``import dpbudget as dp`` gives the accountant, the budget type, every mechanism and query helper,
 the errors, the audit, policies, training and planning helpers. The implementation lives in three
-packages, which stay importable on their own: ``accountant`` (values, errors, composition rules,
-ledgers, the gate, audit, reports, CLI), ``mechanisms`` and ``policies``. Names are loaded on first
+packages inside this one, which stay importable on their own: ``dpbudget.accountant`` (values,
+errors, composition rules, ledgers, the gate, audit, reports, CLI), ``dpbudget.mechanisms`` and
+``dpbudget.policies`` (in a checkout, the folders beside this one, linked from here). Names are loaded on first
 use (PEP 562), so ``import dpbudget`` itself is cheap.
 
 >>> import dpbudget as dp
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {}
 for _module, _names in {
-    "accountant": [
+    "dpbudget.accountant": [
         "Accountant", "Budget", "Charge", "Pipeline", "Receipt", "Session", "NumericSession",
         "RULES", "CompositionRule", "plan_order", "LogisticRegression", "TrainingResult",
         "dp_sgd", "noise_for_steps", "noisy_gradient_descent",
@@ -33,13 +34,13 @@ for _module, _names in {
         "PolicyChangedError", "PolicyError", "SamplerSpentError", "UnknownAnalystError",
         "UnknownDatasetError", "WindowEndedError",
     ],
-    "accountant.audit": ["audit", "AuditReport"],
-    "accountant.plot": ["plot_audit"],
-    "accountant.ledger": ["Ledger", "open_ledger"],
-    "accountant.ledger.postgres_schema": ["grant_statements"],
-    "accountant.transfer": ["export_jsonl", "import_jsonl"],
-    "accountant.logs": ["log_records_to"],
-    "mechanisms": [
+    "dpbudget.accountant.audit": ["audit", "AuditReport"],
+    "dpbudget.accountant.plot": ["plot_audit"],
+    "dpbudget.accountant.ledger": ["Ledger", "open_ledger"],
+    "dpbudget.accountant.ledger.postgres_schema": ["grant_statements"],
+    "dpbudget.accountant.transfer": ["export_jsonl", "import_jsonl"],
+    "dpbudget.accountant.logs": ["log_records_to"],
+    "dpbudget.mechanisms": [
         "Mechanism", "NumericMechanism", "StreamMechanism", "Sampler",
         "Laplace", "DiscreteLaplace", "Gaussian", "AnalyticGaussian", "DiscreteGaussian",
         "SubsampledGaussian", "Exponential", "ReportNoisyMax", "PermuteAndFlip",
@@ -51,9 +52,9 @@ for _module, _names in {
         "discrete_gaussian_delta", "discrete_gaussian_sigma", "smooth_sensitivity",
         "above_threshold_accuracy", "poisson_sample",
     ],
-    "policies": ["Policy", "DatasetLimit", "AnalystLimit", "Cap", "Period", "load_policy",
+    "dpbudget.policies": ["Policy", "DatasetLimit", "AnalystLimit", "Cap", "Period", "load_policy",
                  "parse_policy", "policy_schema"],
-    "policies.blocks": ["Blocks", "Unlock"],
+    "dpbudget.policies.blocks": ["Blocks", "Unlock"],
 }.items():
     for _name in _names:
         _EXPORTS[_name] = _module
@@ -61,15 +62,15 @@ for _module, _names in {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and IDEs; lazy at run time
-    from accountant.audit import audit as audit
-    from accountant.audit_report import AuditReport as AuditReport
-    from accountant.budget import Budget as Budget
-    from accountant.charge import Charge as Charge
-    from accountant.composition import RULES as RULES
-    from accountant.composition.base import CompositionRule as CompositionRule
-    from accountant.composition.renyi import plan_order as plan_order
-    from accountant.core import Accountant as Accountant
-    from accountant.errors import (
+    from dpbudget.accountant.audit import audit as audit
+    from dpbudget.accountant.audit_report import AuditReport as AuditReport
+    from dpbudget.accountant.budget import Budget as Budget
+    from dpbudget.accountant.charge import Charge as Charge
+    from dpbudget.accountant.composition import RULES as RULES
+    from dpbudget.accountant.composition.base import CompositionRule as CompositionRule
+    from dpbudget.accountant.composition.renyi import plan_order as plan_order
+    from dpbudget.accountant.core import Accountant as Accountant
+    from dpbudget.accountant.errors import (
         AnalystMismatchError as AnalystMismatchError, BudgetExceededError as BudgetExceededError,
         InvalidArgumentError as InvalidArgumentError, InvalidDataError as InvalidDataError,
         InvalidDataTypeError as InvalidDataTypeError, InvalidTypeError as InvalidTypeError,
@@ -81,67 +82,67 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         SamplerSpentError as SamplerSpentError, UnknownAnalystError as UnknownAnalystError,
         UnknownDatasetError as UnknownDatasetError, WindowEndedError as WindowEndedError
     )
-    from accountant.estimator import LogisticRegression as LogisticRegression
-    from accountant.ledger import open_ledger as open_ledger
-    from accountant.ledger.base import Ledger as Ledger
-    from accountant.ledger.postgres_schema import grant_statements as grant_statements
-    from accountant.logs import log_records_to as log_records_to
-    from accountant.pipeline import Pipeline as Pipeline
-    from accountant.plot import plot_audit as plot_audit
-    from accountant.receipt import Receipt as Receipt
-    from accountant.session import NumericSession as NumericSession, Session as Session
-    from accountant.training import (
+    from dpbudget.accountant.estimator import LogisticRegression as LogisticRegression
+    from dpbudget.accountant.ledger import open_ledger as open_ledger
+    from dpbudget.accountant.ledger.base import Ledger as Ledger
+    from dpbudget.accountant.ledger.postgres_schema import grant_statements as grant_statements
+    from dpbudget.accountant.logs import log_records_to as log_records_to
+    from dpbudget.accountant.pipeline import Pipeline as Pipeline
+    from dpbudget.accountant.plot import plot_audit as plot_audit
+    from dpbudget.accountant.receipt import Receipt as Receipt
+    from dpbudget.accountant.session import NumericSession as NumericSession, Session as Session
+    from dpbudget.accountant.training import (
         TrainingResult as TrainingResult, dp_sgd as dp_sgd, noise_for_steps as noise_for_steps,
         noisy_gradient_descent as noisy_gradient_descent
     )
-    from accountant.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
-    from mechanisms.base import (
+    from dpbudget.accountant.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
+    from dpbudget.mechanisms.base import (
         Mechanism as Mechanism, NumericMechanism as NumericMechanism, StreamMechanism as
         StreamMechanism
     )
-    from mechanisms.calibration import (
+    from dpbudget.mechanisms.calibration import (
         analytic_gaussian_delta as analytic_gaussian_delta, analytic_gaussian_epsilon as
         analytic_gaussian_epsilon, analytic_gaussian_sigma as analytic_gaussian_sigma
     )
-    from mechanisms.discrete import (
+    from dpbudget.mechanisms.discrete import (
         DiscreteGaussian as DiscreteGaussian, DiscreteLaplace as DiscreteLaplace,
         discrete_gaussian_delta as discrete_gaussian_delta, discrete_gaussian_sigma as
         discrete_gaussian_sigma
     )
-    from mechanisms.gaussian import AnalyticGaussian as AnalyticGaussian, Gaussian as Gaussian
-    from mechanisms.group_by import group_by as group_by
-    from mechanisms.laplace import Laplace as Laplace
-    from mechanisms.ptr import (
+    from dpbudget.mechanisms.gaussian import AnalyticGaussian as AnalyticGaussian, Gaussian as Gaussian
+    from dpbudget.mechanisms.group_by import group_by as group_by
+    from dpbudget.mechanisms.laplace import Laplace as Laplace
+    from dpbudget.mechanisms.ptr import (
         PTRMean as PTRMean, PTRMedian as PTRMedian, PTRRefused as PTRRefused, PTRStatistic as
         PTRStatistic, ProposeTestRelease as ProposeTestRelease
     )
-    from mechanisms.quantile import Median as Median, Quantile as Quantile
-    from mechanisms.queries import (
+    from dpbudget.mechanisms.quantile import Median as Median, Quantile as Quantile
+    from dpbudget.mechanisms.queries import (
         Neighbouring as Neighbouring, Query as Query, clamped_sum as clamped_sum, count as count,
         histogram as histogram, noisy_mean as noisy_mean, noisy_quantiles as noisy_quantiles
     )
-    from mechanisms.sample_aggregate import SampleAndAggregate as SampleAndAggregate
-    from mechanisms.sampling import Sampler as Sampler
-    from mechanisms.selection import (
+    from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate as SampleAndAggregate
+    from dpbudget.mechanisms.sampling import Sampler as Sampler
+    from dpbudget.mechanisms.selection import (
         Exponential as Exponential, PermuteAndFlip as PermuteAndFlip, RandomizedResponse as
         RandomizedResponse, ReportNoisyMax as ReportNoisyMax
     )
-    from mechanisms.smooth import (
+    from dpbudget.mechanisms.smooth import (
         SmoothSensitivity as SmoothSensitivity, smooth_sensitivity as smooth_sensitivity
     )
-    from mechanisms.sparse_vector import (
+    from dpbudget.mechanisms.sparse_vector import (
         AboveThreshold as AboveThreshold, NumericSparse as NumericSparse, Sparse as Sparse,
         above_threshold_accuracy as above_threshold_accuracy
     )
-    from mechanisms.subsampled import (
+    from dpbudget.mechanisms.subsampled import (
         SubsampledGaussian as SubsampledGaussian, poisson_sample as poisson_sample
     )
-    from policies.blocks import Blocks as Blocks, Unlock as Unlock
-    from policies.limits import (
+    from dpbudget.policies.blocks import Blocks as Blocks, Unlock as Unlock
+    from dpbudget.policies.limits import (
         AnalystLimit as AnalystLimit, Cap as Cap, DatasetLimit as DatasetLimit
     )
-    from policies.periods import Period as Period
-    from policies.policy import (
+    from dpbudget.policies.periods import Period as Period
+    from dpbudget.policies.policy import (
         Policy as Policy, load_policy as load_policy, parse_policy as parse_policy, policy_schema as
         policy_schema
     )

@@ -1,1 +1,1 @@
-"""Runnable example pipelines and the bundled sample data set (installed as ``dpbudget_examples``)."""
+"""Runnable example pipelines and the bundled sample data set (installed as ``dpbudget.examples``)."""

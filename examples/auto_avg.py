@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from mechanisms import AboveThreshold, Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import AboveThreshold, Laplace
 
 
 def auto_avg(acc: Accountant, values: np.ndarray, epsilon: float, *, dataset: str,

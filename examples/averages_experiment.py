@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from accountant import Accountant
-from mechanisms import Neighbouring, SampleAndAggregate, noisy_mean
+from dpbudget.accountant import Accountant
+from dpbudget.mechanisms import Neighbouring, SampleAndAggregate, noisy_mean
 
 DATA = Path(__file__).resolve().parent / "data" / "people.csv"
 EPSILONS = (0.01, 0.03, 0.1, 0.3, 1.0)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from mechanisms import Median, ProposeTestRelease, SampleAndAggregate, group_by, noisy_quantiles
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import Median, ProposeTestRelease, SampleAndAggregate, group_by, noisy_quantiles
 
 DATA = Path(__file__).resolve().parent / "data" / "people.csv"
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
-from mechanisms import Laplace, Mechanism, Sampler
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.mechanisms import Laplace, Mechanism, Sampler
 
 
 class ShareAbove(Mechanism):

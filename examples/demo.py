@@ -2,7 +2,7 @@
 the bundled policy (``policy.toml``), run end to end against an SQLite ledger by the analyst alice,
 partly inside a budgeted pipeline, ending with a request her limit refuses.
 
-Run it with ``dpbudget demo`` (or ``python -m dpbudget_examples.demo`` after install).
+Run it with ``dpbudget demo`` (or ``python -m dpbudget.examples.demo`` after install).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.report import budget_table
-from mechanisms import Laplace, count, noisy_mean
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.report import budget_table
+from dpbudget.mechanisms import Laplace, count, noisy_mean
 
 from .income_report import POLICY, REPORT_BUDGET, income_report
 

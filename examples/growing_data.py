@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from accountant import Accountant, BudgetExceededError
-from accountant.audit import audit
-from accountant.ledger import Ledger, MemoryLedger
-from mechanisms import Laplace, count
-from policies.blocks import block_of
+from dpbudget.accountant import Accountant, BudgetExceededError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger import Ledger, MemoryLedger
+from dpbudget.mechanisms import Laplace, count
+from dpbudget.policies.blocks import block_of
 
 START = 1_793_491_200.0  # 2026-11-01 00:00 UTC
 DAY = 86_400.0
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
                 print(f"audit of the blocks ledger: clean, {len(blocks)} blocks, the most spent "
                       f"by any block ε = {worst:.2f} (limit 1)")
                 if args.heatmap:
-                    from accountant.plot_blocks import plot_blocks
+                    from dpbudget.accountant.plot_blocks import plot_blocks
 
                     plot_blocks(report, args.heatmap)
     asked = 5 * DAYS

@@ -5,7 +5,7 @@ The report runs in a pipeline (``Accountant.budgeted``): when it starts, its who
 analyst's), as one step; the two releases inside are then charged to the pipeline's own account,
 which can never overspend its allocation. Whatever the report leaves unused is not refunded.
 
-Run it on its own with ``python -m dpbudget_examples.income_report`` (after install).
+Run it on its own with ``python -m dpbudget.examples.income_report`` (after install).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accountant import Accountant, Budget, Pipeline
-from mechanisms import AnalyticGaussian, Laplace, clamped_sum, histogram
+from dpbudget.accountant import Accountant, Budget, Pipeline
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, clamped_sum, histogram
 
 POLICY = Path(__file__).with_name("policy.toml")
 EDUCATION = ("primary", "secondary", "bachelor", "master", "doctorate")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from accountant import Accountant, Budget
-from mechanisms import NumericSparse
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import NumericSparse
 
 
 def range_query_svt(acc: Accountant, ages: np.ndarray, ranges: list[tuple[int, int]], *,

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     LogisticRegression,
     noise_for_steps,
     plan_order,
 )
-from accountant.training import logistic_gradients
-from mechanisms import SubsampledGaussian
+from dpbudget.accountant.training import logistic_gradients
+from dpbudget.mechanisms import SubsampledGaussian
 
 DATA = Path(__file__).resolve().parent / "data" / "breast_cancer.csv"
 LIMIT = Budget(3.0, 1e-5)

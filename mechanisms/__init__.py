@@ -1,24 +1,24 @@
 """Mechanisms: one class per family, each declaring its privacy cost; samplers; query helpers."""
 
-from mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
-from mechanisms.discrete import (
+from dpbudget.mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
+from dpbudget.mechanisms.discrete import (
     DiscreteGaussian,
     DiscreteLaplace,
     discrete_gaussian_delta,
     discrete_gaussian_sigma,
 )
-from mechanisms.gaussian import (
+from dpbudget.mechanisms.gaussian import (
     AnalyticGaussian,
     Gaussian,
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
-from mechanisms.group_by import group_by
-from mechanisms.laplace import Laplace
-from mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
-from mechanisms.quantile import Median, Quantile
-from mechanisms.queries import (
+from dpbudget.mechanisms.group_by import group_by
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
+from dpbudget.mechanisms.quantile import Median, Quantile
+from dpbudget.mechanisms.queries import (
     Neighbouring,
     Query,
     clamped_sum,
@@ -27,17 +27,17 @@ from mechanisms.queries import (
     noisy_mean,
     noisy_quantiles,
 )
-from mechanisms.sample_aggregate import SampleAndAggregate
-from mechanisms.sampling import Sampler
-from mechanisms.smooth import SmoothSensitivity, smooth_sensitivity
-from mechanisms.selection import (
+from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.smooth import SmoothSensitivity, smooth_sensitivity
+from dpbudget.mechanisms.selection import (
     Exponential,
     PermuteAndFlip,
     RandomizedResponse,
     ReportNoisyMax,
 )
-from mechanisms.subsampled import SubsampledGaussian, poisson_sample
-from mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
+from dpbudget.mechanisms.subsampled import SubsampledGaussian, poisson_sample
+from dpbudget.mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
 
 __all__ = [
     "AboveThreshold", "AnalyticGaussian", "DiscreteGaussian", "DiscreteLaplace", "Exponential",

@@ -9,8 +9,8 @@ debit has committed. Every mechanism of the library, and every one a user writes
 ``params``, ``prepare``, ``draw``. A mechanism declares its public parameters, cost and noise kind;
 its name is its class (``mechanism_name``), and what it is named, charged and recorded as
 (``name``, ``cost``, ``noise``, ``charge``) is this base class's, which no subclass may define.
-Composition math lives in ``accountant.composition`` and the ledger's encoding in
-``accountant.ledger.record``, never here.
+Composition math lives in ``dpbudget.accountant.composition`` and the ledger's encoding in
+``dpbudget.accountant.ledger.record``, never here.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant.errors import (
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
            "mechanism_name", "noise_kind", "real_as_float", "real_values"]
@@ -65,7 +65,7 @@ def mechanism_name(cls: type) -> str:
     """The name a mechanism class is recorded, allowed and refused under: its class identity.
 
     A class of the library (defined in the ``mechanisms`` package, and the very object its module
-    holds under its name) is named by its public name: ``"Laplace"`` is ``mechanisms.Laplace``
+    holds under its name) is named by its public name: ``"Laplace"`` is ``dpbudget.mechanisms.Laplace``
     itself, never a subclass or a look-alike. Every other class is named by its module and
     qualified name (``"mypkg.mech.Clipped"``; ``"tests.t.test_x.<locals>.Clipped"`` for a class
     defined in a function, which no ``allowed_mechanisms`` entry can name).
@@ -87,7 +87,7 @@ def mechanism_name(cls: type) -> str:
         raise TypeError(f"mechanism class {module}.{qualname} is not the class its module holds "
                         "under that name (a rewritten __module__ or __qualname__?): a mechanism "
                         "is named by its class, defined at module level or in a function")
-    library = module == "mechanisms" or module.startswith("mechanisms.")
+    library = module == "dpbudget.mechanisms" or module.startswith("dpbudget.mechanisms.")
     name = _NAMES[cls] = cls.__name__ if library and qualname == cls.__name__ else \
         f"{module}.{qualname}"
     return name
@@ -221,7 +221,7 @@ class Mechanism(ABC, metaclass=_Frozen):
     @property
     def rdp(self) -> tuple[Any, ...] | None:
         """The Rényi-DP curve where the mechanism has one tighter than its ρ or pure ε imply (a
-        description ``(kind, parameters...)`` that ``accountant.rdp`` evaluates), else None."""
+        description ``(kind, parameters...)`` that ``dpbudget.accountant.rdp`` evaluates), else None."""
         return None
 
     @property

@@ -2,7 +2,7 @@
 
 ``RandomBits(None)`` reads the operating system's CSPRNG (``os.urandom``); ``RandomBits(generator)``
 reads a seeded ``numpy.random.Generator`` and is for tests and examples only. The exact samplers
-(``mechanisms.exact``) turn these words into noise using integer comparisons only, so both sources
+(``dpbudget.mechanisms.exact``) turn these words into noise using integer comparisons only, so both sources
 run the same algorithms on different bits.
 
 Each source keeps a small buffer of words so that a scalar release does not pay a system call

@@ -1,6 +1,6 @@
 """Mechanisms for integer-valued queries: the discrete Laplace and discrete Gaussian mechanisms.
 
-Integer in, integer out: the noise is drawn exactly (``mechanisms.exact``) and added in integer
+Integer in, integer out: the noise is drawn exactly (``dpbudget.mechanisms.exact``) and added in integer
 arithmetic, so nothing a float could leak is ever computed. The discrete Gaussian is calibrated on
 its own, with Canonne–Kamath–Steinke 2020 Thm 7 — not with the continuous σ, which on the integers
 leaks more than its δ (at (1, 1e-5, 1) the continuous σ = 3.7306 leaks δ = 1.0346e-5).
@@ -16,18 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
-from mechanisms.base import Mechanism
-from mechanisms.exact import (
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.exact import (
     discrete_gaussian,
     discrete_gaussian_array,
     discrete_laplace,
     discrete_laplace_array,
 )
-from mechanisms.calibration import analytic_gaussian_sigma
-from mechanisms.sampling import Sampler
+from dpbudget.mechanisms.calibration import analytic_gaussian_sigma
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["DiscreteGaussian", "DiscreteLaplace", "discrete_gaussian_delta",
            "discrete_gaussian_sigma"]

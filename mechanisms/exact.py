@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.bits import RandomBits
+from dpbudget.mechanisms.bits import RandomBits
 
 __all__ = ["bernoulli_exp", "bernoulli_exp_array", "discrete_gaussian", "discrete_gaussian_array",
            "discrete_laplace", "discrete_laplace_array", "wide_gaussian", "wide_gaussian_array"]

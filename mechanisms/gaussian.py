@@ -9,18 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidDataError
-from mechanisms.base import NumericMechanism, noise_kind
-from mechanisms.calibration import (
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError
+from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
     analytic_gaussian_sigma,
 )
-from mechanisms.gaussian_grid import GaussianGrid
-from mechanisms.sampling import Sampler
-from mechanisms.sums import rational_value, within
+from dpbudget.mechanisms.gaussian_grid import GaussianGrid
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sums import rational_value, within
 
 __all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_gaussian_epsilon",
            "analytic_gaussian_sigma"]
@@ -28,7 +28,7 @@ __all__ = ["AnalyticGaussian", "Gaussian", "analytic_gaussian_delta", "analytic_
 class _GaussianFamily(NumericMechanism):
     """Adds N(0, σ²) to each entry; ``sensitivity`` is the L2 sensitivity of the whole value.
 
-    Exact by default (``mechanisms.gaussian_grid``): the value is rounded to a grid of 2^k ≈
+    Exact by default (``dpbudget.mechanisms.gaussian_grid``): the value is rounded to a grid of 2^k ≈
     σ/2^38 (finer where a vector or an extreme ε or δ needs it) and exact discrete
     Gaussian noise is added in grid steps, with σ in grid steps
     calibrated for the widened sensitivity Δ₂/g + √n and the discrete noise's distance to a
@@ -38,7 +38,7 @@ class _GaussianFamily(NumericMechanism):
     (which uses ρ) or opt out with ``noise="float"``.
 
     An exact rational value (a ``Fraction`` or an array of them, as the sum helpers return:
-    ``mechanisms.sums``) is rounded to the grid exactly; with ``noise="float"``, to the nearest
+    ``dpbudget.mechanisms.sums``) is rounded to the grid exactly; with ``noise="float"``, to the nearest
     double first.
     """
 

@@ -32,7 +32,7 @@ e^{1/(4σ²) + 3/(4σ) − 3/2}(1 + 2τ)/σ². For σ >= 2 (τ < 1e-34) this giv
 (The true value is about 0.02/σ²: tests/mechanisms/test_gaussian_grid.py computes it.)
 
 The grid is g = 2^⌊log₂(σ/2^38)⌋ for the continuous σ, so σ_g ≈ 2^38–2^39 grid steps, the
-sampler's integers stay in int64 (``mechanisms.exact.wide_gaussian``, s = √2·σ_g < 2^40) and η is
+sampler's integers stay in int64 (``dpbudget.mechanisms.exact.wide_gaussian``, s = √2·σ_g < 2^40) and η is
 below n·2^-78; a finer grid is taken where the widening √n·g/Δ₂ would exceed 2^-16 or the TV term
 δ/2^10 (``GaussianGrid``), so the extra noise stays a few 10^-5 of σ or less whatever ε, δ, n.
 """
@@ -47,11 +47,11 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric
-from mechanisms.bits import RandomBits
-from mechanisms.calibration import analytic_gaussian_sigma
-from mechanisms.exact import wide_gaussian_array
-from mechanisms.grid import grid_index, on_grid, to_float
+from dpbudget.accountant import _numeric
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.calibration import analytic_gaussian_sigma
+from dpbudget.mechanisms.exact import wide_gaussian_array
+from dpbudget.mechanisms.grid import grid_index, on_grid, to_float
 
 __all__ = ["GaussianGrid", "log_tv_bound", "tv_bound"]
 

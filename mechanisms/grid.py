@@ -5,7 +5,7 @@ Why: adding a textbook float Laplace draw to x leaks x through *which* doubles c
 (Mironov, CCS 2012): the released double is not a post-processing of an exactly-Laplace real.
 Here the released double is a deterministic function (IEEE round-to-nearest, then an exact scaling
 by a power of two) of the exact integer ``round(x/g) + Z``, where Z is discrete Laplace
-(``mechanisms.exact``); rounding x to the grid is done before the noise, so the privacy guarantee
+(``dpbudget.mechanisms.exact``); rounding x to the grid is done before the noise, so the privacy guarantee
 is the discrete mechanism's, on a query of slightly widened sensitivity.
 
 The cost stays exactly what the mechanism declares: rounding each entry to the nearest multiple of
@@ -20,7 +20,7 @@ at n = 10^5, ε = 10^-6) rather than n·2^-40/ε (9%); not finer, so that |Z| st
 q + Z is formed exactly in float64.
 
 An exact rational value (a ``fractions.Fraction``, or an object array of them: the exact sums of
-``mechanisms.sums``) is rounded to the grid exactly, round(x/g) on the rational itself
+``dpbudget.mechanisms.sums``) is rounded to the grid exactly, round(x/g) on the rational itself
 (``grid_index``), so the one-step slack above is spent on that single rounding and the
 sensitivity holds for x as given.
 """
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from mechanisms.bits import RandomBits
-from mechanisms.exact import discrete_laplace, discrete_laplace_array
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.exact import discrete_laplace, discrete_laplace_array
 
 __all__ = ["LaplaceGrid", "ceil_log2", "grid_index", "on_grid", "to_float"]
 

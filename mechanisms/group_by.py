@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
-from mechanisms.laplace import Laplace
-from mechanisms.queries import Neighbouring, Releaser, _relation, _releaser, _where
-from mechanisms.rows import clamp_range, row_values
-from mechanisms.sums import exact_sums
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.queries import Neighbouring, Releaser, _relation, _releaser, _where
+from dpbudget.mechanisms.rows import clamp_range, row_values
+from dpbudget.mechanisms.sums import exact_sums
 
 __all__ = ["STATISTICS", "group_by"]
 
@@ -62,7 +62,7 @@ def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashabl
     Returns:
         ``{group: noisy statistic}`` in the order of ``groups``.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> out = group_by(acc, ["a"] * 500 + ["b"] * 300, ["a", "b", "c"], epsilon=1.0)
     >>> abs(out["a"] - 500) < 20 and abs(out["c"]) < 20
@@ -93,7 +93,7 @@ def group_by(accountant: Releaser, keys: Sequence[Any], groups: Sequence[Hashabl
     data = np.clip(row_values(_declared_values(values, kept), "values"), lo, hi)
     reach = max(abs(lo), abs(hi))
     width = _numeric.add_up(hi, -lo)
-    # Exact sums per group (``mechanisms.sums``): a float sum's rounding could move a group's
+    # Exact sums per group (``dpbudget.mechanisms.sums``): a float sum's rounding could move a group's
     # answer by more than the sensitivity between neighbours.
     sums = exact_sums(data[kept], index[kept], len(declared))
     if statistic == "sum":

@@ -8,13 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidDataError
-from mechanisms.base import NumericMechanism, noise_kind
-from mechanisms.grid import LaplaceGrid
-from mechanisms.sampling import Sampler
-from mechanisms.sums import rational_value, within
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.grid import LaplaceGrid
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sums import rational_value, within
 
 __all__ = ["Laplace"]
 
@@ -29,12 +29,12 @@ class Laplace(NumericMechanism):
     The noise is exact by default: the value is rounded to a grid of 2^k ≈ scale/2^40 (2^6 finer
     for vectors of 64 entries or more) and exact
     discrete Laplace noise is added in grid steps, with the sensitivity widened by the rounding so
-    that the cost is still exactly (ε, 0) (``mechanisms.grid``; Mironov, CCS 2012, for why textbook
+    that the cost is still exactly (ε, 0) (``dpbudget.mechanisms.grid``; Mironov, CCS 2012, for why textbook
     float noise leaks; Canonne–Kamath–Steinke 2020 for the sampler). Values beyond
     ``grid.limit_for(n)`` in magnitude are refused. ``noise="float"`` keeps the textbook float sampler.
 
     An exact rational value — a ``fractions.Fraction``, or a numpy array of them (dtype object),
-    as the sum helpers return (``mechanisms.sums``) — is rounded to the grid exactly, so the
+    as the sum helpers return (``dpbudget.mechanisms.sums``) — is rounded to the grid exactly, so the
     sensitivity holds for the value as given; with ``noise="float"`` it is first rounded to the
     nearest double.
 
@@ -72,7 +72,7 @@ class Laplace(NumericMechanism):
         noise: the discrete Laplace on a grid leaks slightly more than the continuous one at the
         same ε (the continuous Laplace is a post-processing of it: an exponential's integer and
         fractional parts are independent), so it is charged the pure-DP bound
-        (``accountant.rdp.pure``), valid for every ε-DP mechanism."""
+        (``dpbudget.accountant.rdp.pure``), valid for every ε-DP mechanism."""
         return ("laplace", self.epsilon) if self.grid is None else None
 
     def params(self) -> dict[str, Any]:

@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidTypeError
-from mechanisms import guarded
-from mechanisms.base import Mechanism
-from mechanisms.exact import discrete_laplace
-from mechanisms.laplace import Laplace
-from mechanisms.rows import clamp_range, row_values
-from mechanisms.sampling import Sampler
-from mechanisms.sums import exact_sum
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms import guarded
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.exact import discrete_laplace
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.rows import clamp_range, row_values
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sums import exact_sum
 
 __all__ = ["PTRMean", "PTRMedian", "PTRRefused", "PTRStatistic", "ProposeTestRelease"]
 
@@ -63,7 +63,7 @@ class PTRStatistic(ABC):
     included (``KeyboardInterrupt``, ``SystemExit``, a subclass of its own) — counts as 0, a
     value that raises (or is not a finite number) as the range's midpoint, since an escaping
     error would itself be an un-noised release. A real Ctrl-C is held until the outcome is
-    drawn, then delivered (``mechanisms.guarded``). ``lower`` and ``upper`` are keyword-only
+    drawn, then delivered (``dpbudget.mechanisms.guarded``). ``lower`` and ``upper`` are keyword-only
     (``PTRMedian(lower=0, upper=100)``), so that the range cannot be given in the wrong order.
     """
 
@@ -96,7 +96,7 @@ class PTRMean(PTRStatistic):
     b: ``min{k : B(n − k) > b}``, a function of n that moves by at most 1 between neighbours (the
     course notes' (U − L)/(n − k)).
 
-    The mean is exact (the exact sum over n, a ``Fraction``; ``mechanisms.sums``): a float mean
+    The mean is exact (the exact sum over n, a ``Fraction``; ``dpbudget.mechanisms.sums``): a float mean
     rounds, so the bound would not hold for it.
     """
 
@@ -182,7 +182,7 @@ class ProposeTestRelease(Mechanism):
 
     Returns (from ``Accountant.release``): the noisy statistic, or ``PTRRefused``.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0, 1e-5), rng=0)
     >>> m = ProposeTestRelease(1.0, delta=1e-6, bound=1.0, statistic="median", lower=0, upper=100)
     >>> answer = acc.release(m, [50.0] * 1001)
@@ -239,7 +239,7 @@ class ProposeTestRelease(Mechanism):
 
     def draw(self, value: np.ndarray, sampler: Sampler) -> float | PTRRefused:
         # A statistic (a user's PTRStatistic) that raises must not tell, without noise, that it
-        # did — whatever it raises, BaseException included (``mechanisms.guarded``): its distance
+        # did — whatever it raises, BaseException included (``dpbudget.mechanisms.guarded``): its distance
         # is then taken as 0 (always a lower bound: the test passes with probability <= δ), its
         # value as the range's midpoint. A real Ctrl-C is delivered once the outcome is drawn.
         with guarded.interrupts_deferred():

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidTypeError
-from mechanisms.base import Mechanism
-from mechanisms.exact import bernoulli_exp
-from mechanisms.rows import clamp_range, row_values
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.exact import bernoulli_exp
+from dpbudget.mechanisms.rows import clamp_range, row_values
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["MAX_CANDIDATES", "Median", "Quantile"]
 
@@ -63,7 +63,7 @@ class Quantile(Mechanism):
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad parameter.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> m = Quantile(epsilon=1.0, q=0.5, lower=0.0, upper=100.0)
     >>> 45.0 <= acc.release(m, list(range(101))) <= 55.0
@@ -121,7 +121,7 @@ class Quantile(Mechanism):
 class Median(Quantile):
     """``Quantile`` with q = 0.5: the median of values clamped into [lower, upper], (ε, 0)-DP.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> 40.0 <= acc.release(Median(1.0, lower=0.0, upper=100.0), [50.0] * 200) <= 60.0
     True

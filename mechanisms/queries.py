@@ -23,17 +23,17 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.errors import (
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from mechanisms.laplace import Laplace
-from mechanisms.quantile import Quantile
-from mechanisms.rows import clamp_range, row_values
-from mechanisms.sums import exact_sum
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.quantile import Quantile
+from dpbudget.mechanisms.rows import clamp_range, row_values
+from dpbudget.mechanisms.sums import exact_sum
 
 __all__ = ["Neighbouring", "Query", "Releaser", "clamped_sum", "count", "histogram", "noisy_mean",
            "noisy_quantiles"]
@@ -136,7 +136,7 @@ def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: b
       the summand x − c lies in [−(upper−lower)/2, (upper−lower)/2], so Δ = (upper − lower)/2.
     - replace: upper − lower (one row moves from one end to the other), centred or not.
 
-    The value is the exact sum (a ``Fraction``; ``mechanisms.sums``): a float sum rounds, by an
+    The value is the exact sum (a ``Fraction``; ``dpbudget.mechanisms.sums``): a float sum rounds, by an
     amount that depends on the other rows, so neighbouring float sums can differ by more than
     the sensitivity. Centred, it is the exact Σx − n·(lower + upper)/2; widths are rounded up.
 
@@ -210,9 +210,9 @@ def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper:
         epsilon: total ε for the mean.
         count_share: the fraction of ε spent on the count, in (0, 1).
         dataset: as for ``Accountant.release``; ``None`` (left out): left out there too, so
-            the accountant's rule for an unnamed dataset applies (``accountant.unnamed``).
+            the accountant's rule for an unnamed dataset applies (``dpbudget.accountant.unnamed``).
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=1)
     >>> 30 <= noisy_mean(acc, [40] * 1000, 0, 100, epsilon=1.0) <= 50
     True
@@ -261,7 +261,7 @@ def noisy_quantiles(accountant: Releaser, data: Sequence[float], qs: Sequence[fl
     (docs/theory.md §2, "Batches"). Joint methods (Gillenwater et al., ICML 2021) are more
     accurate for many quantiles; this is the simple, standard one.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=4)
     >>> lo, hi = noisy_quantiles(acc, list(range(1000)), [0.1, 0.9], 0, 1000, epsilon=1.0)
     >>> 50 <= lo <= 150 and 850 <= hi <= 950

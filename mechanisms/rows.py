@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _validate
-from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant import _validate
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
 
 __all__ = ["clamp_range", "row_values"]
 

@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
-from mechanisms import guarded
-from mechanisms.base import Mechanism
-from mechanisms.laplace import Laplace
-from mechanisms.rows import clamp_range
-from mechanisms.sampling import Sampler
-from mechanisms.sums import exact_sum
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
+from dpbudget.mechanisms import guarded
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.rows import clamp_range
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sums import exact_sum
 
 __all__ = ["SampleAndAggregate"]
 
@@ -51,7 +51,7 @@ class SampleAndAggregate(Mechanism):
     that is not a finite number, counts as the midpoint (lower + upper)/2 for its chunk —
     silently: an error that escaped would tell which chunk had which property, without noise. A
     real Ctrl-C during the draw is held until the noisy answer is drawn, then delivered (the
-    answer is lost to it; ``mechanisms.guarded``), so a ``KeyboardInterrupt`` out of the
+    answer is lost to it; ``dpbudget.mechanisms.guarded``), so a ``KeyboardInterrupt`` out of the
     function is always the function's own. Its running time is not hidden
     (docs/exact-noise.md, timing).
 
@@ -65,7 +65,7 @@ class SampleAndAggregate(Mechanism):
         chunks: k ≥ 1; more chunks, less noise ((upper − lower)/(kε)) but smaller samples.
         lower, upper: the public clipping range of the function's answers.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> m = SampleAndAggregate(1.0, function=lambda rows: float(np.median(rows)), chunks=50,
     ...                        lower=0.0, upper=100.0)
@@ -133,13 +133,13 @@ class SampleAndAggregate(Mechanism):
             answers = np.empty(self.chunks)
             for j in range(self.chunks):
                 # Anything it raises, BaseException included, is the fallback: see the class
-                # docstring and ``mechanisms.guarded``.
+                # docstring and ``dpbudget.mechanisms.guarded``.
                 answer = guarded.call(_answer, self.function,
                                       _take(value, order[edges[j]:edges[j + 1]]))
                 if answer is guarded.FAILED or not math.isfinite(answer):
                     answer = fallback
                 answers[j] = min(max(answer, self.lower), self.upper)
-            # The exact mean (``mechanisms.sums``): a float sum's rounding could move it by more
+            # The exact mean (``dpbudget.mechanisms.sums``): a float sum's rounding could move it by more
             # than (upper − lower)/k between neighbours. It lies in [lower, upper] already.
             mean = exact_sum(answers) / self.chunks
             noisy = self._mean.draw(self._mean.prepare(mean), sampler)

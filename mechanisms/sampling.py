@@ -1,5 +1,5 @@
 """Every noise draw in dpbudget goes through ``Sampler``: the source of random bits
-(``mechanisms.bits.RandomBits``) is chosen in one place and handed to every mechanism.
+(``dpbudget.mechanisms.bits.RandomBits``) is chosen in one place and handed to every mechanism.
 
 Randomness is injected: ``Sampler(None)`` reads the operating system's CSPRNG (``os.urandom``);
 ``Sampler(numpy.random.Generator)`` or ``Sampler(seed)`` is reproducible and is for tests and
@@ -12,8 +12,8 @@ mechanism keeps — the sampler, its ``bits`` — can draw noise for another req
 accountant refused (``SamplerSpentError``). It costs the release two small objects and one
 indirection per draw of random words.
 
-The mechanisms draw their noise from ``sampler.bits`` with the exact samplers (``mechanisms.exact``,
-``mechanisms.grid``). The float methods below (inverse-CDF transforms of 64 random bits) remain only
+The mechanisms draw their noise from ``sampler.bits`` with the exact samplers (``dpbudget.mechanisms.exact``,
+``dpbudget.mechanisms.grid``). The float methods below (inverse-CDF transforms of 64 random bits) remain only
 for the explicit ``noise="float"`` opt-out: like every textbook implementation they are exposed to
 the attacks on the set of reachable doubles (Mironov, CCS 2012; Jin et al., S&P 2022); see
 docs/exact-noise.md.
@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from accountant.errors import InvalidArgumentError, InvalidTypeError, SamplerSpentError
-from mechanisms.bits import RandomBits
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError, SamplerSpentError
+from dpbudget.mechanisms.bits import RandomBits
 
 __all__ = ["OneShotSampler", "Sampler"]
 

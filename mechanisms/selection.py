@@ -17,19 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import (
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from mechanisms.base import Mechanism, array_as_float, noise_kind
-from mechanisms.bits import RandomBits
-from mechanisms.exact import bernoulli_exp, discrete_laplace_array
-from mechanisms.grid import ceil_log2
-from mechanisms.sampling import Sampler
+from dpbudget.mechanisms.base import Mechanism, array_as_float, noise_kind
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.exact import bernoulli_exp, discrete_laplace_array
+from dpbudget.mechanisms.grid import ceil_log2
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["Exponential", "PermuteAndFlip", "RandomizedResponse", "ReportNoisyMax"]
 
@@ -154,7 +154,7 @@ class Exponential(_NoisyArgmax):
         sensitivity: Δu > 0, the sensitivity of every score.
         monotonic: True only if all scores move in the same direction between neighbours.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> acc.release(Exponential(epsilon=1.0, candidates=("a", "b", "c")), [0.0, 40.0, 1.0])
     'b'
@@ -283,7 +283,7 @@ class RandomizedResponse(Mechanism):
         categories: the k ≥ 2 public categories, distinct and hashable.
         noise: ``"exact"`` (default) or ``"float"``.
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(10.0), rng=0)
     >>> acc.release(RandomizedResponse(epsilon=8.0, categories=("yes", "no")), "yes")
     'yes'

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError
-from mechanisms.base import Mechanism
-from mechanisms.bits import RandomBits
-from mechanisms.exact import _geometric, bernoulli_exp
-from mechanisms.rows import clamp_range, row_values
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.exact import _geometric, bernoulli_exp
+from dpbudget.mechanisms.rows import clamp_range, row_values
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["SmoothSensitivity", "beta_for", "smooth_sensitivity"]
 
@@ -71,7 +71,7 @@ class SmoothSensitivity(Mechanism):
         lower, upper: the public clamping range.
         q: the quantile, in [0, 1] (0.5: the median).
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0, 1e-5), rng=0)
     >>> m = SmoothSensitivity(1.0, delta=1e-6, lower=0.0, upper=100.0)
     >>> 45 <= acc.release(m, np.linspace(0, 100, 1001)) <= 55

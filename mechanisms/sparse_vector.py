@@ -18,19 +18,19 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-from accountant import _numeric, _validate
-from accountant.budget import Budget
-from accountant.errors import (
+from dpbudget.accountant import _numeric, _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
     InvalidTypeError,
     MechanismExhaustedError,
 )
-from mechanisms.base import StreamMechanism, noise_kind, real_as_float
-from mechanisms.exact import discrete_laplace, discrete_laplace_array
-from mechanisms.grid import LaplaceGrid, ceil_log2
-from mechanisms.sampling import Sampler
+from dpbudget.mechanisms.base import StreamMechanism, noise_kind, real_as_float
+from dpbudget.mechanisms.exact import discrete_laplace, discrete_laplace_array
+from dpbudget.mechanisms.grid import LaplaceGrid, ceil_log2
+from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["AboveThreshold", "NumericSparse", "Sparse", "above_threshold_accuracy"]
 
@@ -73,7 +73,7 @@ class Sparse(StreamMechanism):
     Raises:
         InvalidArgumentError, InvalidTypeError: a bad argument (NaN threshold, c < 1, ...).
 
-    >>> from accountant import Accountant, Budget
+    >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
     >>> with acc.session(Sparse(epsilon=0.5, threshold=100.0, max_positives=2)) as svt:
     ...     answers = [svt.test(q) for q in (3.0, 250.0, 7.0, 400.0)]

@@ -14,16 +14,16 @@ from typing import Any
 
 import numpy as np
 
-from accountant import _validate, rdp
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
-from mechanisms.base import NumericMechanism, noise_kind
-from mechanisms.bits import RandomBits
-from mechanisms.calibration import analytic_gaussian_epsilon
-from mechanisms.gaussian import _GaussianFamily, _grid, _times
-from mechanisms.grid import to_float
-from mechanisms.sampling import Sampler
-from mechanisms.sums import integer_sum
+from dpbudget.accountant import _validate, rdp
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.calibration import analytic_gaussian_epsilon
+from dpbudget.mechanisms.gaussian import _GaussianFamily, _grid, _times
+from dpbudget.mechanisms.grid import to_float
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.sums import integer_sum
 
 __all__ = ["SubsampledGaussian", "clip_rows", "poisson_sample"]
 
@@ -47,7 +47,7 @@ class SubsampledGaussian(_GaussianFamily):
       which bounds both directions because x ↦ v − x maps the lattice onto itself; with
       ``noise="float"``, the sampled Gaussian mechanism of Mironov–Talwar–Zhang 2019,
       ``("poisson-gaussian", q, z)``.
-      (:mod:`accountant.rdp`; the bound and its proof: docs/theory.md §4b.)
+      (:mod:`dpbudget.accountant.rdp`; the bound and its proof: docs/theory.md §4b.)
     - ρ = 1/(2z²) (the "advanced" rule): subsampling never hurts (joint convexity of
       exp((α−1)D_α)), but this charges no amplification: use "renyi" for DP-SGD.
     - (ε, δ) at ``delta`` (the "basic" rule, caps): the smaller of the step's own curve converted

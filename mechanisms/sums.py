@@ -3,7 +3,7 @@
 Why: a float sum rounds after every addition, and how far depends on the other rows, so two
 neighbouring datasets' float sums can differ by more than the sensitivity the noise was calibrated
 for (a few units in the last place of the sum: beyond the one grid step of slack the grid
-mechanisms allow once the sum is large compared with the noise scale; ``mechanisms.grid``).
+mechanisms allow once the sum is large compared with the noise scale; ``dpbudget.mechanisms.grid``).
 Every double is a dyadic rational m·2^e, so a sum of doubles is one too, and it is computed here
 exactly: the query's sensitivity then holds for the value handed to the mechanism, which rounds it
 to its grid once (``LaplaceGrid.release`` rounds a ``Fraction`` exactly).
@@ -12,7 +12,7 @@ How (``exact_sum``): with 2^k above every |x| / 2^52, each x is split exactly in
 a·2^k + r, a = round(x/2^k) an integer below 2^52 in magnitude and |r| <= 2^(k−1) (the remainder
 of rounding to a power-of-two grid is a double: it is a multiple of x's last place, and small).
 The integers a are summed exactly with ``integer_sum`` (int64 partial sums that cannot overflow,
-then Python integers — the summation DP-SGD uses for its gradients, ``mechanisms.subsampled``),
+then Python integers — the summation DP-SGD uses for its gradients, ``dpbudget.mechanisms.subsampled``),
 and the remainders are split again 52 bits lower, until none is left: two levels for data
 spanning a few orders of magnitude, at most 41 for any doubles (each level takes 52 bits of
 the 2098 between 2^1023 and 2^-1074).

@@ -1,10 +1,10 @@
 """Declarative privacy limits: per dataset, per analyst, per query, global; loaded from a policy
 file (TOML or JSON) and enforced by ``Accountant.from_policy``."""
 
-from policies.accounts import AccountSpec, policy_accounts
-from policies.limits import AnalystLimit, Cap, DatasetLimit
-from policies.periods import Period
-from policies.policy import Policy, load_policy, parse_policy, policy_schema
+from dpbudget.policies.accounts import AccountSpec, policy_accounts
+from dpbudget.policies.limits import AnalystLimit, Cap, DatasetLimit
+from dpbudget.policies.periods import Period
+from dpbudget.policies.policy import Policy, load_policy, parse_policy, policy_schema
 
 __all__ = [
     "AccountSpec", "AnalystLimit", "Cap", "DatasetLimit", "Period", "Policy", "load_policy",

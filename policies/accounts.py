@@ -8,11 +8,11 @@ Every limit is one ledger account, named by a key:
 ``dataset:adult/analyst:alice`` ``[datasets.adult.analysts.alice]``
 ``analyst:alice``              ``[analysts.alice]`` (alice across all datasets)
 ``pipeline:report#12``         a pipeline's allocation (opened by ledger record 12)
-``dataset:events/block:2026-11-01`` one block of ``[datasets.events.blocks]`` (``policies.blocks``)
+``dataset:events/block:2026-11-01`` one block of ``[datasets.events.blocks]`` (``dpbudget.policies.blocks``)
 =============================  ===============================================================
 
 A windowed limit (``period``) has one account per window, the key plus ``@<start>+<period>``
-(``policies.periods``). Names in a policy cannot contain ``:``, ``/``, ``@`` or ``+``, so no name
+(``dpbudget.policies.periods``). Names in a policy cannot contain ``:``, ``/``, ``@`` or ``+``, so no name
 can forge another limit's key.
 
 Invariant: ``policy_accounts`` is the one place that maps a policy to its accounts and their rules;
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from accountant.composition import CompositionRule, make_rule
-from accountant.errors import PolicyError, PrivacyError
-from policies.limits import DatasetLimit, _Limit
-from policies.periods import Period, split_window
-from policies.policy import Policy, load_policy
+from dpbudget.accountant.composition import CompositionRule, make_rule
+from dpbudget.accountant.errors import PolicyError, PrivacyError
+from dpbudget.policies.limits import DatasetLimit, _Limit
+from dpbudget.policies.periods import Period, split_window
+from dpbudget.policies.policy import Policy, load_policy
 
 __all__ = ["GLOBAL", "AccountSpec", "PolicyLimits", "analyst_key", "block_spec",
            "block_template_key", "dataset_analyst_key", "dataset_key", "dataset_name",

@@ -38,9 +38,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from accountant.budget import Budget
-from accountant.errors import InvalidArgumentError, InvalidDataTypeError
-from policies.periods import Period
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError
+from dpbudget.policies.periods import Period
 
 __all__ = ["BLOCK_UNITS", "Blocks", "Unlock", "block_of", "block_start", "block_names",
            "rows_in_blocks"]

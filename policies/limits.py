@@ -2,7 +2,7 @@
 and the per-query cap (``Cap``).
 
 Invariant: a limit that exists is valid (pydantic v2, frozen, unknown keys refused): its rule name
-is one of ``accountant.composition.RULES`` as registered when it is validated, its budgets are
+is one of ``dpbudget.accountant.composition.RULES`` as registered when it is validated, its budgets are
 valid ``Budget`` values, its period parses, and each ``allowed_mechanisms`` entry names a mechanism
 class (``mechanism_problem``: the one check that ``load_policy``, ``Accountant.from_policy`` and
 ``dpbudget policy check`` share). Validation errors name the exact key, so that a policy file's
@@ -20,20 +20,20 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
 
-from accountant import _validate
-from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant.composition import RULES, CompositionRule, make_rule
-from accountant.errors import InvalidArgumentError, from_validation_error
-from policies.blocks import Blocks
-from policies.periods import Period
+from dpbudget.accountant import _validate
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import RULES, CompositionRule, make_rule
+from dpbudget.accountant.errors import InvalidArgumentError, from_validation_error
+from dpbudget.policies.blocks import Blocks
+from dpbudget.policies.periods import Period
 
 __all__ = ["STORED", "AnalystLimit", "Cap", "DatasetLimit", "Name", "mechanism_problem",
            "unchecked_mechanism", "valid_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 # A library mechanism's name ("Laplace") or a custom class's module-qualified name
-# ("mypkg.mech.Clipped"): what ``mechanisms.base.mechanism_name`` gives, and the gate matches.
+# ("mypkg.mech.Clipped"): what ``dpbudget.mechanisms.base.mechanism_name`` gives, and the gate matches.
 _MECHANISM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -65,7 +65,7 @@ def _mechanism(value: str, info: ValidationInfo) -> str:
     return value
 
 
-# The validation context of a policy read back from a ledger (``policies.stored``): it was
+# The validation context of a policy read back from a ledger (``dpbudget.policies.stored``): it was
 # checked when it was applied, and an auditor's installation (an older version, without the
 # custom modules) must still read it, so its mechanism names are taken as recorded.
 STORED: dict[str, Any] = {"stored": True}
@@ -75,13 +75,13 @@ def mechanism_problem(name: str) -> str | None:
     """Why ``name`` cannot be an ``allowed_mechanisms`` entry, or ``None`` if it can.
 
     A name without a dot must be a library mechanism's public name (``"Laplace"``). A
-    module-qualified name (``"mypkg.mech.Clipped"``) must be the ``mechanisms.base.mechanism_name``
+    module-qualified name (``"mypkg.mech.Clipped"``) must be the ``dpbudget.mechanisms.base.mechanism_name``
     of a class its module defines — checked when that module is imported in this process (as it
     is wherever a release uses the class), but not imported here by a policy, which runs no
     code: on a machine without the module (an auditor's) the name is taken as written, and it
     can admit only the class of that exact module and name, so a misspelling there refuses that
     mechanism, never admits another. ``__main__.X`` is not checked either (whichever script
-    loads the policy is ``__main__``). ``mechanisms.laplace.Laplace`` is refused: a library class
+    loads the policy is ``__main__``). ``dpbudget.mechanisms.laplace.Laplace`` is refused: a library class
     is named by its public name.
     """
     known = mechanism_names()
@@ -100,15 +100,15 @@ def unchecked_mechanism(name: str) -> bool:
     """Whether ``name`` is a custom class's whose module is not imported here (or ``__main__``):
     taken as written (``mechanism_problem``); ``dpbudget policy check`` warns of it."""
     module = name.rpartition(".")[0]
-    library = module == "mechanisms" or module.startswith("mechanisms.")
+    library = module == "dpbudget.mechanisms" or module.startswith("dpbudget.mechanisms.")
     return bool(module) and not library and (module == "__main__" or module not in sys.modules)
 
 
 def mechanism_names() -> set[str]:
     """The names of every concrete mechanism class defined so far (custom ones included): the
-    ones the gate records and matches (``mechanisms.base.mechanism_name``)."""
-    import mechanisms  # noqa: F401  (every library mechanism defined)
-    from mechanisms.base import Mechanism, mechanism_name
+    ones the gate records and matches (``dpbudget.mechanisms.base.mechanism_name``)."""
+    from dpbudget import mechanisms  # noqa: F401  (every library mechanism defined)
+    from dpbudget.mechanisms.base import Mechanism, mechanism_name
 
     names, todo = set(), [Mechanism]
     while todo:
@@ -248,14 +248,14 @@ class DatasetLimit(_Limit):
             other rules a cap its account enforces on every step (allocations of pipelines too).
         max_per_query: a cap on each release (``Cap``); omitted components are not capped.
         allowed_mechanisms: the mechanisms admitted, by class: a library mechanism by its name
-            (``"Laplace"`` is ``mechanisms.Laplace`` itself, never a subclass or a look-alike),
+            (``"Laplace"`` is ``dpbudget.mechanisms.Laplace`` itself, never a subclass or a look-alike),
             a custom class by its module-qualified name (``"mypkg.mech.Clipped"``; see
-            ``mechanisms.base.mechanism_name``); ``None`` admits every mechanism, ``()`` none.
-        period: a renewal window (``"1d"``...; see ``policies.periods`` — a weaker guarantee).
+            ``dpbudget.mechanisms.base.mechanism_name``); ``None`` admits every mechanism, ``()`` none.
+        period: a renewal window (``"1d"``...; see ``dpbudget.policies.periods`` — a weaker guarantee).
         analysts: per-analyst limits on this dataset.
         other_analysts: ``"allow"`` (default): an analyst not listed in ``analysts`` (and
             ``analyst=None``) is held to the dataset-level limits only; ``"deny"``: refused.
-        blocks: per-block lifetime limits (``policies.blocks.Blocks``); ``None``: no blocks.
+        blocks: per-block lifetime limits (``dpbudget.policies.blocks.Blocks``); ``None``: no blocks.
 
     >>> DatasetLimit(limit=Budget(1.0, 1e-6)).composition
     'basic'

@@ -43,8 +43,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from accountant.errors import InvalidTypeError, PolicyError
-from policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
+from dpbudget.accountant.errors import InvalidTypeError, PolicyError
+from dpbudget.policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 
 __all__ = ["Policy", "load_policy", "parse_policy", "policy_schema", "validated"]
 

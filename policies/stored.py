@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from accountant.errors import LedgerCorruptedError
-from policies.limits import STORED, AnalystLimit, DatasetLimit
-from policies.policy import Policy
+from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.policies.limits import STORED, AnalystLimit, DatasetLimit
+from dpbudget.policies.policy import Policy
 
 __all__ = ["POLICY_KEY", "differences", "document", "from_document", "raised"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from accountant.ledger import Ledger, MemoryLedger, SqliteLedger
+from dpbudget.accountant.ledger import Ledger, MemoryLedger, SqliteLedger
 from tests.support import SEED
 
 Opener = Callable[..., Ledger]
@@ -63,7 +63,7 @@ def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Opener:
 
 
 def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> Opener:
-    from accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
 
     dsn = _fresh_schema(request.getfixturevalue("postgres_database"))
     return lambda **kwargs: PostgresLedger(dsn, **kwargs)

@@ -55,8 +55,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-import mechanisms
-from accountant import (
+from dpbudget import mechanisms
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -65,8 +65,8 @@ from accountant import (
     LedgerError,
     PrivacyError,
 )
-from accountant.ledger import GENESIS, Account, Entry, canonical, record_hash
-from accountant import (
+from dpbudget.accountant.ledger import GENESIS, Account, Entry, canonical, record_hash
+from dpbudget.accountant import (
     RULES,
     LedgerConflictError,
     MechanismExhaustedError,
@@ -75,10 +75,10 @@ from accountant import (
     SamplerSpentError,
     Session,
 )
-from accountant.audit import audit
-from accountant.composition import Charge, Refused, make_rule
-from accountant.ledger import SqliteLedger
-from accountant.logs import LOGGER_NAME
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.composition import Charge, Refused, make_rule
+from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.accountant.logs import LOGGER_NAME
 
 
 def fields(**members: Any) -> dict[str, str]:
@@ -109,7 +109,7 @@ def debit_fields(accounts: list[Account], **members: Any) -> dict[str, str]:
     that its record does not describe."""
     return fields(**members, accounts={a.key: {**a.config, "rule": a.rule, "state": a.state}
                                        for a in accounts})
-from mechanisms.base import Mechanism
+from dpbudget.mechanisms.base import Mechanism
 from tests.support import SEED, assert_chain, snapshot
 
 NAN, INF = float("nan"), float("inf")
@@ -217,7 +217,7 @@ def assert_names(error: BaseException, argument: str, value: Any) -> None:
 # -- shared by the contracts below -----------------------------------------------------------------
 
 # The documented slack of every limit check: a request within a relative 1e-9 of what remains is
-# admitted (``accountant._numeric.RELATIVE_TOLERANCE``), so spend may exceed a limit by that much.
+# admitted (``dpbudget.accountant._numeric.RELATIVE_TOLERANCE``), so spend may exceed a limit by that much.
 TOLERANCE = 1e-9
 
 # The members a ledger record carries (accountant/ledger/record.py documents the format).
@@ -242,7 +242,7 @@ def within_limit(spent: Budget, limit: Budget) -> bool:
 class _CommitSpy(logging.Handler):
     """Notes the generator's state each time the ledger reports a committed record. The ledger
     emits every record on the ``dpbudget.ledger`` logger right after its transaction commits
-    (``accountant.logs``), so the state seen there is the state at the moment of the debit."""
+    (``dpbudget.accountant.logs``), so the state seen there is the state at the moment of the debit."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         super().__init__(logging.INFO)

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from accountant.ledger import GENESIS, Ledger
-from accountant.ledger.record import AccountLayout, assemble, canonical, step_fragments
+from dpbudget.accountant.ledger import GENESIS, Ledger
+from dpbudget.accountant.ledger.record import AccountLayout, assemble, canonical, step_fragments
 
 SEED = 20261121
 
@@ -28,7 +28,7 @@ def snapshot(ledger: Ledger, rng: np.random.Generator | None = None) -> tuple[An
 def charged_accounts(acc: Any, dataset: Any = "default", analyst: str | None = None) -> list[str]:
     """The account keys a release on ``dataset`` by ``analyst`` is charged to, read back from the
     ledger record of a tiny release (it spends ε = 1e-9 of each)."""
-    from mechanisms import Laplace
+    from dpbudget.mechanisms import Laplace
 
     acc.release(Laplace(1e-9), 0.0, dataset=dataset, analyst=analyst)
     return sorted(json.loads(list(acc.ledger.entries())[-1].text)["accounts"])
@@ -94,20 +94,20 @@ HALVER_MODULE = ("from accountant import Budget\nfrom mechanisms import NumericM
 
 
 def __getattr__(name: str) -> Any:
-    """``OWNER``: the ledger owner key (``accountant.owner_key.OwnerKey``) of the tests' ledgers
+    """``OWNER``: the ledger owner key (``dpbudget.accountant.owner_key.OwnerKey``) of the tests' ledgers
     whose policy a test changes: the same in every process (a test's child processes open the
     ledgers its parent created), made on first use (needs ``cryptography``)."""
     if name != "OWNER":
         raise AttributeError(name)
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from accountant.owner_key import OwnerKey
+    from dpbudget.accountant.owner_key import OwnerKey
 
     seed = hashlib.sha256(b"dpbudget tests: the ledger owner").digest()
     globals()["OWNER"] = key = OwnerKey(Ed25519PrivateKey.from_private_bytes(seed))
     return key
 class LedgerTime:
-    """Stands in for the ``time`` module inside ``accountant.ledger.base``: the wall clock a
+    """Stands in for the ``time`` module inside ``dpbudget.accountant.ledger.base``: the wall clock a
     durable (SQLite) ledger reads for its transactions' times, set by a test. Not a public API:
     the library takes no clock for a durable ledger (``Accountant.from_policy``)."""
 
@@ -124,7 +124,7 @@ class LedgerTime:
 def set_ledger_clock(clock: Any, monkeypatch: Any = None) -> None:
     """Make SQLite ledgers of this process read ``clock`` as their wall clock (``monkeypatch``:
     undone after the test; without it, for a process of the test's own, such as a spawned one)."""
-    import accountant.ledger.base as base
+    import dpbudget.accountant.ledger.base as base
 
     if monkeypatch is None:
         base.time = LedgerTime(clock)  # type: ignore[assignment]

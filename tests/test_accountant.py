@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -29,9 +29,9 @@ from accountant import (
     Receipt,
     UnknownDatasetError,
 )
-from accountant.ledger import Account, Ledger, MemoryLedger, SqliteLedger
-from mechanisms import AnalyticGaussian, Gaussian, Laplace
-from policies import DatasetLimit
+from dpbudget.accountant.ledger import Account, Ledger, MemoryLedger, SqliteLedger
+from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
+from dpbudget.policies import DatasetLimit
 from tests.contracts import fields
 from tests.support import SEED, assert_chain, release_entries, snapshot
 
@@ -593,8 +593,8 @@ def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> No
     """The gate reuses encoded steps between equal mechanisms; equality includes the declared
     charge, so a mechanism whose ``params()`` omits what its cost depends on is still charged
     exactly its own cost (an attacker's cheap twin cannot borrow another's record, or vice versa)."""
-    from accountant.budget import Budget as B
-    from mechanisms.base import NumericMechanism
+    from dpbudget.accountant.budget import Budget as B
+    from dpbudget.mechanisms.base import NumericMechanism
 
     class Opaque(NumericMechanism):
         def __init__(self, epsilon: float) -> None:
@@ -618,9 +618,9 @@ def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> No
 def test_a_mechanism_with_its_own_equality_is_charged_its_own_cost() -> None:
     """Review finding: the gate's step cache must go by identity, never by a class's __eq__. A
     class whose equality ignores what its cost depends on must not borrow another's charge."""
-    from accountant import BudgetExceededError
-    from accountant.budget import Budget as B
-    from mechanisms.base import NumericMechanism
+    from dpbudget.accountant import BudgetExceededError
+    from dpbudget.accountant.budget import Budget as B
+    from dpbudget.mechanisms.base import NumericMechanism
 
     class Scaled(NumericMechanism):
         def __init__(self, scale: float, sensitivity: float) -> None:

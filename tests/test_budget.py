@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from accountant import Budget, InvalidArgumentError, InvalidTypeError, PrivacyError
-from policies import DatasetLimit
+from dpbudget.accountant import Budget, InvalidArgumentError, InvalidTypeError, PrivacyError
+from dpbudget.policies import DatasetLimit
 from tests.contracts import assert_names
 
 NAN, INF = float("nan"), float("inf")

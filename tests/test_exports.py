@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ["accountant", "accountant.composition", "accountant.ledger", "mechanisms", "policies"]
+PACKAGES = ["accountant", "dpbudget.accountant.composition", "dpbudget.accountant.ledger", "mechanisms", "policies"]
 
 
 def _modules() -> list[str]:
@@ -56,8 +56,8 @@ def test_module_all_names_exist_and_classes_are_documented(name: str) -> None:
 
 def test_core_contract_names() -> None:
     """The names docs/architecture.md marks as contract."""
-    import accountant
-    import mechanisms
+    from dpbudget import accountant
+    from dpbudget import mechanisms
 
     for attr in ("Accountant", "Budget", "PrivacyError", "BudgetExceededError"):
         assert attr in accountant.__all__
@@ -76,8 +76,8 @@ def test_core_contract_names() -> None:
 
 
 def test_every_mechanism_class_is_exported() -> None:
-    import mechanisms
-    from mechanisms.base import Mechanism
+    from dpbudget import mechanisms
+    from dpbudget.mechanisms.base import Mechanism
 
     def subclasses(cls: type) -> list[type]:
         out = []

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget, LedgerError, MechanismExhaustedError
-from accountant.ledger import base
-from mechanisms import AboveThreshold, Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError, MechanismExhaustedError
+from dpbudget.accountant.ledger import base
+from dpbudget.mechanisms import AboveThreshold, Laplace
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork only")
 
@@ -199,7 +199,7 @@ def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
     from the child would end that transaction under it, and free its lanes' locks): it opens its
     own session and waits, on the server, for the parent's lane lock like any other writer; the
     parent's debit then commits."""
-    from accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
     from tests.conftest import _fresh_schema
 
     acc = Accountant(Budget(10.0), ledger=PostgresLedger(_fresh_schema(postgres_database)))
@@ -287,7 +287,7 @@ def test_negative_control_without_the_check_both_processes_draw(
     import inspect
     import textwrap
 
-    from accountant.ledger import transaction
+    from dpbudget.accountant.ledger import transaction
 
     source = textwrap.dedent(inspect.getsource(transaction.Scope.commit))
     broken = source.replace("if writer.pid != os.getpid():", "if False:")

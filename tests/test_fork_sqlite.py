@@ -1,5 +1,5 @@
 """SQLite ledgers and fork(): a file a ledger had open when a process forked is refused in the
-child, carried or opened anew, at once (``accountant.ledger.sqlite_fork``). SQLite keeps its locks
+child, carried or opened anew, at once (``dpbudget.accountant.ledger.sqlite_fork``). SQLite keeps its locks
 per process, so a child's connection, even a new one, would hold none of those that stop the
 parent's close from deleting the WAL file it writes — answers released whose debits are then lost,
 which the negative controls reproduce — and a child can hang on a mutex a parent thread held.
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.ledger import sqlite_fork
-from accountant.ledger.sqlite import SqliteLedger
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.ledger import sqlite_fork
+from dpbudget.accountant.ledger.sqlite import SqliteLedger
+from dpbudget.mechanisms import Laplace
 from tests.test_fork import _HUNG, _in_child, _one_release
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork only")

@@ -17,12 +17,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.audit import audit
-from accountant.ledger import SqliteLedger
-from accountant.ledger import postgres as pg_module
-from accountant.ledger import sqlite as sqlite_module
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.accountant.ledger import postgres as pg_module
+from dpbudget.accountant.ledger import sqlite as sqlite_module
+from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
 RELEASES = 40

@@ -1,6 +1,6 @@
 """The query helpers run wherever a release does: on an ``Accountant``, inside a pipeline, and
 inside a ``@acc.budgeted`` function (whose handle is a pipeline), through one protocol
-(``mechanisms.queries.Releaser``). Inside a pipeline they charge its allocation only, and a bad
+(``dpbudget.mechanisms.queries.Releaser``). Inside a pipeline they charge its allocation only, and a bad
 argument debits nothing more: the allocation is spent once, when the pipeline opens (as
 documented: unused allocation is not refunded), and nothing else.
 
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import dpbudget as dp
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from accountant.pipeline import Pipeline
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.pipeline import Pipeline
 
 ALLOCATION = Budget(0.5)
 AGES = [float(a) for a in range(20, 80)]

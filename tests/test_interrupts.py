@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.audit import audit
-from accountant.ledger import SqliteLedger
-from accountant.ledger.transaction import release_fully
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.accountant.ledger.transaction import release_fully
+from dpbudget.mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parent.parent
 _TRACED = ("accountant/gate.py", "accountant/ledger/")
@@ -165,8 +165,8 @@ def test_an_interrupt_at_any_line_of_a_postgres_debit_leaves_the_ledger_usable(
 
 _CHILD = textwrap.dedent("""
     import signal, sys
-    from accountant import Accountant, Budget, BudgetExceededError
-    from mechanisms import Laplace
+    from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+    from dpbudget.mechanisms import Laplace
     acc = Accountant(Budget(float(sys.argv[2])), ledger="sqlite:///" + sys.argv[1])
     # Ctrl-C raises KeyboardInterrupt only while a release is under way (armed), as the default
     # handler would there; the handler disarms itself so the except clause itself is never hit.
@@ -242,7 +242,7 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     import json
     import logging
 
-    from accountant.logs import LOGGER_NAME, log_records_to
+    from dpbudget.accountant.logs import LOGGER_NAME, log_records_to
 
     path = tmp_path / "b.db"
     acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0))
@@ -302,7 +302,7 @@ def test_an_interrupt_at_any_line_of_releasing_a_lock_frees_it() -> None:
     """The same with a real lock and a tracer raising at each line the release runs, after its
     first: an interrupt there lands before the call has begun, as if just before it, and is the
     caller's to handle (``Scope.abandon`` frees every lock of the ledger: the test below)."""
-    from accountant.ledger import transaction
+    from dpbudget.accountant.ledger import transaction
 
     def traced(n: int) -> tuple[threading.RLock, _InterruptAt]:
         lock = threading.RLock()
@@ -329,7 +329,7 @@ def test_an_interrupt_at_any_line_of_releasing_a_lock_frees_it() -> None:
 def test_negative_control_one_pass_leaves_the_lock_held() -> None:
     """Without the second pass, an interrupt at the loop's own test leaves the lock held: the
     tests above can fail."""
-    from accountant.ledger import transaction
+    from dpbudget.accountant.ledger import transaction
 
     lock = _CountedLock(2, 1)  # (the first ``_is_owned``)
     with pytest.raises(KeyboardInterrupt):
@@ -341,8 +341,8 @@ def _deferred_debits_interrupted(postgres_database: str, monkeypatch: pytest.Mon
                                  check: bool) -> list[str]:
     """Interrupt a deferred PostgreSQL debit at each line in turn; where the flush lock was left
     held. ``check``: also assert that the ledger stays usable after each."""
-    from accountant.ledger.postgres import PostgresLedger
-    from accountant.ledger.postgres_sync import WaitedLock
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres_sync import WaitedLock
     from tests.conftest import _fresh_schema
 
     monkeypatch.setattr(WaitedLock, "contended", property(lambda self: True))
@@ -390,7 +390,7 @@ def test_negative_control_abandon_that_frees_only_the_object_lock(
     """Without either guard — ``Scope.abandon`` freeing the flush lock too, and ``_sync``'s
     outer ``finally`` — an interrupt as the flush lock is released leaves it held: the test
     above can fail."""
-    from accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
 
     def one_finally(self: Any, token: Any) -> None:  # ``_sync`` with only ``_flush``'s own
         if token is None:

@@ -8,6 +8,7 @@ Every module of the three packages must be placed in ``LAYERS``; a new module th
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,41 +16,42 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dpbudget", "accountant", "mechanisms", "policies")
+# The layers' folders: in a checkout beside dpbudget/ (which links to them), installed inside it.
+FOLDERS = ("accountant", "mechanisms", "policies")
 
 # Bottom to top. Within a layer, the groups listed together are siblings that must not import each
 # other (mechanisms describe, composition rules interpret: neither knows the other).
 LAYERS: list[tuple[str, list[list[str]]]] = [
-    ("values and errors", [["accountant.errors", "accountant._numeric", "accountant._validate",
-                            "accountant.budget", "accountant.charge", "accountant.rdp",
-                            "accountant.html"]]),
-    ("mechanisms and composition rules", [["mechanisms"], ["accountant.composition"]]),
-    ("ledger", [["accountant.ledger"]]),
-    ("policies", [["policies"]]),
-    ("gate", [["accountant.planner", "accountant.receipt", "accountant.session",
-               "accountant.refusals", "accountant.step", "accountant.continuity",
-               "accountant.owner_key",
-               "accountant.policy_record", "accountant.gate", "accountant.pipeline",
-               "accountant.opening", "accountant.core", "accountant.unnamed"]]),
-    ("training", [["accountant.training", "accountant.estimator"]]),
-    ("audit and reports", [["accountant.sources", "accountant.audit_report",
-                            "accountant.audit_chain", "accountant.audit_policy",
-                            "accountant.audit_release", "accountant.audit_tally", "accountant.audit_text",
-                            "accountant.audit_time", "accountant.audit",
-                            "accountant.report", "accountant.transfer", "accountant.plot",
-                            "accountant.plot_blocks",
-                            "accountant.logs"]]),
-    ("cli", [["accountant.cli"]]),
-    ("public face", [["accountant"]]),  # the package's own __init__: re-exports, loaded lazily
+    ("values and errors", [["dpbudget.accountant.errors", "dpbudget.accountant._numeric", "dpbudget.accountant._validate",
+                            "dpbudget.accountant.budget", "dpbudget.accountant.charge", "dpbudget.accountant.rdp",
+                            "dpbudget.accountant.html"]]),
+    ("mechanisms and composition rules", [["dpbudget.mechanisms"], ["dpbudget.accountant.composition"]]),
+    ("ledger", [["dpbudget.accountant.ledger"]]),
+    ("policies", [["dpbudget.policies"]]),
+    ("gate", [["dpbudget.accountant.planner", "dpbudget.accountant.receipt", "dpbudget.accountant.session",
+               "dpbudget.accountant.refusals", "dpbudget.accountant.step", "dpbudget.accountant.continuity",
+               "dpbudget.accountant.owner_key",
+               "dpbudget.accountant.policy_record", "dpbudget.accountant.gate", "dpbudget.accountant.pipeline",
+               "dpbudget.accountant.opening", "dpbudget.accountant.core", "dpbudget.accountant.unnamed"]]),
+    ("training", [["dpbudget.accountant.training", "dpbudget.accountant.estimator"]]),
+    ("audit and reports", [["dpbudget.accountant.sources", "dpbudget.accountant.audit_report",
+                            "dpbudget.accountant.audit_chain", "dpbudget.accountant.audit_policy",
+                            "dpbudget.accountant.audit_release", "dpbudget.accountant.audit_tally", "dpbudget.accountant.audit_text",
+                            "dpbudget.accountant.audit_time", "dpbudget.accountant.audit",
+                            "dpbudget.accountant.report", "dpbudget.accountant.transfer", "dpbudget.accountant.plot",
+                            "dpbudget.accountant.plot_blocks",
+                            "dpbudget.accountant.logs"]]),
+    ("cli", [["dpbudget.accountant.cli"]]),
+    ("public face", [["dpbudget.accountant"]]),  # the package's own __init__: re-exports, loaded lazily
     ("one namespace", [["dpbudget"]]),  # `import dpbudget as dp`: everything, loaded lazily
 ]
 
 
 def _modules() -> dict[str, Path]:
-    out = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    out = {"dpbudget": ROOT / "dpbudget" / "__init__.py"}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = ["dpbudget", *path.relative_to(ROOT).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             out[".".join(parts)] = path
@@ -69,6 +71,11 @@ def _place(module: str) -> tuple[int, int] | None:
                     if best is None or len(prefix) > best[2]:
                         best = (i, j, len(prefix))
     return None if best is None else best[:2]
+
+
+def _ours(name: str) -> bool:
+    """A module of the library's layers (the examples are a user of the library, not a layer)."""
+    return name.split(".")[0] == "dpbudget" and not name.startswith("dpbudget.examples")
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -93,10 +100,10 @@ def _imports(module: str, *, eager_only: bool = False) -> set[str]:
             inner = top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
                                                    ast.ClassDef, ast.Lambda))
             if isinstance(child, ast.Import) and (top or not eager_only):
-                found.update(a.name for a in child.names if a.name.split(".")[0] in PACKAGES)
+                found.update(a.name for a in child.names if _ours(a.name))
             elif isinstance(child, ast.ImportFrom) and (top or not eager_only):
                 base = child.module or ""
-                if child.level == 0 and base.split(".")[0] in PACKAGES:
+                if child.level == 0 and _ours(base):
                     for alias in child.names:
                         sub = f"{base}.{alias.name}"
                         found.add(sub if sub in MODULES else base)
@@ -116,20 +123,20 @@ def test_every_module_has_a_layer() -> None:
 def test_imports_point_down(module: str) -> None:
     layer, group = _place(module)  # type: ignore[misc]
     for target in sorted(_imports(module)):
-        if target == "accountant" and module != "accountant":
-            pytest.fail(f"{module} imports the package face 'accountant'; import the module "
+        if target == "dpbudget.accountant" and module != "dpbudget.accountant":
+            pytest.fail(f"{module} imports the package face 'dpbudget.accountant'; import the module "
                         "that defines the name instead")
         where = _place(target)
         assert where is not None, f"{module} imports {target}, which has no layer"
         assert where[0] <= layer, (f"{module} ({LAYERS[layer][0]}) imports {target} "
                                    f"({LAYERS[where[0]][0]}): imports must point down")
-        if where[0] == layer and module != "accountant":
+        if where[0] == layer and module != "dpbudget.accountant":
             assert where[1] == group, (f"{module} imports its sibling {target}: "
                                        f"{LAYERS[layer][0]} do not know each other")
 
 
 def test_no_import_cycles() -> None:
-    graph = {m: _imports(m) for m in MODULES if m != "accountant"}
+    graph = {m: _imports(m) for m in MODULES if m != "dpbudget.accountant"}
     done: set[str] = set()
 
     def walk(node: str, path: list[str]) -> None:
@@ -146,34 +153,47 @@ def test_no_import_cycles() -> None:
         walk(module, [])
 
 
-@pytest.mark.parametrize("package", ["accountant", "mechanisms", "policies",
-                                     "accountant.composition", "accountant.ledger"])
+@pytest.mark.parametrize("package", ["dpbudget.accountant", "dpbudget.mechanisms", "dpbudget.policies",
+                                     "dpbudget.accountant.composition", "dpbudget.accountant.ledger"])
 def test_package_init_loads_only_lower_layers(package: str) -> None:
     """A package's ``__init__`` runs whenever any of its modules is imported: what it loads
     eagerly must sit at or below every module of the package (the face of ``accountant`` loads
     only the values; the rest of its names are loaded on first use)."""
     lowest = min(_place(m)[0] for m in MODULES  # type: ignore[index]
                  if m.startswith(package + ".") or m == package)
-    if package == "accountant":
+    if package == "dpbudget.accountant":
         lowest = 0
     for target in _imports(package, eager_only=True):
         assert _place(target)[0] <= lowest, (  # type: ignore[index]
             f"{package}/__init__.py loads {target} when any of its modules is imported")
 
 
-@pytest.mark.parametrize("first", ["mechanisms", "policies", "accountant.ledger",
-                                   "accountant.composition", "accountant.audit", "accountant.cli"])
+@pytest.mark.parametrize("first", ["dpbudget.mechanisms", "dpbudget.policies", "dpbudget.accountant.ledger",
+                                   "dpbudget.accountant.composition", "dpbudget.accountant.audit", "dpbudget.accountant.cli"])
 def test_each_package_imports_alone_in_a_fresh_interpreter(first: str) -> None:
     """No import-order workaround: any package imported first, alone, loads; and the lower layers
     never drag in the gate."""
     code = (f"import sys, {first}\n"
-            "from accountant import Accountant, Budget\n"
-            "from mechanisms import Laplace\n"
-            "print(sorted(m for m in sys.modules if m in ('accountant.gate', 'accountant.core')))")
-    lower = first in ("mechanisms", "policies", "accountant.ledger", "accountant.composition")
+            "from dpbudget.accountant import Accountant, Budget\n"
+            "from dpbudget.mechanisms import Laplace\n"
+            "print(sorted(m for m in sys.modules if m in ('dpbudget.accountant.gate', 'dpbudget.accountant.core')))")
+    lower = first in ("dpbudget.mechanisms", "dpbudget.policies", "dpbudget.accountant.ledger", "dpbudget.accountant.composition")
     if lower:
         code = f"import sys, {first}\nprint(sorted(m for m in sys.modules " \
-               "if m.startswith(('accountant.gate', 'accountant.core', 'accountant.planner'))))"
+               "if m.startswith(('dpbudget.accountant.gate', 'dpbudget.accountant.core', 'dpbudget.accountant.planner'))))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
-    assert out == ("[]" if lower else "['accountant.core', 'accountant.gate']")
+    assert out == ("[]" if lower else "['dpbudget.accountant.core', 'dpbudget.accountant.gate']")
+
+
+def test_one_import_name() -> None:
+    """Every import names ``dpbudget.*``: installed, ``accountant``, ``mechanisms`` and ``policies``
+    do not exist at the top level, and in a checkout importing one by its folder's name would load
+    a second copy of its modules, with classes of their own."""
+    bare = re.compile(r"^\s*(?:>>> |\.\.\. )?(?:from|import)\s+"
+                      r"(?:accountant|mechanisms|policies|dpbudget_examples)\b", re.MULTILINE)
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
+    for folder in (*FOLDERS, "tests", "examples", "benchmarks"):
+        files += (ROOT / folder).rglob("*.py")
+    offenders = [str(f.relative_to(ROOT)) for f in files if bare.search(f.read_text("utf-8"))]
+    assert not offenders, f"import these through dpbudget.*: {offenders}"

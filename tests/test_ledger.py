@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from accountant import InvalidArgumentError, InvalidTypeError, LedgerError, PrivacyError
-from accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
+from dpbudget.accountant import InvalidArgumentError, InvalidTypeError, LedgerError, PrivacyError
+from dpbudget.accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
 from tests.contracts import LedgerContract, fields
 
 

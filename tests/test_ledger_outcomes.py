@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 import dpbudget as dp
-from accountant import Accountant, Budget, LedgerError, LedgerUnconfirmedError
-from accountant.ledger import sqlite as sqlite_module
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.ledger import sqlite as sqlite_module
+from dpbudget.mechanisms import Laplace
 from tests.test_group_commit import _Watched
 
 CANARY = 987654.321  # the true answer: never in a message
@@ -164,7 +164,7 @@ def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
         dsn: str, postgres_database: str) -> None:
     """The session dies before the commit's round trip: the ledger cannot tell whether the
     COMMIT ran, so the debit may stand — unconfirmed, never the plain type."""
-    from accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
     from tests.test_postgres_resilience import sessions_killed_before_each_write
 
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
@@ -181,7 +181,7 @@ def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
 @pytest.mark.postgres
 def test_postgres_a_flush_whose_session_ended_is_unconfirmed(dsn: str) -> None:
     """A deferred commit whose flushing session is gone (``postgres_sync``) is never confirmed."""
-    from accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
 
     ledger = PostgresLedger(dsn)
     with pytest.raises(LedgerUnconfirmedError, match="the session that was to flush it ended"):

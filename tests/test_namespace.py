@@ -7,9 +7,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import accountant
-import mechanisms
-import policies
+from dpbudget import accountant
+from dpbudget import mechanisms
+from dpbudget import policies
 
 import dpbudget as dp
 
@@ -29,30 +29,30 @@ _NOT_EXPORTED = {"AccountSpec", "policy_accounts"}
 
 def test_the_names_are_the_packages_objects() -> None:
     assert dp.Accountant is accountant.Accountant and dp.Laplace is mechanisms.Laplace
-    assert dp.Policy is policies.Policy and dp.audit.__module__ == "accountant.audit"
+    assert dp.Policy is policies.Policy and dp.audit.__module__ == "dpbudget.accountant.audit"
 
 
 def test_version_and_types() -> None:
     assert dp.__version__ == metadata.version("dpbudget")
     assert (Path(dp.__file__).parent / "py.typed").is_file()
-    out = subprocess.run([sys.executable, "-m", "accountant.cli", "--version"],
+    out = subprocess.run([sys.executable, "-m", "dpbudget.accountant.cli", "--version"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == f"dpbudget {dp.__version__}"
 
 
 def test_importing_dpbudget_loads_nothing_heavy() -> None:
     code = ("import sys, dpbudget; "
-            "print(any(m.startswith(('accountant.core', 'scipy')) for m in sys.modules))")
+            "print(any(m.startswith(('dpbudget.accountant.core', 'scipy')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
 
 
 def test_cli_help_lists_every_audit_exit_bit_and_has_no_markup() -> None:
-    from accountant.audit_report import EXIT_BITS
+    from dpbudget.accountant.audit_report import EXIT_BITS
 
     def help_of(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "accountant.cli", *args, "--help"],
+        return subprocess.run([sys.executable, "-m", "dpbudget.accountant.cli", *args, "--help"],
                               capture_output=True, text=True, check=True).stdout
 
     audit_help = help_of("audit")
@@ -74,7 +74,7 @@ def test_notebook_tables_show_spend_and_never_data(tmp_path: Path) -> None:
                      dp.Budget(0.5, 1e-6)._repr_html_(), dp.audit(url)._repr_html_()):
             assert html.startswith("<table>") and "987654" not in html
         assert "dataset:people" in acc._repr_html_()
-    from accountant.html import table
+    from dpbudget.accountant.html import table
 
     assert "<td>a&lt;b&gt;</td>" in table(("x",), [("a<b>",)])  # every cell escaped
 

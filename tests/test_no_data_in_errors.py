@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, PrivacyError
-from mechanisms import (
+from dpbudget.accountant import Accountant, Budget, PrivacyError
+from dpbudget.mechanisms import (
     AboveThreshold,
     AnalyticGaussian,
     DiscreteGaussian,
@@ -175,7 +175,7 @@ def test_the_canary_never_leaks(call: Callable[[Accountant], Any],
 
 def test_the_canary_test_can_fail() -> None:
     """Negative control: an error that does show its value is caught by the same check."""
-    from accountant import InvalidArgumentError
+    from dpbudget.accountant import InvalidArgumentError
 
     err = InvalidArgumentError("value", CANARY, "anything")  # the parameter form shows values
     assert _leaks(str(err))

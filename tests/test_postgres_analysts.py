@@ -22,7 +22,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     AnalystMismatchError,
     Budget,
@@ -30,12 +30,12 @@ from accountant import (
     LedgerError,
     UnknownAnalystError,
 )
-from accountant.audit import audit
-from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.record import canonical, record_hash
-from accountant.refusals import REFUSAL_LOGGER
-from mechanisms import Laplace
-from policies.policy import Policy
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.accountant.ledger.record import canonical, record_hash
+from dpbudget.accountant.refusals import REFUSAL_LOGGER
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.policy import Policy
 from tests.support import snapshot
 from tests.test_postgres_roles import Deployment
 

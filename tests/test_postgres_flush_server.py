@@ -15,12 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.ledger import postgres_sync
-from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.postgres_session import SERVER
-from accountant.ledger.postgres_sync import Flusher, WaitedLock
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.ledger import postgres_sync
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.accountant.ledger.postgres_session import SERVER
+from dpbudget.accountant.ledger.postgres_sync import Flusher, WaitedLock
+from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
 pytestmark = pytest.mark.postgres

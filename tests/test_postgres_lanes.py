@@ -15,14 +15,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.audit import audit
-from accountant.ledger import SqliteLedger
-from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.record import GENESIS, canonical, export_line, record_hash
-from accountant.transfer import export_jsonl, import_jsonl
-from mechanisms import Laplace
-from policies import Policy
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.accountant.ledger.record import GENESIS, canonical, export_line, record_hash
+from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies import Policy
 from tests.conftest import _fresh_schema
 from tests.support import assert_chain
 from tests.support import OWNER
@@ -245,7 +245,7 @@ def _export(dsn: str, tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def _sparse() -> Any:
-    from mechanisms import AboveThreshold
+    from dpbudget.mechanisms import AboveThreshold
 
     return AboveThreshold(epsilon=0.2, threshold=10.0)
 
@@ -379,7 +379,7 @@ def test_an_account_row_rewound_by_the_owner_is_refused_on_opening(dsn: str) -> 
         conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
         conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
                      "'dataset:a'", (canonical(state), earlier[0]))
-    from accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
@@ -429,7 +429,7 @@ def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) ->
         conn.execute("SET session_replication_role = replica")
         conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
                      "'dataset:a'", (canonical(state), first[0]))
-    from accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
@@ -474,7 +474,7 @@ def test_an_account_row_deleted_by_the_owner_is_refused_on_opening(dsn: str) -> 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
         conn.execute("DELETE FROM dpbudget_accounts WHERE key = 'dataset:a'")
-    from accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):

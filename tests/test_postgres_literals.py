@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.audit import audit
-from accountant.ledger.postgres import PostgresLedger
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
 pytestmark = pytest.mark.postgres

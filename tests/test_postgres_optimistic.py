@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, PolicyChangedError
-from accountant.audit import audit
-from accountant.ledger.postgres import PostgresLedger
-from mechanisms import Laplace
-from policies.policy import Policy
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, PolicyChangedError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.policy import Policy
 from tests.conftest import _fresh_schema
 from tests.support import OWNER
 
@@ -97,7 +97,7 @@ def test_a_stale_debit_is_always_redone_whatever_the_flag_says(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The redo does not depend on a flag another thread may have changed meanwhile: a
     LedgerStaleError (nothing written) is redone, and the release is charged once."""
-    from accountant.errors import LedgerStaleError
+    from dpbudget.accountant.errors import LedgerStaleError
 
     acc = Accountant(Budget(1.0), rng=0)  # (in memory: the gate's logic alone)
     ledger = acc.ledger

@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError
-from accountant.audit import audit
-from accountant.ledger.postgres import PostgresLedger
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
 pytestmark = pytest.mark.postgres

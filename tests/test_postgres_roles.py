@@ -14,12 +14,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, LedgerError, PolicyChangedError
-from accountant.audit import audit
-from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.postgres_schema import grant_statements
-from accountant.ledger.record import canonical, record_hash
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, LedgerError, PolicyChangedError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.accountant.ledger.postgres_schema import grant_statements
+from dpbudget.accountant.ledger.record import canonical, record_hash
+from dpbudget.mechanisms import Laplace
 from tests.support import OWNER
 
 pytestmark = pytest.mark.postgres
@@ -327,7 +327,7 @@ def test_a_writer_cannot_raise_the_limits_by_appending_a_policy_record(
 
 
 def test_the_owner_applies_a_new_policy_and_writers_follow_it(deployment: Deployment) -> None:
-    from policies.policy import Policy
+    from dpbudget.policies.policy import Policy
 
     def policy(epsilon: float) -> Policy:
         return Policy.model_validate({"datasets": {"default": {"limit": {"epsilon": epsilon}}}})

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from accountant import LedgerError
-from accountant.ledger import postgres_sync
-from accountant.ledger.postgres_sync import Flusher, PgSync, WaitedLock
+from dpbudget.accountant import LedgerError
+from dpbudget.accountant.ledger import postgres_sync
+from dpbudget.accountant.ledger.postgres_sync import Flusher, PgSync, WaitedLock
 
 
 class _Error(Exception):

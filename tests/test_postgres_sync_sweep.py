@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from accountant import LedgerError
-from accountant.ledger import postgres_sync
-from accountant.ledger.postgres_sync import WaitedLock
-from accountant.ledger.transaction import Scope, release_fully
+from dpbudget.accountant import LedgerError
+from dpbudget.accountant.ledger import postgres_sync
+from dpbudget.accountant.ledger.postgres_sync import WaitedLock
+from dpbudget.accountant.ledger.transaction import Scope, release_fully
 from tests.test_postgres_sync_races import _Conn
 from tests.test_postgres_sync_races import _Ledger as RacesLedger
 

@@ -17,12 +17,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, LedgerError
-from accountant.audit import audit
-from accountant.ledger import postgres_sync
-from accountant.ledger.postgres import PostgresLedger
-from accountant.ledger.postgres_sync import Flusher, PgSync, WaitedLock
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.ledger import postgres_sync
+from dpbudget.accountant.ledger.postgres import PostgresLedger
+from dpbudget.accountant.ledger.postgres_sync import Flusher, PgSync, WaitedLock
+from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
 pytestmark = pytest.mark.postgres
@@ -435,7 +435,7 @@ def test_a_deferred_debit_keeps_the_next_one_to_one_round_trip(
 def test_an_unlogged_ledger_table_is_set_logged_again_by_its_owner(dsn: str) -> None:
     """An unlogged table skips the wait for the disk (and loses its rows in a crash): the ledger
     is not current until its owner's next open makes it logged again."""
-    from accountant.ledger.postgres_schema import _current
+    from dpbudget.accountant.ledger.postgres_schema import _current
 
     PostgresLedger(dsn).close()
     with psycopg.connect(dsn, autocommit=True) as owner:
@@ -451,7 +451,7 @@ def test_an_unlogged_ledger_table_is_set_logged_again_by_its_owner(dsn: str) -> 
 def test_a_schema_whose_name_has_quotes_is_created_and_set_logged(
         postgres_database: str) -> None:
     """The DDL names the ledger's schema inside SQL strings too (the sequence's): quoted there."""
-    from accountant.ledger.postgres_schema import _current
+    from dpbudget.accountant.ledger.postgres_schema import _current
 
     with psycopg.connect(postgres_database, autocommit=True) as admin:
         admin.execute('CREATE SCHEMA "we\'ird""x"')

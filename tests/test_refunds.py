@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, LedgerError
-from accountant.audit import EXIT_BITS, audit
-from accountant.transfer import export_jsonl
-from mechanisms import Laplace
-from mechanisms.base import NumericMechanism
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, LedgerError
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.mechanisms import Laplace
+from dpbudget.mechanisms.base import NumericMechanism
 from tests.support import snapshot
 
 
@@ -114,7 +114,7 @@ def test_running_totals_reset_by_hand_are_caught_when_the_ledger_opens(tmp_path:
     through. A new accountant on the ledger refuses to open it."""
     import sqlite3
 
-    from accountant import LedgerCorruptedError
+    from dpbudget.accountant import LedgerCorruptedError
 
     path = tmp_path / "b.db"
     with Accountant(Budget(1.0), ledger=path, rng=0, simulation=True) as acc:
@@ -129,7 +129,7 @@ def test_running_totals_reset_by_hand_are_caught_when_the_ledger_opens(tmp_path:
 def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
     import shutil
 
-    from accountant import LedgerError
+    from dpbudget.accountant import LedgerError
 
     path = tmp_path / "b.db"
     acc = Accountant(Budget(1.0), ledger=path, rng=0, simulation=True)

@@ -1,4 +1,4 @@
-"""``mechanisms.Sampler``: the one place noise is drawn. Seeded KS tests of every distribution with
+"""``dpbudget.mechanisms.Sampler``: the one place noise is drawn. Seeded KS tests of every distribution with
 a stated α and a power check on both sides, the OS-CSPRNG path, shapes and types, reproducibility,
 and typed rejection of bad ``rng`` arguments."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import InvalidArgumentError, InvalidTypeError, PrivacyError
-from mechanisms import Sampler
+from dpbudget.accountant import InvalidArgumentError, InvalidTypeError, PrivacyError
+from dpbudget.mechanisms import Sampler
 from tests.support import SEED
 
 N = 20_000

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from accountant import opening
-from accountant.audit import EXIT_BITS, audit
-from accountant.cli import main as cli
-from accountant.ledger import Ledger, MemoryLedger, SqliteLedger, canonical
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant import opening
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.ledger import Ledger, MemoryLedger, SqliteLedger, canonical
+from dpbudget.mechanisms import Laplace
 from tests.support import OWNER
 
 SECRET = 123.456
@@ -194,7 +194,7 @@ def test_a_simulation_ledger_without_a_seed_is_created_by_the_flag_alone(tmp_pat
 
 def test_the_demo_with_a_seed_runs_on_a_simulation_ledger(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dpbudget_examples.demo import main as demo
+    from dpbudget.examples.demo import main as demo
 
     seeded, plain = tmp_path / "seeded.db", tmp_path / "plain.db"
     assert demo(["--ledger", str(seeded), "--seed", "3"]) == 0

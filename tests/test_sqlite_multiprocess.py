@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.ledger import SqliteLedger
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.mechanisms import Laplace
 from tests.support import SEED, assert_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = textwrap.dedent("""
     import json, os, sys, time
-    from accountant import Accountant, Budget, BudgetExceededError
-    from mechanisms import Laplace
+    from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+    from dpbudget.mechanisms import Laplace
 
     path, releases, go, open_first = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     acc = None
@@ -88,8 +88,8 @@ def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
         parent.release(Laplace(0.1), 1.0, dataset="adult")
     child = textwrap.dedent("""
         import json, sys
-        from accountant import Accountant, Budget, BudgetExceededError
-        from mechanisms import Laplace
+        from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+        from dpbudget.mechanisms import Laplace
         acc = Accountant(Budget(1.0), ledger="sqlite:///" + sys.argv[1])
         out = {"spent": acc.spent("adult").epsilon, "seq": acc.ledger.head()[0]}
         try:

@@ -52,8 +52,8 @@ def test_every_package_imports_without_scipy() -> None:
     """Every module that used SciPy imported it at module level; none does now (the mechanisms'
     package face imports every mechanism module, the composition package every rule)."""
     code = ("import mechanisms, policies, accountant.core, accountant.composition, "
-            "accountant.rdp, accountant.composition.bounds, accountant.composition.privacy_loss, "
-            "mechanisms.calibration, mechanisms.discrete, mechanisms.sampling")
+            "dpbudget.accountant.rdp, accountant.composition.bounds, accountant.composition.privacy_loss, "
+            "dpbudget.mechanisms.calibration, mechanisms.discrete, mechanisms.sampling")
     assert _loaded(code) == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     InvalidArgumentError,
@@ -19,9 +19,9 @@ from accountant import (
     noise_for_steps,
     noisy_gradient_descent,
 )
-from accountant.audit import audit
-from accountant.training import logistic_gradients
-from mechanisms import SubsampledGaussian
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.training import logistic_gradients
+from dpbudget.mechanisms import SubsampledGaussian
 
 LIMIT = Budget(3.0, 1e-5)
 rng = np.random.default_rng(0)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.estimator import LogisticRegression
-from accountant.training import dp_sgd
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.estimator import LogisticRegression
+from dpbudget.accountant.training import dp_sgd
 
 SECRET = np.array([123.456, 789.012, 345.678])
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-import accountant.errors as errors
-from accountant import Accountant, Budget, BudgetExceededError
-from mechanisms import Laplace
+import dpbudget.accountant.errors as errors
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parents[1]
 

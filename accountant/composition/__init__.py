@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant.composition.advanced import AdvancedComposition
-from accountant.composition.base import CompositionRule, Refused, State
-from accountant.composition.basic import BasicComposition
-from accountant.composition.batch import batch_charge
-from accountant.composition.gaussian import GaussianComposition
-from accountant.composition.optimal import OptimalComposition
-from accountant.composition.pld import PLDComposition
-from accountant.composition.renyi import RenyiComposition, plan_order
-from accountant.errors import (
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition.advanced import AdvancedComposition
+from dpbudget.accountant.composition.base import CompositionRule, Refused, State
+from dpbudget.accountant.composition.basic import BasicComposition
+from dpbudget.accountant.composition.batch import batch_charge
+from dpbudget.accountant.composition.gaussian import GaussianComposition
+from dpbudget.accountant.composition.optimal import OptimalComposition
+from dpbudget.accountant.composition.pld import PLDComposition
+from dpbudget.accountant.composition.renyi import RenyiComposition, plan_order
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     LedgerCorruptedError,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from accountant import _numeric
-from accountant.charge import Charge
+from dpbudget.accountant import _numeric
+from dpbudget.accountant.charge import Charge
 
 __all__ = ["batch_charge"]
 

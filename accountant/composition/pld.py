@@ -3,7 +3,7 @@ distribution.
 
 Invariant: every admitted release is charged exactly the declared step (the Poisson-subsampled
 Gaussian at rate q, noise multiplier z); at most k_max releases are admitted, k_max fixed once at
-construction from the pessimistic PLD (:mod:`accountant.composition.privacy_loss`).
+construction from the pessimistic PLD (:mod:`dpbudget.accountant.composition.privacy_loss`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from accountant import _validate, rdp
-from accountant.budget import Budget
-from accountant.charge import Charge
-from accountant.composition import privacy_loss
-from accountant.composition.base import CompositionRule, State, _budget, check_charge
-from accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant import _validate, rdp
+from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import privacy_loss
+from dpbudget.accountant.composition.base import CompositionRule, State, _budget, check_charge
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["PLDComposition"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from accountant.errors import InvalidArgumentError, InvalidTypeError
-from accountant.ledger.base import Account, Entry, Ledger, Transaction
-from accountant.ledger.memory import MemoryLedger
-from accountant.ledger.record import (
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.ledger.base import Account, Entry, Ledger, Transaction
+from dpbudget.accountant.ledger.memory import MemoryLedger
+from dpbudget.accountant.ledger.record import (
     FORMAT_VERSION,
     GENESIS,
     KEY_ENV,
@@ -21,7 +21,7 @@ from accountant.ledger.record import (
     export_line,
     record_hash,
 )
-from accountant.ledger.sqlite import SqliteLedger
+from dpbudget.accountant.ledger.sqlite import SqliteLedger
 
 __all__ = [
     "FORMAT_VERSION", "GENESIS", "KEY_ENV", "Account", "Entry", "Ledger", "MemoryLedger", "SqliteLedger",
@@ -54,7 +54,7 @@ def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None", *,
     if ledger.startswith("sqlite:///"):
         return SqliteLedger(ledger[len("sqlite:///"):], create=create)
     if ledger.startswith(("postgresql://", "postgres://")):
-        from accountant.ledger.postgres import PostgresLedger  # optional extra, imported on use
+        from dpbudget.accountant.ledger.postgres import PostgresLedger  # optional extra, imported on use
 
         return PostgresLedger(ledger)
     if "://" in ledger or not ledger.strip():

@@ -1,7 +1,7 @@
 """The ledger interface: an append-only, hash-chained log of debits plus each limit's running state.
 
 Invariant: the only way to change a ledger is ``Ledger.transaction()``
-(``accountant.ledger.transaction``), which holds an exclusive lock on what it writes (across
+(``dpbudget.accountant.ledger.transaction``), which holds an exclusive lock on what it writes (across
 threads and, for durable backends, across processes: the whole ledger, or in a ledger of lanes
 each account it writes) from the moment it reads the state to the moment the new record and state
 are committed together. Either both land or neither does, so a check made inside the transaction
@@ -20,12 +20,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from accountant.errors import LedgerCorruptedError, LedgerError
-from accountant.ledger import table_sum
-from accountant.ledger.entry import Account, Entry
-from accountant.ledger.record import GENESIS, auth_name, key_from_env, time_micros
-from accountant.ledger.transaction import Scope, Transaction
-from accountant.ledger.writer import Writer
+from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.ledger import table_sum
+from dpbudget.accountant.ledger.entry import Account, Entry
+from dpbudget.accountant.ledger.record import GENESIS, auth_name, key_from_env, time_micros
+from dpbudget.accountant.ledger.transaction import Scope, Transaction
+from dpbudget.accountant.ledger.writer import Writer
 
 __all__ = ["Account", "Entry", "Ledger", "Transaction"]
 
@@ -36,10 +36,10 @@ class Ledger(ABC):
 
     url: str
     # Whether other processes (or a later run) can open the same ledger: only then does it store
-    # the policy its limits come from (``accountant.policy_record``).
+    # the policy its limits come from (``dpbudget.accountant.policy_record``).
     durable = True
     optimistic = False  # the transaction begun last read a cache (may end in LedgerStaleError)
-    lanes = False  # linked per account (format 2, ``accountant.ledger.lanes``), not one chain
+    lanes = False  # linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
     # Set by ``Scope.begin``: the transaction begun must read the time in force (a debit on
     # windows or blocks): a backend whose optimistic begin reads nothing then reads.
@@ -66,7 +66,7 @@ class Ledger(ABC):
         return stored is not None and stored.hash == entry.hash
 
     def _writer_key(self) -> str | None:
-        """What identifies this ledger to its process's writer (``accountant.ledger.writer``):
+        """What identifies this ledger to its process's writer (``dpbudget.accountant.ledger.writer``):
         its URL when durable (every object on it shares one writer), else None (its own)."""
         return self.url if self.durable else None
 
@@ -79,14 +79,14 @@ class Ledger(ABC):
     def authenticated_analyst(self) -> str | None:
         """The analyst the ledger's storage itself authenticated, read once when it opened: every
         release through this ledger is charged to it, whatever name the caller passes
-        (``accountant.planner``). None where the storage authenticates no one (SQLite, memory):
+        (``dpbudget.accountant.planner``). None where the storage authenticates no one (SQLite, memory):
         there the ``analyst=`` a caller passes stands (docs/threat-model.md)."""
         return None
 
     @property
     def simulation(self) -> bool:
         """Whether this ledger was created for simulation: its first record, authentic, says so
-        (``"simulation": true``, ``accountant.ledger.record``). Only such a ledger takes seeded
+        (``"simulation": true``, ``dpbudget.accountant.ledger.record``). Only such a ledger takes seeded
         noise among durable ones (``Accountant(..., simulation=True)``). Being the first
         record's, it is fixed when the ledger is created: no later record makes a ledger one,
         none makes it stop being one. One read of the first record (not on any release's path).
@@ -168,7 +168,7 @@ class Ledger(ABC):
         the ledger. O(number of accounts).
 
         In a ledger of one chain the rows must also be the whole table the chain commits to:
-        their sum must equal the head record's ``table`` (``accountant.ledger.table_sum``), which
+        their sum must equal the head record's ``table`` (``dpbudget.accountant.ledger.table_sum``), which
         shows a row rewound to an earlier record, deleted or added by hand. Each record a row
         names must be authentic (its hash; an HMAC on a keyed ledger).
 
@@ -214,7 +214,7 @@ class Ledger(ABC):
 
     def _locks(self) -> tuple[Any, ...]:
         """Every lock a thread of this object may hold: what ``Scope.abandon`` frees, after
-        an interrupt, whatever it interrupted (``accountant.ledger.transaction``)."""
+        an interrupt, whatever it interrupted (``dpbudget.accountant.ledger.transaction``)."""
         return (self._lock,)
 
     def _after_fork(self) -> None:

@@ -1,5 +1,5 @@
 """Lanes: a ledger linked per account (record format 2), so that debits on different accounts
-append in parallel — the PostgreSQL ledger's layout (``accountant.ledger.postgres``).
+append in parallel — the PostgreSQL ledger's layout (``dpbudget.accountant.ledger.postgres``).
 
 A ledger of one chain (format 1: ``prev``, the hash of the record before) makes every debit wait
 for the one before it, whatever it charges. In a ledger of lanes every account has its own chain,
@@ -43,9 +43,9 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
   after it names it in ``reads``, which must be the lane's last record: deleting it is seen there.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
   what that record wrote (``Ledger.check_accounts``) and against its lane's last record
-  (``accountant.ledger.postgres_lanes.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
+  (``dpbudget.accountant.ledger.postgres_lanes.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
   undeleted, for every role but the owner. One chain also pinned the whole table to its head
-  record (``accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
+  record (``dpbudget.accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
   rewound together with its lane by the tables' owner (who can disable the triggers) is a
   truncated lane, seen by the audit when a later record links or reads past it.
 
@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from accountant.ledger.record import GENESIS, canonical
+from dpbudget.accountant.ledger.record import GENESIS, canonical
 
 __all__ = ["FORMAT", "START", "links_member", "read_links"]
 

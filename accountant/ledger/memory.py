@@ -14,8 +14,8 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from accountant.errors import LedgerError
-from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 
 __all__ = ["MemoryLedger"]
 

@@ -1,7 +1,7 @@
 """The PostgreSQL ledger: the scale-out backend, for many processes on many machines.
 
 Same records and account states as the SQLite ledger, but linked per account (record format 2,
-``accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
+``dpbudget.accountant.ledger.lanes``) instead of in one chain, so that debits on different accounts append
 in parallel. A debit is one transaction that first locks its accounts' lanes (advisory locks, in
 one order: ``postgres_lanes.locks``) and the policy's lane (shared), so that a check made on the
 states it read is still true when it commits; its time is the server's (``postgres_time``). The
@@ -12,7 +12,7 @@ server's lane trigger and redone by the gate on fresh reads if another writer mo
 
 The server guards the tables itself, against clients that bypass dpbudget with raw SQL as well:
 triggers keep the records append-only and correctly linked on every lane, and every account's row
-equal to what its last record wrote, never decreasing (``accountant.ledger.postgres_schema``). The
+equal to what its last record wrote, never decreasing (``dpbudget.accountant.ledger.postgres_schema``). The
 tables' owner creates them; processes that run the gate can open the ledger as a role that owns
 nothing (docs/postgres-deployment.md).
 
@@ -27,17 +27,17 @@ import zlib
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from accountant.errors import LedgerError, LedgerStaleError, LedgerUnconfirmedError
-from accountant.ledger.base import Account, Entry
-from accountant.ledger.lanes import FORMAT, START
-from accountant.ledger.postgres_lanes import locks, reads
-from accountant.ledger.postgres_schema import prepare
-from accountant.ledger.postgres_reads import PgReads
-from accountant.ledger.postgres_session import _INHERITED, PgSession
-from accountant.ledger.postgres_sync import FLUSH, PgSync, WaitedLock
-from accountant.ledger.postgres_time import PgTime, lane_time
-from accountant.ledger.record import float_object
-from accountant.ledger.sql import SqlLedger, _account
+from dpbudget.accountant.errors import LedgerError, LedgerStaleError, LedgerUnconfirmedError
+from dpbudget.accountant.ledger.base import Account, Entry
+from dpbudget.accountant.ledger.lanes import FORMAT, START
+from dpbudget.accountant.ledger.postgres_lanes import locks, reads
+from dpbudget.accountant.ledger.postgres_schema import prepare
+from dpbudget.accountant.ledger.postgres_reads import PgReads
+from dpbudget.accountant.ledger.postgres_session import _INHERITED, PgSession
+from dpbudget.accountant.ledger.postgres_sync import FLUSH, PgSync, WaitedLock
+from dpbudget.accountant.ledger.postgres_time import PgTime, lane_time
+from dpbudget.accountant.ledger.record import float_object
+from dpbudget.accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PostgresLedger"]
 
@@ -73,7 +73,7 @@ class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
         timeout: seconds to wait for another writer's lock, for a connection, or for a server
             that stopped answering, before a typed ``LedgerError`` (nothing is written).
         hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
-            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
+            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``dpbudget.accountant.ledger.record``.
 
     Raises:
         LedgerError: psycopg is not installed, the server cannot be reached, the database holds
@@ -138,7 +138,7 @@ class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
         self._lock.forget_waiters()
 
     def _writer_key(self) -> str | None:
-        """None: each object is a writer of its own (``accountant.ledger.writer``). A writer's
+        """None: each object is a writer of its own (``dpbudget.accountant.ledger.writer``). A writer's
         count moves one transaction at a time, and two objects' transactions on other lanes run
         at once here: sharing one count, they could give two records the same number."""
         return None
@@ -310,7 +310,7 @@ class PostgresLedger(PgTime, PgReads, PgSync, PgSession, SqlLedger):
         one round trip, with the lanes' locks held only until the commit, not through the disk
         write: group commit across processes. While other threads wait for this object, the
         wait for the disk is left to ``_sync`` (the token returned), after the object is
-        released: group commit across threads (``accountant.ledger.postgres_sync``).
+        released: group commit across threads (``dpbudget.accountant.ledger.postgres_sync``).
 
         The transaction commits asynchronously, which releases its locks as soon as its commit
         record is in the write-ahead log; the statement after it (one row of ``dpbudget_flush``

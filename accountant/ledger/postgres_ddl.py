@@ -1,6 +1,6 @@
 """The PostgreSQL ledger's tables, server functions and triggers, as SQL (``{S}``: the schema;
 ``{V}``: the schema version; ``{TRIGGERS}``: the trigger statements). Applied and explained by
-``accountant.ledger.postgres_schema``; the lanes by ``accountant.ledger.lanes``."""
+``dpbudget.accountant.ledger.postgres_schema``; the lanes by ``dpbudget.accountant.ledger.lanes``."""
 
 DDL = """
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

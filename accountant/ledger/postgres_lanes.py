@@ -1,4 +1,4 @@
-"""The PostgreSQL ledger's lanes (``accountant.ledger.lanes``): the locks a debit takes on them,
+"""The PostgreSQL ledger's lanes (``dpbudget.accountant.ledger.lanes``): the locks a debit takes on them,
 and the check of the account rows against them when a ledger opens."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from accountant.errors import LedgerCorruptedError
-from accountant.ledger import table_sum
+from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.ledger import table_sum
 
 __all__ = ["check_rows", "locks", "reads"]
 
@@ -38,7 +38,7 @@ def reads(every: str, spare: str) -> str:
     array), one ``('s', NULL, the record's number, the server's clock in microseconds, NULL,
     NULL)`` — ``spare`` (an SQL number or NULL) while above every locked lane's last, else a new
     one — and ``('a', key, seq, rule, config, state)`` for each account of ``every``
-    (``accountant.ledger.postgres_time`` says why the times)."""
+    (``dpbudget.accountant.ledger.postgres_time`` says why the times)."""
     return ("SELECT 'l', l.key, l.seq, l.hash, (SELECT e.record::jsonb ->> 'time' FROM "
             f"dpbudget_entries e WHERE e.seq = l.seq), NULL FROM dpbudget_lanes l WHERE l.key = "
             f"ANY({every}) UNION ALL SELECT 's', NULL, CASE WHEN {spare} > coalesce((SELECT "

@@ -1,14 +1,14 @@
 """The PostgreSQL ledger's reads outside a transaction (a mixin of
-``accountant.ledger.postgres.PostgresLedger``): each on this process's live session, and an
+``dpbudget.accountant.ledger.postgres.PostgresLedger``): each on this process's live session, and an
 audit's records and rows in one snapshot."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from accountant.ledger.entry import Account, Entry
-from accountant.ledger.postgres_lanes import check_rows
-from accountant.ledger.sql import SqlLedger, _account
+from dpbudget.accountant.ledger.entry import Account, Entry
+from dpbudget.accountant.ledger.postgres_lanes import check_rows
+from dpbudget.accountant.ledger.sql import SqlLedger, _account
 
 __all__ = ["PgReads"]
 

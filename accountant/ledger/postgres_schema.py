@@ -5,7 +5,7 @@ deployment in which analysts cannot write the ledger except through the gate
 The triggers hold for any client, including one that bypasses dpbudget with raw SQL:
 
 - ``entries`` is append-only (no UPDATE, DELETE or TRUNCATE), and an inserted record must be the
-  next link of every lane it is on (``accountant.ledger.lanes``): for each account it lists and
+  next link of every lane it is on (``dpbudget.accountant.ledger.lanes``): for each account it lists and
   each other lane it names, its link is the ``(seq, hash)`` of that lane's last record, which it
   then becomes (``dpbudget_lanes``, written only by the trigger, as the owner); its ``seq`` is
   above each lane's last; an unkeyed record's hash is its SHA-256, and no account it lists has a
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accountant.errors import LedgerError
-from accountant.ledger.postgres_ddl import DDL
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.postgres_ddl import DDL
 
 __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "prepare", "quote_ident"]
 

@@ -1,7 +1,7 @@
 """The PostgreSQL ledger's session: one connection per process (never a parent's after
 ``fork()``), replaced when it was lost between transactions, with timeouts on every wait, and the
 one-round-trip statement path every debit takes (``_raw``: libpq itself, literals escaped by
-libpq). Used by ``accountant.ledger.postgres.PostgresLedger``."""
+libpq). Used by ``dpbudget.accountant.ledger.postgres.PostgresLedger``."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import os
 import select
 from typing import Any
 
-from accountant.errors import LedgerError
-from accountant.ledger.entry import Account
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.entry import Account
 
 __all__ = ["BACKEND", "SERVER", "PgSession", "readable"]
 
 # Which server a session reached: its address, port and start time (a restart changes the last,
 # in a form no session setting changes). A session after a restart, or elsewhere, is another
-# server: it cannot flush this one's commits (``accountant.ledger.postgres_sync``).
+# server: it cannot flush this one's commits (``dpbudget.accountant.ledger.postgres_sync``).
 SERVER = ("concat_ws(' ', inet_server_addr(), inet_server_port(), "
           "extract(epoch FROM pg_postmaster_start_time()))")
 # Which backend serves a session: its process and when it started. A server that recovers from a
 # crashed backend keeps its start time (the postmaster lives on: ``restart_after_crash``) but ends
 # every session and loses what was not on disk; a session a pooler opens after that has a new
-# backend, so a session's flush checks this too (``accountant.ledger.postgres_sync``).
+# backend, so a session's flush checks this too (``dpbudget.accountant.ledger.postgres_sync``).
 BACKEND = ("concat_ws(' ', pg_backend_pid(), (SELECT extract(epoch FROM backend_start) FROM "
            "pg_stat_activity WHERE pid = pg_backend_pid()))")
 
@@ -69,7 +69,7 @@ class PgSession:
 
     def _open_session(self) -> tuple[Any, str]:
         """A connection with the settings above (also the flushing session's,
-        ``accountant.ledger.postgres_sync``), and which server it reached: its address, port and
+        ``dpbudget.accountant.ledger.postgres_sync``), and which server it reached: its address, port and
         start time (a session elsewhere, or after a restart, cannot flush this one's commits)."""
         conn, server, _ = self._session()
         return conn, server

@@ -1,7 +1,7 @@
 """Group commit between the threads of one ``PostgresLedger``: a commit made while other threads
 wait for the object leaves its flush until the object is released, and runs it on a session of
 its own, where one flush covers every commit before it began. (The SQLite ledger's ``_sync`` does
-the same with ``fsync``: ``accountant.ledger.sqlite``.)
+the same with ``fsync``: ``dpbudget.accountant.ledger.sqlite``.)
 
 Why: one ``PostgresLedger`` has one session, so its threads take turns on it. A lone thread's
 debit flushes in its own round trip (``PostgresLedger._commit``); with that flush inside the turn,
@@ -27,9 +27,9 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from accountant.errors import LedgerError, LedgerUnconfirmedError
-from accountant.ledger.postgres_session import BACKEND, SERVER, readable
-from accountant.ledger.transaction import release_fully
+from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.ledger.postgres_session import BACKEND, SERVER, readable
+from dpbudget.accountant.ledger.transaction import release_fully
 
 __all__ = ["FLUSH", "Flusher", "PgSync", "WaitedLock"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from accountant.errors import LedgerError
-from accountant.ledger.record import time_micros
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.record import time_micros
 
 __all__ = ["PgTime", "lane_time"]
 

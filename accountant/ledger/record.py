@@ -21,9 +21,9 @@ Rényi curve ``[kind, parameters...]``, only when the mechanism declares one), `
 ``float-seeded``; a batch with any float member says float; records written before this member
 existed have none, and the audit counts them as ``unrecorded``), ``writer`` (``id``: a random
 id of this process's writer of this ledger, new in each process; ``n``: that writer's count of records,
-1, 2, ...; absent from records written before this member existed; ``accountant.ledger.writer``),
+1, 2, ...; absent from records written before this member existed; ``dpbudget.accountant.ledger.writer``),
 ``table`` (durable ledgers only: the running commitment to the accounts table,
-``accountant.ledger.table_sum``), and ``prev``.
+``dpbudget.accountant.ledger.table_sum``), and ``prev``.
 
 Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
@@ -41,7 +41,7 @@ need different charges for different accounts is written as several records. Add
   ``cost`` (its allocation) and ``accounts`` (the parent accounts it was debited from); no
   ``mechanism``.
 
-Account keys (``policies.accounts``): ``global``, ``dataset:NAME``, ``dataset:NAME/analyst:WHO``,
+Account keys (``dpbudget.policies.accounts``): ``global``, ``dataset:NAME``, ``dataset:NAME/analyst:WHO``,
 ``analyst:WHO``, ``pipeline:ID``; a renewal window's account adds ``@<start>+<period>``.
 - ``kind = "session"`` (a sparse-vector session opened, Accountant.session): like a release, its
   whole fixed cost debited once; when closed, a record of ``kind = "session-close"`` with zero
@@ -60,8 +60,8 @@ from datetime import datetime, timezone
 from collections.abc import Mapping
 from typing import Any
 
-from accountant.charge import Charge
-from accountant.errors import InvalidArgumentError
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.errors import InvalidArgumentError
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
@@ -226,7 +226,7 @@ def utc_time(micros: int) -> str:
     """A time in whole microseconds since the epoch, as a JSON string in ISO 8601 UTC with
     microseconds (a record's ``time``; the date part formatted once per second: it is on the hot
     path). ``time_micros`` reads it back exactly, so a record's time is the very instant its
-    windows and blocks were computed from (``accountant.ledger.transaction``)."""
+    windows and blocks were computed from (``dpbudget.accountant.ledger.transaction``)."""
     second, micros = divmod(micros, 1_000_000)
     cached = _clock[0]
     if cached[0] != second:

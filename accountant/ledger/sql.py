@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from accountant.errors import LedgerError
-from accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
-from accountant.ledger.record import FORMAT_VERSION, canonical, float_object
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+from dpbudget.accountant.ledger.record import FORMAT_VERSION, canonical, float_object
 
 __all__ = ["SqlLedger"]
 

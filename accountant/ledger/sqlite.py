@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 from pathlib import Path
 
-from accountant.errors import LedgerError, LedgerUnconfirmedError
-from accountant.ledger import sqlite_fork
-from accountant.ledger.sql import SqlLedger
+from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.ledger import sqlite_fork
+from dpbudget.accountant.ledger.sql import SqlLedger
 
 __all__ = ["SqliteLedger"]
 
@@ -69,7 +69,7 @@ class SqliteLedger(SqlLedger):
         create: create the file and its schema when missing (the default). Readers (audit,
             status, export) pass False: a mistyped path is an error, never a new empty ledger.
         hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
-            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``accountant.ledger.record``.
+            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``dpbudget.accountant.ledger.record``.
 
     Raises:
         LedgerError: the file cannot be opened or is not a dpbudget ledger of a known version.
@@ -129,7 +129,7 @@ class SqliteLedger(SqlLedger):
             pass  # (opened at the first sync)
 
     def _in_this_process(self) -> None:
-        """Refuse a ledger carried into a forked child (``accountant.ledger.sqlite_fork``)."""
+        """Refuse a ledger carried into a forked child (``dpbudget.accountant.ledger.sqlite_fork``)."""
         if self._pid != os.getpid():
             raise LedgerError(sqlite_fork.refusal(self.path))
 
@@ -220,7 +220,7 @@ class SqliteLedger(SqlLedger):
         While a connection is open SQLite never replaces its WAL file, so one with another
         identity means that the files were replaced under it (or deleted by another process's
         SQLite that did not see this connection: one sharing it across ``fork``, which
-        ``accountant.ledger.sqlite_fork`` prevents), and this connection's commits may be in the
+        ``dpbudget.accountant.ledger.sqlite_fork`` prevents), and this connection's commits may be in the
         old, unlinked one. A sync of the new one would confirm nothing of ours: an error
         (``OSError``), never a switch."""
         wal = f"{self.path}-wal"

@@ -21,7 +21,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from accountant.errors import LedgerError
+from dpbudget.accountant.errors import LedgerError
 
 __all__ = ["Reader", "closed", "forked", "opening", "refusal"]
 

@@ -25,8 +25,8 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from accountant.errors import LedgerCorruptedError
-from accountant.ledger.record import record_hash
+from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.ledger.record import record_hash
 
 __all__ = ["MODULUS", "advance", "at_head", "authentic", "check", "member", "read", "term", "total"]
 

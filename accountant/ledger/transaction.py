@@ -1,4 +1,4 @@
-"""``Ledger.transaction()``: the one way to change a ledger (``accountant.ledger.base``), as a
+"""``Ledger.transaction()``: the one way to change a ledger (``dpbudget.accountant.ledger.base``), as a
 context manager or explicit ``begin``/``commit``/``abandon``, and the view inside it."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from accountant.errors import LedgerError
-from accountant.ledger import lanes as _lanes
-from accountant.ledger import table_sum
-from accountant.ledger.entry import Account, Entry
-from accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
-from accountant.ledger.writer import log_records, writer_for
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger import lanes as _lanes
+from dpbudget.accountant.ledger import table_sum
+from dpbudget.accountant.ledger.entry import Account, Entry
+from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
+from dpbudget.accountant.ledger.writer import log_records, writer_for
 
-# The ledger (``accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
+# The ledger (``dpbudget.accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
 __all__ = ["Scope", "Transaction", "release_fully"]
 
 _VERSION = str(FORMAT_VERSION)
@@ -78,7 +78,7 @@ class Transaction:
                 version, sequence number, time and previous hash (or links) are added here.
             accounts: the new state of every account the record charges.
             lanes: lanes the record is on besides its accounts' (a ledger of lanes only,
-                ``accountant.ledger.lanes``; a session's close is on its accounts' lanes).
+                ``dpbudget.accountant.ledger.lanes``; a session's close is on its accounts' lanes).
         """
         ledger = self._ledger
         if len(accounts) > 1 and len({a.key for a in accounts}) != len(accounts):
@@ -216,7 +216,7 @@ class Scope:
               cached: bool = False, timed: bool = False) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
         (an optimisation only: any account can still be read). In a ledger of lanes
-        (``accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
+        (``dpbudget.accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
         those also in ``shared``, locked for reading: writing a lane not locked here may end in
         ``LedgerStaleError`` (another writer moved it; nothing is written). ``cached``: the
         backend may start from what its last commit left (one round trip on PostgreSQL), which

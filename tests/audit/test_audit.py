@@ -11,16 +11,16 @@ import struct
 
 import pytest
 
-from accountant import RULES, Accountant, Budget
-from accountant.audit import EXIT_BITS, audit
-from accountant.cli import main as cli
-from accountant.composition import BasicComposition
-from accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant import RULES, Accountant, Budget
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.composition import BasicComposition
+from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
 from tests.support import release_fields
-from accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
-from accountant.logs import LOGGER_NAME, log_records_to
-from accountant.transfer import export_jsonl, import_jsonl
-from mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
+from dpbudget.accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
+from dpbudget.accountant.logs import LOGGER_NAME, log_records_to
+from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
 
 
 def _ledger(path, n=6, **kw) -> str:
@@ -328,7 +328,7 @@ def test_pipeline_records_replay_and_tally():
 
 
 def test_sparse_vector_session_records_replay():
-    from mechanisms import Sparse
+    from dpbudget.mechanisms import Sparse
 
     acc = Accountant(Budget(2.0), rng=4)
     with acc.session(Sparse(1.0, threshold=50.0, max_positives=2), dataset="d") as svt:
@@ -377,8 +377,8 @@ def test_the_demo_ledger_audits_clean_and_matches_the_accountant(tmp_path):
 
 def test_a_mistyped_ledger_is_an_error_and_nothing_is_created(tmp_path, capsys):
     """``dpbudget audit sqlite:///typo.db`` used to create an empty ledger and exit 0."""
-    from accountant.cli import main
-    from accountant.errors import LedgerError
+    from dpbudget.accountant.cli import main
+    from dpbudget.accountant.errors import LedgerError
 
     typo = tmp_path / "typo.db"
     for location in (f"sqlite:///{typo}", str(typo)):
@@ -393,7 +393,7 @@ def test_a_mistyped_ledger_is_an_error_and_nothing_is_created(tmp_path, capsys):
 def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
     import sqlite3
 
-    from accountant.errors import LedgerError
+    from dpbudget.accountant.errors import LedgerError
 
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
@@ -409,7 +409,7 @@ def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
     acc = Accountant(Budget(1.0), rng=0)
     acc.release(Laplace(0.5), 1.0)
     out = tmp_path / "x.jsonl"
-    from accountant.transfer import export_jsonl
+    from dpbudget.accountant.transfer import export_jsonl
 
     export_jsonl(acc.ledger, out)
     good = out.read_text()
@@ -425,7 +425,7 @@ def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
 
 
 def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
-    from accountant.cli import main
+    from dpbudget.accountant.cli import main
 
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"hash": "x", "record": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
@@ -449,8 +449,8 @@ def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
 def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
     """Review finding (pre-existing): replaying a rule change between rules whose states have
     different shapes raised KeyError out of the report."""
-    from accountant.composition import make_rule
-    from mechanisms import AnalyticGaussian
+    from dpbudget.accountant.composition import make_rule
+    from dpbudget.mechanisms import AnalyticGaussian
 
     ledger = MemoryLedger()
     for name in (first, second):
@@ -464,9 +464,9 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
             account = Account("dataset:d", name, rule.describe(), state, 0)
             text = release_fields(mech, "d", [(rule, account)])
             seq, head = ledger._head()
-            from accountant.ledger.base import Entry
-            from accountant.ledger.record import utc_now as _utc_now
-            from accountant.ledger.record import assemble, record_hash
+            from dpbudget.accountant.ledger.base import Entry
+            from dpbudget.accountant.ledger.record import utc_now as _utc_now
+            from dpbudget.accountant.ledger.record import assemble, record_hash
             body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
                              "time": _utc_now(), "auth": '"sha256"'})
             ledger._write_entry(Entry(seq + 1, body, record_hash(body)))
@@ -479,8 +479,8 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
 def test_progress_bars_on_audit_and_import(tmp_path, capsys) -> None:
     """Issue 16: long audits and imports can show progress on stderr (tqdm's when installed),
     never on stdout, and the result is the same."""
-    from accountant.ledger import open_ledger
-    from accountant.transfer import export_jsonl, import_jsonl
+    from dpbudget.accountant.ledger import open_ledger
+    from dpbudget.accountant.transfer import export_jsonl, import_jsonl
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     with Accountant(Budget(10.0), ledger=url, rng=0, simulation=True) as acc:

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-import accountant.audit_policy as audit_policy
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.audit import audit
-from accountant.audit_report import EXIT_BITS
-from accountant.composition import rule_from_config
-from accountant.ledger import Account
-from accountant.ledger.record import AccountLayout, assemble, canonical
-from mechanisms import AboveThreshold, Laplace
-from policies.policy import Policy
+import dpbudget.accountant.audit_policy as audit_policy
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit_report import EXIT_BITS
+from dpbudget.accountant.composition import rule_from_config
+from dpbudget.accountant.ledger import Account
+from dpbudget.accountant.ledger.record import AccountLayout, assemble, canonical
+from dpbudget.mechanisms import AboveThreshold, Laplace
+from dpbudget.policies.policy import Policy
 
 ALICE, BOB = "dataset:adult/analyst:alice", "dataset:adult/analyst:bob"
 # What the ledger adds to a record's members (``Transaction.append``): not copied.

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from accountant import Accountant
-from accountant.audit import audit
-from accountant.audit_report import EXIT_BITS
-from accountant.audit_time import TimeCheck
-from mechanisms import Laplace
-from policies.policy import Policy
+from dpbudget.accountant import Accountant
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit_report import EXIT_BITS
+from dpbudget.accountant.audit_time import TimeCheck
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.policy import Policy
 from tests.support import set_ledger_clock
 
 DAY = 86_400.0

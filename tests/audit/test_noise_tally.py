@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.audit import audit
-from accountant.cli import main
-from mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.cli import main
+from dpbudget.mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
 
 
 def _ledger(tmp_path: Path, rng: object) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 import mpmath
 import pytest
 
-from accountant.composition import bounds
-from accountant.errors import InvalidArgumentError
+from dpbudget.accountant.composition import bounds
+from dpbudget.accountant.errors import InvalidArgumentError
 
 REL = 1e-9
 
@@ -101,7 +101,7 @@ def test_gdp_mu_budget_is_never_above_the_exact_root() -> None:
     every grid point the exact δ(ε_B) of μ_B-GDP, in 50-digit arithmetic, is within δ_B."""
     import mpmath
 
-    from accountant.composition.bounds import gdp_mu
+    from dpbudget.accountant.composition.bounds import gdp_mu
 
     mpmath.mp.dps = 50
 

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accountant import (
+from dpbudget.accountant import (
     RULES, Accountant, Budget, BudgetExceededError, InvalidArgumentError, MechanismNotAllowedError,
 )
-from accountant.composition import (
+from dpbudget.accountant.composition import (
     AdvancedComposition, BasicComposition, Charge, GaussianComposition, OptimalComposition, Refused,
     make_rule,
 )
-from accountant.composition import bounds
-from mechanisms import AnalyticGaussian, Gaussian, Laplace
+from dpbudget.accountant.composition import bounds
+from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
 
 LIMIT = Budget(1.0, 1e-6)
 KW = {"basic": {}, "advanced": {}, "optimal": {"per_query": Budget(0.01)}, "gaussian": {}}
@@ -283,7 +283,7 @@ def test_advanced_beats_wrrw_filter(e):
 
 
 def test_public_names_are_exported():
-    import accountant.composition as composition
+    import dpbudget.accountant.composition as composition
 
     for name in ("AdvancedComposition", "BasicComposition", "GaussianComposition",
                  "OptimalComposition", "Charge", "CompositionRule", "Refused", "make_rule", "RULES"):
@@ -304,8 +304,8 @@ def test_spent_semantics_documented_examples():
 def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     """The optimal rule's count means k releases at one fixed cost: reopening the ledger with a
     smaller per_query must not reuse it (found in review: 10 x 0.1 then 552 x 0.01 admitted)."""
-    from accountant.audit import EXIT_BITS, audit
-    from accountant.errors import LedgerConflictError
+    from dpbudget.accountant.audit import EXIT_BITS, audit
+    from dpbudget.accountant.errors import LedgerConflictError
 
     url = f"sqlite:///{tmp_path / 'o.db'}"
     with Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.1),
@@ -319,8 +319,8 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
         Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.01),
                    ledger=url)  # the stored policy is checked when the ledger is opened
     # A ledger forged by rewriting the configuration mid-stream is flagged by the audit.
-    from accountant.composition import OptimalComposition
-    from accountant.ledger import Account, MemoryLedger
+    from dpbudget.accountant.composition import OptimalComposition
+    from dpbudget.accountant.ledger import Account, MemoryLedger
     from tests.support import release_fields
 
     ledger = MemoryLedger()
@@ -340,8 +340,8 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
 def test_advanced_conversion_share_cannot_change_mid_stream(tmp_path) -> None:
     """An 'advanced' ledger recorded with conversion_share = 1.0 used to reopen under 0.5 without
     complaint, re-pricing what was spent (ρ_B and the δ allowance change)."""
-    from accountant import LedgerConflictError
-    from policies import DatasetLimit
+    from dpbudget.accountant import LedgerConflictError
+    from dpbudget.policies import DatasetLimit
 
     url = tmp_path / "a.db"
     with Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced")},

@@ -11,14 +11,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, MechanismNotAllowedError
-from accountant.audit import EXIT_BITS, audit
-from accountant.composition import make_rule, privacy_loss
-from accountant.composition.privacy_loss import _PLD, _single
-from accountant.ledger import Account, MemoryLedger
-from accountant.ledger.base import Entry
-from accountant.ledger.record import assemble, record_hash, utc_now
-from mechanisms import Laplace, SubsampledGaussian
+from dpbudget.accountant import Accountant, Budget, MechanismNotAllowedError
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.composition import make_rule, privacy_loss
+from dpbudget.accountant.composition.privacy_loss import _PLD, _single
+from dpbudget.accountant.ledger import Account, MemoryLedger
+from dpbudget.accountant.ledger.base import Entry
+from dpbudget.accountant.ledger.record import assemble, record_hash, utc_now
+from dpbudget.mechanisms import Laplace, SubsampledGaussian
 from tests.support import release_fields, snapshot
 
 ROWS = np.ones((20, 2))

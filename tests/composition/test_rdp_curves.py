@@ -8,7 +8,7 @@ import math
 import mpmath
 import pytest
 
-from accountant import rdp
+from dpbudget.accountant import rdp
 
 dp_rdp = pytest.importorskip("dp_accounting.rdp.rdp_privacy_accountant")
 

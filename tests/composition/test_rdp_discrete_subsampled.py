@@ -17,8 +17,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, plan_order, rdp
-from mechanisms import SubsampledGaussian
+from dpbudget.accountant import Accountant, Budget, plan_order, rdp
+from dpbudget.mechanisms import SubsampledGaussian
 
 QS = (0.01, 0.05, 0.1, 0.2)
 ZS = (0.8, 1.0, 2.0, 4.0, 20.0)

@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError,
 )
-from accountant.composition import BasicComposition, Charge, bounds
-from mechanisms import AnalyticGaussian, Laplace
+from dpbudget.accountant.composition import BasicComposition, Charge, bounds
+from dpbudget.mechanisms import AnalyticGaussian, Laplace
 
 LIMIT = Budget(1.0, 1e-6)
 

@@ -4,11 +4,11 @@ crash the pure-DP curve."""
 
 from __future__ import annotations
 
-from accountant import Accountant, Budget, rdp
-from accountant._numeric import within_budget
-from accountant.charge import Charge
-from accountant.composition import RenyiComposition
-from mechanisms import Median
+from dpbudget.accountant import Accountant, Budget, rdp
+from dpbudget.accountant._numeric import within_budget
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import RenyiComposition
+from dpbudget.mechanisms import Median
 
 
 def test_state_over_the_limit_reads_as_over() -> None:

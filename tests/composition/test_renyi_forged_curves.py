@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.audit import audit
-from accountant.charge import Charge
-from accountant.composition import Refused, RenyiComposition
-from accountant.errors import PrivacyError
-from accountant.ledger import open_ledger
-from accountant.transfer import export_jsonl
-from mechanisms import SubsampledGaussian
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import Refused, RenyiComposition
+from dpbudget.accountant.errors import PrivacyError
+from dpbudget.accountant.ledger import open_ledger
+from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.mechanisms import SubsampledGaussian
 
 
 @pytest.mark.parametrize("z", [1e-200])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as oracle
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -21,12 +21,12 @@ from accountant import (
     plan_order,
     rdp,
 )
-from accountant.audit import audit
-from accountant.charge import Charge
-from accountant.composition import Refused, RenyiComposition
-from accountant.composition import renyi as renyi_module
-from accountant.composition.renyi import _candidate_orders
-from mechanisms import AnalyticGaussian, Laplace, NumericMechanism, SubsampledGaussian
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import Refused, RenyiComposition
+from dpbudget.accountant.composition import renyi as renyi_module
+from dpbudget.accountant.composition.renyi import _candidate_orders
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, NumericMechanism, SubsampledGaussian
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)

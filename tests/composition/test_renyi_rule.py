@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -18,11 +18,11 @@ from accountant import (
     MechanismNotAllowedError,
     plan_order,
 )
-from accountant import rdp
-from accountant.audit import audit
-from accountant.charge import Charge
-from accountant.composition import RenyiComposition, make_rule
-from mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SubsampledGaussian
+from dpbudget.accountant import rdp
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.composition import RenyiComposition, make_rule
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SubsampledGaussian
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)
@@ -169,7 +169,7 @@ def test_every_admitted_transcript_is_covered_by_one_branch(sequence, order) -> 
 
 
 def test_policy_files_set_the_rule_and_its_order(tmp_path) -> None:
-    from accountant import PolicyError
+    from dpbudget.accountant import PolicyError
 
     policy = tmp_path / "p.toml"
     policy.write_text('[datasets.patients]\nlimit = { epsilon = 3.0, delta = 1e-5 }\n'

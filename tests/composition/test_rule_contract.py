@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import RULES, Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from mechanisms import (
+from dpbudget.accountant import RULES, Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms import (
     AnalyticGaussian,
     Exponential,
     Gaussian,
@@ -19,7 +19,7 @@ from mechanisms import (
     RandomizedResponse,
     SubsampledGaussian,
 )
-from accountant.composition import make_rule
+from dpbudget.accountant.composition import make_rule
 from tests.contracts import SEED, CompositionRuleContract, fill
 
 

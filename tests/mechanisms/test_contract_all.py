@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PrivacyError
-from mechanisms import (
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PrivacyError
+from dpbudget.mechanisms import (
     AboveThreshold,
     AnalyticGaussian,
     Exponential,

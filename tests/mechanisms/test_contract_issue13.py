@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import mechanisms
-from accountant import Accountant, Budget, BudgetExceededError
-from accountant.errors import InvalidDataError
-from accountant.ledger.record import canonical
-from mechanisms import (
+from dpbudget import mechanisms
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.ledger.record import canonical
+from dpbudget.mechanisms import (
     Median,
     ProposeTestRelease,
     Quantile,

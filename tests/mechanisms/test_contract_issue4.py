@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import accountant
-import mechanisms
-from accountant import Accountant, Budget, InvalidArgumentError
-from accountant.ledger.record import canonical
-from mechanisms import (
+from dpbudget import accountant
+from dpbudget import mechanisms
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError
+from dpbudget.accountant.ledger.record import canonical
+from dpbudget.mechanisms import (
     AboveThreshold,
     Exponential,
     NumericSparse,
@@ -61,6 +61,6 @@ def test_huge_integer_query_is_a_typed_error():
 
 
 def test_errors_module_exports():
-    from accountant import errors
+    from dpbudget.accountant import errors
     assert "MechanismExhaustedError" in errors.__all__
     assert issubclass(accountant.MechanismExhaustedError, accountant.PrivacyError)

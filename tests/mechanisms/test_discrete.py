@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from accountant.errors import MechanismNotAllowedError
-from mechanisms import DiscreteGaussian, DiscreteLaplace, discrete_gaussian_delta
-from mechanisms import discrete_gaussian_sigma
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.errors import MechanismNotAllowedError
+from dpbudget.mechanisms import DiscreteGaussian, DiscreteLaplace, discrete_gaussian_delta
+from dpbudget.mechanisms import discrete_gaussian_sigma
 from tests.contracts import MechanismContract, _bad, _number_cases
 from tests.support import SEED
 
@@ -161,6 +161,6 @@ def test_gaussian_rule_refuses_the_discrete_gaussian() -> None:
 def test_the_discrete_gaussian_is_not_mu_gdp_at_the_continuous_mu() -> None:
     """Why no μ is declared: at σ² = 1, ε = 0.1 (Δ = 1) the discrete Gaussian's δ (CKS Thm 7)
     exceeds the continuous one (Balle–Wang), which μ = Δ/σ-GDP would forbid."""
-    from mechanisms import analytic_gaussian_delta
+    from dpbudget.mechanisms import analytic_gaussian_delta
     assert discrete_gaussian_delta(1.0, 0.1) == pytest.approx(0.3673, abs=1e-4)
     assert analytic_gaussian_delta(1.0, 0.1) == pytest.approx(0.3523, abs=1e-4)

@@ -11,8 +11,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from mechanisms import exact
-from mechanisms.bits import RandomBits
+from dpbudget.mechanisms import exact
+from dpbudget.mechanisms.bits import RandomBits
 from tests.mechanisms.stat_checks import ALPHA, chi2_with_power
 
 

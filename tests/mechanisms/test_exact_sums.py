@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.errors import InvalidDataError
-from mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SampleAndAggregate
-from mechanisms.grid import LaplaceGrid
-from mechanisms.group_by import group_by
-from mechanisms.queries import clamped_sum, noisy_mean
-from mechanisms.sums import exact_sum, exact_sums, integer_sum
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SampleAndAggregate
+from dpbudget.mechanisms.grid import LaplaceGrid
+from dpbudget.mechanisms.group_by import group_by
+from dpbudget.mechanisms.queries import clamped_sum, noisy_mean
+from dpbudget.mechanisms.sums import exact_sum, exact_sums, integer_sum
 from tests.support import snapshot
 
 U40 = 2.0 ** 40  # clamping range [0, 2^40] at ε = 1: the Laplace grid step is then g = 1
@@ -263,7 +263,7 @@ def test_laplace_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyPatch) -> N
     assert mech.grid is not None
     g = Fraction(mech.grid.granularity)
     x = (2 ** 60 + Fraction(1, 2) + Fraction(1, 2 ** 80)) * g
-    monkeypatch.setattr("mechanisms.grid.discrete_laplace_array",
+    monkeypatch.setattr("dpbudget.mechanisms.grid.discrete_laplace_array",
                         lambda bits, s, t, size: np.zeros(size, dtype=np.int64))
     out = Accountant(Budget(1.0), rng=0).release(mech, x)
     assert out == float((2 ** 60 + 1) * g) and float(x) == float(2 ** 60 * g)
@@ -299,7 +299,7 @@ def test_the_gaussian_grid_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyP
     mech = AnalyticGaussian(1.0, delta=1e-7, sensitivity=q.l2_sensitivity)
     assert mech.grid is not None
     g = Fraction(mech.grid.granularity)
-    monkeypatch.setattr("mechanisms.gaussian_grid.wide_gaussian_array",
+    monkeypatch.setattr("dpbudget.mechanisms.gaussian_grid.wide_gaussian_array",
                         lambda bits, s, size: np.zeros(size, dtype=np.int64))
     out = Accountant(Budget(1.0, 1e-6), rng=0).release(mech, q.value)
     assert out == float(round(rational_sum(rows) / g) * g)
@@ -311,8 +311,8 @@ def test_the_gaussian_grid_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyP
 def test_an_array_subclass_of_rationals_gets_its_lengths_grid_limit() -> None:
     """Found by review: a numpy array subclass (a masked array, say) of Fractions was held to
     the scalar's grid limit, larger than a vector's: admitted, then failing after the debit."""
-    from accountant import Accountant, Budget, InvalidDataError
-    from mechanisms import Laplace
+    from dpbudget.accountant import Accountant, Budget, InvalidDataError
+    from dpbudget.mechanisms import Laplace
 
     class Tagged(np.ndarray):
         pass

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget
-from mechanisms import DiscreteLaplace, Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import DiscreteLaplace, Laplace
 
 ALPHA = 1e-6
 N = 60_000
@@ -111,15 +111,15 @@ def test_discrete_laplace_outputs_integers(value: int) -> None:
 
 
 SELECTION = [
-    lambda noise: __import__("mechanisms").Exponential(1.0, candidates=["a", "b", "c"], noise=noise),
-    lambda noise: __import__("mechanisms").ReportNoisyMax(1.0, candidates=["a", "b", "c"], noise=noise),
-    lambda noise: __import__("mechanisms").PermuteAndFlip(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.Exponential(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.ReportNoisyMax(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.PermuteAndFlip(1.0, candidates=["a", "b", "c"], noise=noise),
 ]
 
 
 @pytest.mark.parametrize("make", SELECTION)
 def test_selection_exact_by_default_and_float_only_on_request(make: Callable[[str], object]) -> None:
-    from mechanisms.sampling import Sampler
+    from dpbudget.mechanisms.sampling import Sampler
     exact_m, float_m = make("exact"), make("float")
     assert exact_m.noise == "exact" and float_m.noise == "float"  # type: ignore[attr-defined]
     scores = exact_m.prepare([0.0, 3.0, 1.0])  # type: ignore[attr-defined]
@@ -130,15 +130,15 @@ def test_selection_exact_by_default_and_float_only_on_request(make: Callable[[st
 
 
 def test_exponential_terminates_when_one_score_dominates() -> None:
-    from mechanisms import Exponential
+    from dpbudget.mechanisms import Exponential
     acc = Accountant(None, rng=1)
     m = Exponential(1.0, candidates=list(range(200)))
     assert acc.release(m, [0.0] * 199 + [1e6]) == 199
 
 
 def test_report_noisy_max_refuses_scores_off_its_grid() -> None:
-    from accountant.errors import InvalidDataError
-    from mechanisms import ReportNoisyMax
+    from dpbudget.accountant.errors import InvalidDataError
+    from dpbudget.mechanisms import ReportNoisyMax
     acc = Accountant(Budget(1.0), rng=1)
     m = ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=1e-300)
     with pytest.raises(InvalidDataError) as e:
@@ -149,8 +149,8 @@ def test_report_noisy_max_refuses_scores_off_its_grid() -> None:
 
 def test_randomized_response_exact_is_exactly_p() -> None:
     """With k = 2 and ε = ln 3 the truth has probability 3/4 exactly; 40,000 draws."""
-    from mechanisms import RandomizedResponse
-    from mechanisms.sampling import Sampler
+    from dpbudget.mechanisms import RandomizedResponse
+    from dpbudget.mechanisms.sampling import Sampler
     m = RandomizedResponse(math.log(3.0), categories=["y", "n"])
     s = Sampler(8)
     truthful = sum(m.draw(0, s) == "y" for _ in range(40_000))

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from mpmath import mpf
 from scipy import optimize, stats
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from mechanisms import AnalyticGaussian, Gaussian, analytic_gaussian_delta, analytic_gaussian_sigma
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms import AnalyticGaussian, Gaussian, analytic_gaussian_delta, analytic_gaussian_sigma
 from tests.contracts import MechanismContract, _bad
 from tests.support import SEED
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget
-from accountant.errors import InvalidArgumentError, InvalidDataError, MechanismNotAllowedError
-from mechanisms import AnalyticGaussian, Gaussian
-from mechanisms import exact
-from mechanisms.bits import RandomBits
-from mechanisms.exact import wide_gaussian, wide_gaussian_array
-from mechanisms.gaussian_grid import tv_bound
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, MechanismNotAllowedError
+from dpbudget.mechanisms import AnalyticGaussian, Gaussian
+from dpbudget.mechanisms import exact
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.exact import wide_gaussian, wide_gaussian_array
+from dpbudget.mechanisms.gaussian_grid import tv_bound
 from tests.mechanisms.test_float_attack import EPSILON, measured_losses
 
 mpf = mpmath.mpf
@@ -273,7 +273,7 @@ def test_a_gradients_pooled_grid_noise_matches_the_discrete_gaussian() -> None:
     width σ/4 (edges on half-integers, the tails pooled) against the discrete Gaussian's bin
     probabilities — the normal CDF at the half-integer edges, exact to ~e^{−2π²σ²} at this σ —
     at α = 1e-6, with the power check at σ × 0.7 and × 1.3."""
-    from mechanisms import SubsampledGaussian
+    from dpbudget.mechanisms import SubsampledGaussian
     from tests.mechanisms.stat_checks import chi2_with_power
 
     grid = SubsampledGaussian(2.0, sampling_rate=0.05).grid

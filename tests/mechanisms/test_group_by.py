@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
-from accountant.errors import InvalidDataError
-from accountant.errors import InvalidTypeError
-from mechanisms import Neighbouring, group_by
-from mechanisms.group_by import _group_index
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
+from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.errors import InvalidTypeError
+from dpbudget.mechanisms import Neighbouring, group_by
+from dpbudget.mechanisms.group_by import _group_index
 from tests.mechanisms.stat_checks import ks_with_power, laplace_cdf
 
 GROUPS = ["a", "b", "c", "d"]
@@ -93,7 +93,7 @@ def test_undeclared_keys_are_dropped_silently() -> None:
 
 def test_means_are_one_batch_all_or_nothing() -> None:
     acc = Accountant(Budget(1.0), rng=2)
-    acc.release(__import__("mechanisms").Laplace(0.6), 1.0)
+    acc.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.6), 1.0)
     with pytest.raises(BudgetExceededError):
         group_by(acc, KEYS, GROUPS, values=VALUES, statistic="mean", lower=0, upper=10,
                  epsilon=0.5)
@@ -186,7 +186,7 @@ def test_negative_control_validating_before_dropping_names_the_undeclared_row(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib
 
-    module = importlib.import_module("mechanisms.group_by")  # (the package's name is the function)
+    module = importlib.import_module("dpbudget.mechanisms.group_by")  # (the package's name is the function)
     monkeypatch.setattr(module, "_declared_values", lambda values, kept: values)  # the old order
     values = list(VALUES)
     row = KEYS.index("x")

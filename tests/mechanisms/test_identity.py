@@ -14,23 +14,23 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-import mechanisms
-from accountant import (
+from dpbudget import mechanisms
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
     MechanismNotAllowedError,
     SamplerSpentError,
 )
-from accountant.audit import audit
-from accountant.audit_report import EXIT_BITS
-from accountant.charge import Charge
-from accountant.ledger.record import canonical, step_fragments
-from accountant.step import Step
-from mechanisms import AboveThreshold, NumericMechanism, Sampler
-from mechanisms import base as mechanisms_base
-from mechanisms.sampling import OneShotSampler
-from policies import Policy
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit_report import EXIT_BITS
+from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.ledger.record import canonical, step_fragments
+from dpbudget.accountant.step import Step
+from dpbudget.mechanisms import AboveThreshold, NumericMechanism, Sampler
+from dpbudget.mechanisms import base as mechanisms_base
+from dpbudget.mechanisms.sampling import OneShotSampler
+from dpbudget.policies import Policy
 from tests.support import snapshot
 
 TRUE_VALUE = 42.0
@@ -146,7 +146,7 @@ def test_a_custom_class_is_admitted_by_its_qualified_name_only() -> None:
         acc.release(Local(0.5), 0.3, dataset="people")
 
 
-@pytest.mark.parametrize("module, qualname", [("mechanisms.laplace", "Laplace"),
+@pytest.mark.parametrize("module, qualname", [("dpbudget.mechanisms.laplace", "Laplace"),
                                               (__name__, "Clipped"), ("mechanisms", "Laplace")])
 def test_a_class_posing_under_another_class_name_cannot_be_built(module: str,
                                                                   qualname: str) -> None:

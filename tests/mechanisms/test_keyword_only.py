@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import mechanisms
-from accountant import Accountant, Budget, PrivacyError
-from mechanisms import Laplace, Mechanism, PTRStatistic, Quantile
+from dpbudget import mechanisms
+from dpbudget.accountant import Accountant, Budget, PrivacyError
+from dpbudget.mechanisms import Laplace, Mechanism, PTRStatistic, Quantile
 
 # The one parameter a class may take positionally (None: none at all).
 POSITIONAL = {"SubsampledGaussian": "noise_multiplier", "PTRMean": None, "PTRMedian": None}

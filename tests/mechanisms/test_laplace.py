@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from accountant import Accountant, Budget
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import Laplace
 from tests.contracts import MechanismContract
 from tests.support import SEED
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.errors import InvalidDataError, InvalidDataTypeError
-from mechanisms import AnalyticGaussian, Laplace, Median, clamped_sum, noisy_mean
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.errors import InvalidDataError, InvalidDataTypeError
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, Median, clamped_sum, noisy_mean
 
 pd = pytest.importorskip("pandas")
 
@@ -44,7 +44,7 @@ def test_helpers_and_selection_take_a_column() -> None:
 
 
 @pytest.mark.parametrize("make", [lambda: Median(1.0, lower=0.0, upper=1.0),
-                                  lambda: __import__("mechanisms").SmoothSensitivity(
+                                  lambda: __import__("dpbudget.mechanisms").mechanisms.SmoothSensitivity(
                                       1.0, delta=1e-6, lower=0.0, upper=1.0)])
 def test_a_complex_column_is_refused_not_truncated(make: object) -> None:
     """numpy would cast complex to float by dropping the imaginary part (a different value than

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from mechanisms import PTRMean, PTRMedian, PTRRefused, ProposeTestRelease
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms import PTRMean, PTRMedian, PTRRefused, ProposeTestRelease
+from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA
 
 

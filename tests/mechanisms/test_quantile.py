@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError
-from accountant.errors import InvalidDataError, InvalidDataTypeError
-from mechanisms import Median, Quantile, noisy_quantiles
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.errors import InvalidDataError, InvalidDataTypeError
+from dpbudget.mechanisms import Median, Quantile, noisy_quantiles
+from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, chi2_with_power, epsilon_lower_bound
 
 CANDIDATES = tuple(float(c) for c in range(11))  # 0, 1, ..., 10

@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
     InvalidArgumentError,
     InvalidTypeError,
 )
-from mechanisms import Laplace, Neighbouring, clamped_sum, count, histogram, noisy_mean
+from dpbudget.mechanisms import Laplace, Neighbouring, clamped_sum, count, histogram, noisy_mean
 
 AR, RP = Neighbouring.ADD_REMOVE, Neighbouring.REPLACE
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from accountant.errors import InvalidDataError
-from mechanisms import Exponential, Laplace, RandomizedResponse, ReportNoisyMax, Sparse
-from mechanisms.bits import RandomBits
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.mechanisms import Exponential, Laplace, RandomizedResponse, ReportNoisyMax, Sparse
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.sampling import Sampler
 
 
 class _CountingBits(RandomBits):

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from accountant.errors import InvalidDataTypeError
-from mechanisms import SampleAndAggregate
-from mechanisms.sampling import Sampler
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.errors import InvalidDataTypeError
+from dpbudget.mechanisms import SampleAndAggregate
+from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, ks_with_power, laplace_cdf
 
 

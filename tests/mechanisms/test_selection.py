@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from mechanisms import Exponential, PermuteAndFlip, RandomizedResponse, ReportNoisyMax
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms import Exponential, PermuteAndFlip, RandomizedResponse, ReportNoisyMax
 
 SELECTORS = [Exponential, ReportNoisyMax, PermuteAndFlip]
 
@@ -108,8 +108,8 @@ def test_randomized_response_validation_changes_nothing():
 
 def test_unordered_candidates_are_refused() -> None:
     """Scores are matched to candidates by position: a set (or dict view) has no stable order."""
-    from accountant import InvalidTypeError
-    from mechanisms import Exponential, RandomizedResponse
+    from dpbudget.accountant import InvalidTypeError
+    from dpbudget.mechanisms import Exponential, RandomizedResponse
 
     for bad in ({"a", "b"}, frozenset({"a", "b"}), {"a": 1, "b": 2}, {"a": 1, "b": 2}.keys()):
         with pytest.raises(InvalidTypeError) as info:
@@ -120,7 +120,7 @@ def test_unordered_candidates_are_refused() -> None:
 
 
 def test_negative_zero_is_stored_as_zero() -> None:
-    from accountant import Budget
+    from dpbudget.accountant import Budget
 
     b = Budget(-0.0, -0.0)
     assert str(b.epsilon) == "0.0" and str(b.delta) == "0.0"

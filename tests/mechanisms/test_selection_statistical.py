@@ -10,8 +10,8 @@ import pytest
 from scipy import integrate, stats
 from tests.mechanisms.stat_checks import chi2_with_power, ks_with_power
 
-import accountant  # noqa: F401  (import order: the accountant package first)
-from mechanisms import (
+from dpbudget import accountant  # noqa: F401  (import order: the accountant package first)
+from dpbudget.mechanisms import (
     Exponential,
     PermuteAndFlip,
     RandomizedResponse,

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget, InvalidArgumentError
-from mechanisms import SmoothSensitivity, smooth_sensitivity
-from mechanisms.sampling import Sampler
-from mechanisms.smooth import _fraction_bit, _round_noisy, beta_for
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError
+from dpbudget.mechanisms import SmoothSensitivity, smooth_sensitivity
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.mechanisms.smooth import _fraction_bit, _round_noisy, beta_for
 from tests.mechanisms.stat_checks import ALPHA, ks_with_power, laplace_cdf
 
 GRID = (0.0, 2.5, 5.0, 7.5, 10.0)

@@ -16,9 +16,9 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-import mechanisms.smooth as smooth
-from mechanisms import SmoothSensitivity, smooth_sensitivity
-from mechanisms.smooth import beta_for
+import dpbudget.mechanisms.smooth as smooth
+from dpbudget.mechanisms import SmoothSensitivity, smooth_sensitivity
+from dpbudget.mechanisms.smooth import beta_for
 
 mp.mp.dps = 60
 INF = mp.inf

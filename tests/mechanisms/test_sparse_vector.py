@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -19,7 +19,7 @@ from accountant import (
     NumericSession,
     Session,
 )
-from mechanisms import (
+from dpbudget.mechanisms import (
     AboveThreshold,
     Laplace,
     NumericSparse,
@@ -303,8 +303,8 @@ def test_no_true_value_in_the_ledger():
 
 
 def test_stream_mechanisms_are_exported_and_documented():
-    import accountant
-    import mechanisms
+    from dpbudget import accountant
+    from dpbudget import mechanisms
     for name in ("AboveThreshold", "Sparse", "NumericSparse", "StreamMechanism",
                  "above_threshold_accuracy", "Exponential", "ReportNoisyMax", "PermuteAndFlip",
                  "RandomizedResponse"):
@@ -320,8 +320,8 @@ def test_threads_racing_one_session_never_pass_the_cutoff(kind: str) -> None:
     all, every other call a MechanismExhaustedError, and no other error."""
     import threading
 
-    from accountant import Accountant, Budget, MechanismExhaustedError
-    from mechanisms import NumericSparse, Sparse
+    from dpbudget.accountant import Accountant, Budget, MechanismExhaustedError
+    from dpbudget.mechanisms import NumericSparse, Sparse
 
     cls = Sparse if kind == "Sparse" else NumericSparse
     acc = Accountant(Budget(1.0), rng=3)

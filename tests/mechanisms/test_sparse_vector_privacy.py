@@ -17,8 +17,8 @@ import pytest
 from scipy import integrate, stats
 from tests.mechanisms.stat_checks import ALPHA, epsilon_lower_bound
 
-import accountant  # noqa: F401  (import order: the accountant package first)
-from mechanisms import Sampler, Sparse
+from dpbudget import accountant  # noqa: F401  (import order: the accountant package first)
+from dpbudget.mechanisms import Sampler, Sparse
 
 pytestmark = pytest.mark.statistical
 

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 from tests.mechanisms.stat_checks import binom_with_power, ks_with_power, laplace_cdf
 
-import accountant  # noqa: F401  (import order: the accountant package first)
-from mechanisms import AboveThreshold, NumericSparse, Sampler, Sparse
+from dpbudget import accountant  # noqa: F401  (import order: the accountant package first)
+from dpbudget.mechanisms import AboveThreshold, NumericSparse, Sampler, Sparse
 
 pytestmark = pytest.mark.statistical
 N = 20_000

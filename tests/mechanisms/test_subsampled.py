@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidDataError
-from mechanisms import AnalyticGaussian, SubsampledGaussian, analytic_gaussian_delta
-from mechanisms.bits import RandomBits
-from mechanisms.calibration import analytic_gaussian_epsilon
-from mechanisms.subsampled import _tie, poisson_sample
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidDataError
+from dpbudget.mechanisms import AnalyticGaussian, SubsampledGaussian, analytic_gaussian_delta
+from dpbudget.mechanisms.bits import RandomBits
+from dpbudget.mechanisms.calibration import analytic_gaussian_epsilon
+from dpbudget.mechanisms.subsampled import _tie, poisson_sample
 
 ALPHA = 1e-6  # significance level of every statistical test here
 
@@ -82,7 +82,7 @@ def test_rows_are_clipped_and_the_noise_is_sigma() -> None:
 def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
     """Every release draws a new Poisson sample from the accountant's sampler, after the debit;
     a refused release draws none."""
-    import mechanisms.subsampled as module
+    import dpbudget.mechanisms.subsampled as module
 
     masks: list[np.ndarray] = []
     real = module.poisson_sample
@@ -156,7 +156,7 @@ def test_gaussian_from_its_noise() -> None:
 def _grid_sum(mech: SubsampledGaussian, rows: np.ndarray) -> np.ndarray:
     """The mechanism's exact integer sum of the clipped rows at q = 1 (what the noise is added to),
     in grid steps."""
-    from mechanisms.sums import integer_sum
+    from dpbudget.mechanisms.sums import integer_sum
 
     clipped, _ = mech.prepare(rows)
     g = mech.grid.granularity_for(rows.shape[1])
@@ -200,8 +200,8 @@ def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() 
     """The pool belongs to the accountant's source, not to the mechanism: a step run through
     ``Sampler.once`` takes its 31 draws from the source's pool (4,096 made, 31 taken per step),
     and the one-shot sampler it was handed takes nothing once the release has returned."""
-    from accountant.errors import SamplerSpentError
-    from mechanisms.sampling import Sampler
+    from dpbudget.accountant.errors import SamplerSpentError
+    from dpbudget.mechanisms.sampling import Sampler
 
     mech = SubsampledGaussian(2.0, sampling_rate=0.05)
     assert mech.grid is not None
@@ -220,8 +220,8 @@ def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() 
 def test_the_vector_conversion_rounds_as_to_float() -> None:
     """``_noisy_on_grid`` (int64) gives to_float(t + z, g) bit for bit, at the ties of the
     int64 → double conversion (2^53 + 1, 2^62 − 1), signs, and an overflow to ±inf."""
-    from mechanisms.grid import to_float
-    from mechanisms.subsampled import _noisy_on_grid
+    from dpbudget.mechanisms.grid import to_float
+    from dpbudget.mechanisms.subsampled import _noisy_on_grid
 
     t = np.array([2 ** 53 + 1, -(2 ** 53) - 3, 2 ** 62 - 1, -(2 ** 62) + 1, 0, 7], dtype=np.int64)
     z = np.array([0, 0, 2 ** 61, -(2 ** 61), -5, 2 ** 54 + 1], dtype=np.int64)
@@ -233,7 +233,7 @@ def test_the_vector_conversion_rounds_as_to_float() -> None:
 
 def test_integer_sum_in_one_chunk_and_in_many_agree() -> None:
     """The int64 path (one chunk) and the chunked Python-int path give the same exact sums."""
-    from mechanisms.subsampled import _integer_sum
+    from dpbudget.mechanisms.subsampled import _integer_sum
 
     rows = np.random.default_rng(3).integers(-2 ** 52, 2 ** 52, size=(3000, 4)).astype(float)
     chunked = _integer_sum(rows)  # 3000 · 2^52 > 2^62: several chunks, Python ints

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accountant import Accountant, Budget
-from mechanisms import Laplace, PTRMedian, ProposeTestRelease, SampleAndAggregate, guarded
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.mechanisms import Laplace, PTRMedian, ProposeTestRelease, SampleAndAggregate, guarded
 
 TARGET = 999.0
 BASE = list(np.random.default_rng(5).uniform(0.0, 100.0, size=200))

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accountant import Accountant
-from accountant.composition import RULES, BasicComposition
-from accountant.ledger import MemoryLedger
+from dpbudget.accountant import Accountant
+from dpbudget.accountant.composition import RULES, BasicComposition
+from dpbudget.accountant.ledger import MemoryLedger
 from tests.support import set_ledger_clock
 
 # 2026-11-21T10:00:00Z, a fixed instant: no test depends on wall time.

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
@@ -17,9 +17,9 @@ from accountant import (
     LedgerConflictError,
     PolicyError,
 )
-from accountant.audit import audit
-from mechanisms import AboveThreshold, Laplace, SubsampledGaussian
-from policies.blocks import Blocks, block_names, block_of, block_start
+from dpbudget.accountant.audit import audit
+from dpbudget.mechanisms import AboveThreshold, Laplace, SubsampledGaussian
+from dpbudget.policies.blocks import Blocks, block_names, block_of, block_start
 from tests.policies.conftest import DAY, T0
 from tests.support import OWNER, set_ledger_clock, snapshot
 

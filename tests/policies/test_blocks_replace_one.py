@@ -17,8 +17,8 @@ from pathlib import Path
 import mpmath as mp
 import pytest
 
-from accountant import Budget, BudgetExceededError
-from mechanisms import AnalyticGaussian
+from dpbudget.accountant import Budget, BudgetExceededError
+from dpbudget.mechanisms import AnalyticGaussian
 
 ROOT = Path(__file__).resolve().parents[2]
 

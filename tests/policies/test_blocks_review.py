@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from accountant.audit import audit
-from accountant.errors import InvalidArgumentError, PolicyError, PrivacyError
-from mechanisms import Laplace
-from policies.blocks import Blocks, block_names, rows_in_blocks
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
+from dpbudget.accountant.audit import audit
+from dpbudget.accountant.errors import InvalidArgumentError, PolicyError, PrivacyError
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.blocks import Blocks, block_names, rows_in_blocks
 from tests.support import OWNER
 
 WEEKLY = """
@@ -126,7 +126,7 @@ def test_blocks_refusals_are_typed(make) -> None:
 
 # 8. Status: block accounts of a dataset under other_datasets are reported "not in the policy".
 def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock) -> None:
-    from accountant.report import budget_rows
+    from dpbudget.accountant.report import budget_rows
 
     text = ('[datasets.a]\nlimit = { epsilon = 1.0 }\n[other_datasets]\n'
             'limit = { epsilon = 10.0 }\n[other_datasets.blocks]\nby = "day"\n'

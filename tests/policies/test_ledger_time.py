@@ -15,15 +15,15 @@ import json
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
-from accountant.audit import EXIT_BITS, audit
-from accountant.cli import main as cli
-from accountant.ledger import MemoryLedger, SqliteLedger
-from accountant.ledger.record import time_micros
-from accountant.ledger.transaction import Transaction
-from mechanisms import Laplace
-from policies.blocks import block_start
-from policies.periods import Period
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.ledger import MemoryLedger, SqliteLedger
+from dpbudget.accountant.ledger.record import time_micros
+from dpbudget.accountant.ledger.transaction import Transaction
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.blocks import block_start
+from dpbudget.policies.periods import Period
 from tests.policies.conftest import DAY, T0, Clock
 from tests.support import set_ledger_clock, snapshot
 
@@ -229,7 +229,7 @@ def test_postgres_uses_the_servers_clock_not_the_clients(
     the audit's per-lane order holds."""
     import psycopg
 
-    import accountant.ledger.postgres_time as postgres_time
+    import dpbudget.accountant.ledger.postgres_time as postgres_time
     from tests.conftest import _fresh_schema
 
     dsn = _fresh_schema(postgres_database)

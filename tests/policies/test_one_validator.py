@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-import policies.limits
-from accountant import Accountant, Budget
-from accountant.cli import main
-from accountant.errors import MechanismNotAllowedError, PolicyError
-from mechanisms import Laplace
-from policies import load_policy
-from policies.policy import Policy
-from policies.stored import document, from_document
+from dpbudget.policies import limits as policy_limits
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.cli import main
+from dpbudget.accountant.errors import MechanismNotAllowedError, PolicyError
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies import load_policy
+from dpbudget.policies.policy import Policy
+from dpbudget.policies.stored import document, from_document
 from tests.support import HALVER_MODULE
 
 MISSPELT = '[datasets.adult]\nlimit = { epsilon = 1.0 }\nallowed_mechanisms = ["Laplce"]\n'
@@ -63,7 +63,7 @@ def test_negative_control_without_the_check_it_loads_and_fails_at_release(write,
                                                                            ) -> None:
     """The issue as it was: with the name check removed, the file loads, and the first release
     of the mechanism its author meant is refused."""
-    monkeypatch.setattr(policies.limits, "mechanism_problem", lambda name: None)
+    monkeypatch.setattr(policy_limits, "mechanism_problem", lambda name: None)
     acc = Accountant.from_policy(write(MISSPELT), rng=0)
     with pytest.raises(MechanismNotAllowedError):
         acc.release(Laplace(0.1), 1.0, dataset="adult")
@@ -81,7 +81,7 @@ def test_a_valid_policy_loads_everywhere(write, capsys) -> None:
 
 def test_a_library_class_by_its_module_path_is_refused(write) -> None:
     with pytest.raises(PolicyError, match=r"allowed_mechanisms\.0: .*did you mean 'Laplace'\?"):
-        load_policy(write('[datasets.a]\nallowed_mechanisms = ["mechanisms.laplace.Laplace"]\n'))
+        load_policy(write('[datasets.a]\nallowed_mechanisms = ["dpbudget.mechanisms.laplace.Laplace"]\n'))
 
 
 def test_a_custom_name_whose_module_is_absent_loads_and_admits_nothing_else(write, capsys

@@ -18,18 +18,18 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accountant import Accountant, Budget, BudgetExceededError, LedgerCorruptedError
-from accountant import policy_record
-from accountant.audit import EXIT_BITS, audit
-from accountant.audit_text import audit_text
-from accountant.cli import main as cli
-from accountant.errors import OwnerKeyError
-from accountant.ledger import Account, open_ledger
-from accountant.ledger.record import ZERO_COST, canonical
-from accountant.owner_key import OwnerKey, new_key_file, signed_text, verify
-from mechanisms import Laplace
-from policies.policy import Policy
-from policies.stored import POLICY_KEY, document
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerCorruptedError
+from dpbudget.accountant import policy_record
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit_text import audit_text
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.errors import OwnerKeyError
+from dpbudget.accountant.ledger import Account, open_ledger
+from dpbudget.accountant.ledger.record import ZERO_COST, canonical
+from dpbudget.accountant.owner_key import OwnerKey, new_key_file, signed_text, verify
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies.policy import Policy
+from dpbudget.policies.stored import POLICY_KEY, document
 from tests.support import OWNER, set_ledger_clock, snapshot
 
 ONE = Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}})
@@ -288,7 +288,7 @@ def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
 
 
 def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_path: Path) -> None:
-    from accountant.transfer import export_jsonl, import_jsonl
+    from dpbudget.accountant.transfer import export_jsonl, import_jsonl
 
     memory = Accountant(Budget(1.0))  # records no policy: like a ledger from before them
     memory.release(Laplace(0.5), 1.0, dataset="people")

@@ -14,32 +14,32 @@ from pathlib import Path
 
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
     LedgerConflictError,
     PolicyChangedError,
 )
-from accountant.audit import EXIT_BITS, audit
-from accountant.cli import main as cli
-from accountant.errors import (
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     LedgerError,
     PolicyError,
     UnknownDatasetError,
 )
-from accountant.gate import Gate
-from accountant.ledger import MemoryLedger, open_ledger
-from accountant.planner import Planner
-from accountant.transfer import export_jsonl, import_jsonl
-from mechanisms import DiscreteLaplace, Laplace
-from mechanisms.sampling import Sampler
-from policies.limits import DatasetLimit
-from policies.policy import Policy
-from policies.stored import raised
-from accountant.owner_key import new_key_file
+from dpbudget.accountant.gate import Gate
+from dpbudget.accountant.ledger import MemoryLedger, open_ledger
+from dpbudget.accountant.planner import Planner
+from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.mechanisms import DiscreteLaplace, Laplace
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.policy import Policy
+from dpbudget.policies.stored import raised
+from dpbudget.accountant.owner_key import new_key_file
 from tests.support import OWNER
 
 CANARY = 4_918_273.5
@@ -332,7 +332,7 @@ def test_a_policy_file_admits_new_datasets_only_through_other_datasets(tmp_path:
 
 
 def test_a_document_written_before_a_member_existed_still_matches() -> None:
-    from policies.stored import differences
+    from dpbudget.policies.stored import differences
 
     assert differences({"policy": {"limit": None}}, {"policy": {"limit": None,
                                                                 "other_datasets": None}}) == []

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from conftest import RNGS
 
-from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from accountant.report import budget_rows
-from mechanisms import Laplace
-from policies import load_policy
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
+from dpbudget.accountant.report import budget_rows
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies import load_policy
 from tests.support import OWNER
 
 ORIGINAL = """

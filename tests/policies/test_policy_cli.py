@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from accountant import Accountant
-from accountant.cli import main
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant
+from dpbudget.accountant.cli import main
+from dpbudget.mechanisms import Laplace
 from tests.support import HALVER_MODULE
 
 GOOD = """
@@ -107,8 +107,8 @@ def test_income_report_example(capsys):
 
 
 def test_public_names_are_exported():
-    import accountant
-    import policies
+    from dpbudget import accountant
+    from dpbudget import policies
 
     for module in (accountant, policies):
         for name in module.__all__:

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError
-from mechanisms import Laplace
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.mechanisms import Laplace
 
 POLICY = """
     [datasets.adult]

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PolicyError
-from accountant.ledger import MemoryLedger
-from mechanisms import Laplace
-from policies import AnalystLimit, Cap, DatasetLimit, Period, Policy, load_policy, policy_schema
+from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PolicyError
+from dpbudget.accountant.ledger import MemoryLedger
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies import AnalystLimit, Cap, DatasetLimit, Period, Policy, load_policy, policy_schema
 
 FULL = """
     limit = { epsilon = 10.0, delta = 1e-5 }
@@ -263,8 +263,8 @@ def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule
 
 
 def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
-    from accountant.composition import RULES, BasicComposition
-    from accountant.errors import InvalidArgumentError as IAE
+    from dpbudget.accountant.composition import RULES, BasicComposition
+    from dpbudget.accountant.errors import InvalidArgumentError as IAE
 
     class NeedsPerQuery(BasicComposition):
         name = "needy"
@@ -285,9 +285,9 @@ def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
 
 
 def test_conversion_share_reaches_the_advanced_rule(tmp_path):
-    from accountant import Accountant, Budget, BudgetExceededError
-    from accountant.errors import PolicyError
-    from policies import load_policy
+    from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+    from dpbudget.accountant.errors import PolicyError
+    from dpbudget.policies import load_policy
 
     path = tmp_path / "p.toml"
     path.write_text('[datasets.adult]\nlimit = { epsilon = 1.0, delta = 1e-6 }\n'
@@ -295,7 +295,7 @@ def test_conversion_share_reaches_the_advanced_rule(tmp_path):
     acc = Accountant.from_policy(path, rng=0)
     # Half of delta is left for non-Gaussian approximate steps, such as a pipeline allocation.
     with acc.pipeline("p", dataset="adult", budget=Budget(0.2, 4e-7)) as p:
-        p.release(__import__("mechanisms").Laplace(0.1), 1.0)
+        p.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.1), 1.0)
     with pytest.raises(BudgetExceededError):
         acc.pipeline("q", dataset="adult", budget=Budget(0.2, 2e-7)).__enter__()
     path.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\nconversion_share = 0.5\n')
@@ -309,7 +309,7 @@ def test_not_a_path_and_hostile_nesting_are_typed_errors():
         with pytest.raises(InvalidTypeError) as info:
             Accountant.from_policy(bad)
         assert info.value.argument == "path"
-    from policies import parse_policy
+    from dpbudget.policies import parse_policy
 
     deep_toml = "[datasets.a]\nlimit = " + "{x = " * 100_000 + "1" + "}" * 100_000
     deep_json = '{"datasets": ' + "[" * 100_000 + "]" * 100_000 + "}"

@@ -7,12 +7,12 @@ import pytest
 
 from tests.support import charged_accounts
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
 )
-from accountant.composition import Charge, rule_from_config
-from mechanisms import AnalyticGaussian, Gaussian, Laplace
+from dpbudget.accountant.composition import Charge, rule_from_config
+from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
 
 POLICY = """
     limit = { epsilon = 2.0, delta = 1e-5 }

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, Pipeline,
 )
-from mechanisms import Gaussian, Laplace
+from dpbudget.mechanisms import Gaussian, Laplace
 
 from test_policy_limits import replay_ledger
 
@@ -214,9 +214,9 @@ def test_a_pipeline_may_use_its_own_rule(make, other_rule):
 
 
 def test_sessions_and_batches_inside_a_pipeline_charge_only_its_allocation():
-    from accountant import Accountant, Budget, BudgetExceededError
-    from accountant.audit import audit
-    from mechanisms import AboveThreshold, Laplace
+    from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+    from dpbudget.accountant.audit import audit
+    from dpbudget.mechanisms import AboveThreshold, Laplace
 
     acc = Accountant(Budget(1.0), rng=2)
     with acc.pipeline("explore", dataset="d", budget=Budget(0.6)) as p:

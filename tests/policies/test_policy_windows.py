@@ -7,14 +7,14 @@ import pytest
 
 from tests.support import charged_accounts
 
-from accountant import (
+from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidTypeError, LedgerConflictError,
     WindowEndedError,
 )
-from accountant.ledger import MemoryLedger
-from mechanisms import Laplace
-from policies import Period
-from policies.periods import split_window
+from dpbudget.accountant.ledger import MemoryLedger
+from dpbudget.mechanisms import Laplace
+from dpbudget.policies import Period
+from dpbudget.policies.periods import split_window
 
 from conftest import DAY, T0
 

@@ -10,25 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from accountant.audit import EXIT_BITS, audit
-from accountant.cli import main as cli
-from accountant.errors import (
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
+from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.errors import (
     InvalidArgumentError,
     LedgerCorruptedError,
     LedgerError,
     UnknownDatasetError,
 )
-from accountant.gate import Gate
-from accountant.ledger import MemoryLedger, open_ledger
-from accountant.planner import Planner
-from accountant.transfer import export_jsonl, import_jsonl
-from mechanisms import Laplace
-from mechanisms.sampling import Sampler
-from policies.limits import DatasetLimit
-from policies.policy import Policy
+from dpbudget.accountant.gate import Gate
+from dpbudget.accountant.ledger import MemoryLedger, open_ledger
+from dpbudget.accountant.planner import Planner
+from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.mechanisms import Laplace
+from dpbudget.mechanisms.sampling import Sampler
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.policy import Policy
 from tests.support import assert_chain
-from accountant.owner_key import new_key_file
+from dpbudget.accountant.owner_key import new_key_file
 from tests.support import OWNER
 
 POLICY = """

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from accountant import Budget, WindowEndedError
-from mechanisms import AboveThreshold, Laplace, NumericSparse
+from dpbudget.accountant import Budget, WindowEndedError
+from dpbudget.mechanisms import AboveThreshold, Laplace, NumericSparse
 
 from conftest import DAY, T0
 
