@@ -35,8 +35,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _WORKER = r'''
 import json, os, sys, tempfile, time
-from dpbudget.accountant import Accountant, Budget
-from dpbudget.mechanisms import Laplace
+import dpbudget as dp  # the one name every revision has (its layers were top-level names before)
+
+Accountant, Budget, Laplace = dp.Accountant, dp.Budget, dp.Laplace
+code = sys.modules[Accountant.__module__].__file__
+assert os.path.realpath(code).startswith(os.path.realpath(os.getcwd())), code  # the tree measured
 
 kind, n = sys.argv[1], int(sys.argv[2])
 tmp = tempfile.mkdtemp()
@@ -53,14 +56,14 @@ elif kind == "sqlite":
 else:
     acc = Accountant(Budget(1e9))
     kw = {"dataset": "d"}
-m = Laplace(1e-9)
+m = Laplace(1e-9, sensitivity=1.0)
 for _ in range(1000 if kind != "sqlite" else 50):
     acc.release(m, 1.0, **kw)
 clock = time.perf_counter if kind == "sqlite" else time.process_time
 start = clock()
 if kind == "memory-fresh":
     for _ in range(n):
-        acc.release(Laplace(1e-9), 1.0, **kw)
+        acc.release(Laplace(1e-9, sensitivity=1.0), 1.0, **kw)
 else:
     for _ in range(n):
         acc.release(m, 1.0, **kw)
