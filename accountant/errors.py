@@ -303,9 +303,9 @@ class LedgerError(PrivacyError):
 
 class LedgerUnconfirmedError(LedgerError):
     """The debit was committed (or may have been: the connection broke during the commit), but
-    the ledger could not confirm that it reached the disk: a sync that failed, or a ledger closed
-    before it (SQLite); a flush that failed, wrote no row or timed out, or a session that ended
-    after the commit or during it (PostgreSQL).
+    the ledger could not confirm that it reached the disk: a commit that failed (SQLite); a
+    flush that failed, wrote no row or timed out, or a session that ended after the commit or
+    during it (PostgreSQL).
 
     Do not retry: the budget is spent, the answer is withheld. Nothing was drawn on this debit
     and it is never refunded (it may be on disk after all); a retry is a new release, which pays

@@ -1,9 +1,10 @@
-"""SQLite ledgers and fork(): a file a ledger had open when a process forked is refused in the
-child, carried or opened anew, at once (``dpbudget.accountant.ledger.sqlite_fork``). SQLite keeps its locks
-per process, so a child's connection, even a new one, would hold none of those that stop the
-parent's close from deleting the WAL file it writes — answers released whose debits are then lost,
-which the negative controls reproduce — and a child can hang on a mutex a parent thread held.
-Found by review, in several rounds; each hole it found is a test here.
+"""SQLite ledgers and fork(), one rule: a process forked from one that ever opened an SQLite
+ledger is refused every SQLite ledger, carried or opened anew, at once
+(``dpbudget.accountant.ledger.sqlite``).
+SQLite keeps its locks per process, so a child's connection, even a new one, would hold none of
+those that stop the parent's close from deleting the WAL file it writes — answers released whose
+debits are then lost, which the negative control reproduces — and a child can hang on a mutex a
+parent thread held. A replaced -wal file is refused like a replaced database file.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
-from dpbudget.accountant.ledger import sqlite_fork
+from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.accountant.ledger.sqlite import SqliteLedger
 from dpbudget.mechanisms import Laplace
 from tests.test_fork import _HUNG, _in_child, _one_release
@@ -34,20 +35,33 @@ def _open_and_release(url: str) -> int:
     return 0
 
 
-def test_a_sqlite_ledger_open_at_the_fork_is_refused_in_the_child(tmp_path: Path) -> None:
-    """SQLite keeps its locks per process: a child holds none of those its parent's connection
-    holds, even through a connection of its own, so the file's ledger is refused there (carried
-    or opened anew) — at once, never a wait. Other files, and one closed before the fork, work."""
+def test_a_child_of_a_process_that_opened_sqlite_is_refused_every_sqlite_ledger(
+        tmp_path: Path) -> None:
+    """Refuse more, track nothing: the ledger carried, the same file opened anew, another file,
+    and one closed before the fork are all refused in the child — at once, never a wait. The
+    parent goes on."""
     url, other, closed = (f"sqlite:///{tmp_path / n}" for n in ("l.db", "o.db", "c.db"))
     acc = Accountant(Budget(10.0), ledger=url)
     acc.release(Laplace(0.1), 1.0)
     Accountant(Budget(10.0), ledger=closed).close()
     assert _in_child(lambda: _one_release(acc), seconds=10) == 10
-    assert _in_child(lambda: _open_and_release(url), seconds=10) == 10
-    assert _in_child(lambda: _open_and_release(other), seconds=10) == 0
-    assert _in_child(lambda: _open_and_release(closed), seconds=10) == 0
+    for each in (url, other, closed):
+        assert _in_child(lambda: _open_and_release(each), seconds=10) == 10
     acc.release(Laplace(0.1), 1.0)  # the parent goes on
     assert acc.spent().epsilon == pytest.approx(0.2)
+    acc.close()
+
+
+def test_negative_control_without_the_rule_the_child_releases_on_its_parents_file(
+        tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    acc = Accountant(Budget(10.0), ledger=url)
+
+    def bypassed() -> int:
+        sqlite_module._forked = False  # (the rule switched off in this child)
+        return _open_and_release(url)
+
+    assert _in_child(bypassed, seconds=10) == 0
     acc.close()
 
 
@@ -106,11 +120,11 @@ def test_negative_control_a_child_on_a_connection_of_its_own_loses_debits(
 
 
     def own_connection(self: SqliteLedger) -> None:
-        if self._pid != os.getpid():
+        if sqlite_module._forked:
+            sqlite_module._forked = False  # (the rule switched off in this child)
             self._conn = sqlite3.connect(self.path, isolation_level=None,
                                          check_same_thread=False)
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._pid = os.getpid()
+            self._conn.execute("PRAGMA synchronous=FULL")
 
     monkeypatch.setattr(SqliteLedger, "_in_this_process", own_connection)
     # A race: tried until it shows (at most 100 times; it shows within a few on this machine,
@@ -120,39 +134,35 @@ def test_negative_control_a_child_on_a_connection_of_its_own_loses_debits(
     assert lost is not None  # an answer released whose debit no reader finds
 
 
-def test_a_replaced_wal_file_is_an_error_never_a_switch(tmp_path: Path) -> None:
-    """While a connection is open SQLite never replaces its WAL file: one with another identity
-    means our commits may be in the old one, so the release is refused (nothing drawn). The
-    broken variant (the old code: sync whatever file has the name now) releases."""
+def _release_after_replacing(tmp_path: Path, suffix: str) -> int:
+    """A ledger's -wal or -shm file replaced by a copy while it is open (its connection goes on
+    with the old one): the next release's outcome (0: released; 10: LedgerError)."""
     import shutil
 
+    db = tmp_path / f"l{suffix}.db"
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{db}")
+    acc.release(Laplace(0.1), 1.0)
+    name = Path(f"{db}{suffix}")
+    os.rename(name, f"{name}.old")
+    shutil.copy(f"{name}.old", name)
+    code = _one_release(acc)
+    acc.close()
+    return code
 
-    def replaced(switching: bool) -> int:
-        db = tmp_path / f"{switching}.db"
-        acc = Accountant(Budget(10.0), ledger=f"sqlite:///{db}")
-        acc.release(Laplace(0.1), 1.0)
-        wal = Path(f"{db}-wal")
-        os.rename(wal, f"{wal}.old")  # (the connection writes on through its descriptor)
-        shutil.copy(f"{wal}.old", wal)
-        code = _one_release(acc)
-        acc.close()
-        return code
 
-    assert replaced(False) == 10
-    original = SqliteLedger._wal_descriptor
+@pytest.mark.parametrize("suffix", ["-wal", "-shm"])
+def test_a_replaced_wal_or_shm_file_is_refused(tmp_path: Path, suffix: str) -> None:
+    """While a connection is open SQLite never replaces its -wal or -shm file: one with another
+    identity means that our commits may go to the old one, or that another process locks
+    another index (tests/test_sqlite_multiprocess.py), so the release is refused."""
+    assert _release_after_replacing(tmp_path, suffix) == 10
 
-    def switching(self: SqliteLedger) -> int:
-        fd = self._wal
-        if fd is not None and os.fstat(fd).st_ino != os.stat(f"{self.path}-wal").st_ino:
-            self._wal = None
-        return original(self)
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(SqliteLedger, "_wal_descriptor", switching)
-    try:
-        assert replaced(True) == 0
-    finally:
-        mp.undo()
+def test_negative_control_checking_only_the_database_file_releases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_module, "_FILES", ("",))
+    assert _release_after_replacing(tmp_path, "-wal") == 0
+    assert _release_after_replacing(tmp_path, "-shm") == 0
 
 
 _SLOW = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
@@ -196,36 +206,6 @@ def test_negative_control_a_child_on_its_parents_connection_hangs(
     assert _child_during_a_statement(tmp_path, 6.0) == _HUNG
 
 
-def _child_while_a_read_is_open(tmp_path: Path) -> int:
-    """The parent reads ``entries()`` on, on a connection of its own, after closing the ledger,
-    and forks meanwhile: the child's outcome opening the file anew (10: refused)."""
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(10.0), ledger=url)
-    acc.release(Laplace(0.1), 1.0)
-    reading = acc.ledger.entries()
-    next(reading)
-    acc.close()
-    try:
-        return _in_child(lambda: _open_and_release(url), seconds=10)
-    finally:
-        reading.close()
-
-
-def test_a_child_is_refused_a_file_its_parent_reads_after_closing_the_ledger(
-        tmp_path: Path) -> None:
-    """The file is still open in the parent at the fork (and its last connection, closing, would
-    delete the WAL under a child's debits)."""
-    assert _child_while_a_read_is_open(tmp_path) == 10
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    assert _in_child(lambda: _open_and_release(url), seconds=10) == 0  # closed before this fork
-
-
-def test_negative_control_untracked_readers_let_the_child_in(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_fork, "opening", lambda identity, holder: object())  # (not registered)
-    assert _child_while_a_read_is_open(tmp_path) == 0
-
-
 def test_a_read_begun_in_the_parent_does_not_go_on_in_the_child(tmp_path: Path) -> None:
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
     acc.release(Laplace(0.1), 1.0)
@@ -244,44 +224,9 @@ def test_a_read_begun_in_the_parent_does_not_go_on_in_the_child(tmp_path: Path) 
     acc.close()
 
 
-def test_a_fork_while_the_ledger_closes_or_opens_refuses_the_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A file counts as open from before SQLite opens it until its close has returned: a fork
-    inside either (made deterministic here by forking from inside them) refuses it."""
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(10.0), ledger=url)
-    acc.release(Laplace(0.1), 1.0)
-    outcome: list[int] = []
-
-    class Closing:
-        def __init__(self, conn: object) -> None:
-            self.conn = conn
-
-        def close(self) -> None:
-            outcome.append(_in_child(lambda: _open_and_release(url), seconds=10))
-            self.conn.close()  # type: ignore[attr-defined]
-
-        def __getattr__(self, name: str) -> object:
-            return getattr(self.conn, name)
-
-    acc.ledger._conn = Closing(acc.ledger._conn)  # type: ignore[attr-defined]
-    acc.close()
-    original = SqliteLedger._check_format
-
-    def forking(self: SqliteLedger) -> None:
-        original(self)
-        if len(outcome) == 1:
-            outcome.append(-2)  # (the child's own open must not fork again)
-            outcome[1] = _in_child(lambda: _open_and_release(url), seconds=10)
-
-    monkeypatch.setattr(SqliteLedger, "_check_format", forking)
-    Accountant(Budget(10.0), ledger=url).close()
-    assert outcome == [10, 10]
-
-
 def test_a_new_ledger_file_is_not_group_or_world_writable(tmp_path: Path) -> None:
-    """Created before SQLite opens it (so that it is registered first), with SQLite's own mode
-    (0644 less the umask), never wider: a writable ledger file is a rewritable budget."""
+    """Created by SQLite with its own mode (0644 less the umask), never wider: a writable
+    ledger file is a rewritable budget."""
     import stat
 
     old = os.umask(0o002)
@@ -290,27 +235,3 @@ def test_a_new_ledger_file_is_not_group_or_world_writable(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "l.db").st_mode) & 0o022 == 0
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc")
-def test_a_ledger_dropped_without_close_releases_its_files(tmp_path: Path) -> None:
-    """The registry holds connections weakly: a ledger nobody closes is collected, its
-    connection closed and its WAL descriptor too, as before the registry (found by review)."""
-    import gc
-
-    def open_files() -> int:
-        names = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                names.append(os.readlink(f"/proc/self/fd/{fd}"))
-            except OSError:
-                pass
-        return sum(str(tmp_path) in name for name in names)
-
-    for i in range(20):
-        Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / f'{i}.db'}").release(
-            Laplace(0.1), 1.0)
-    gc.collect()
-    assert open_files() == 0
-    ours = {(st.st_dev, st.st_ino) for st in (os.stat(tmp_path / f"{i}.db") for i in range(20))}
-    assert not ours & set(sqlite_fork._OPEN.values())  # (and none still counts as open)

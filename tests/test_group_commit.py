@@ -1,17 +1,16 @@
-"""Group commit keeps "on disk before the draw": the ledgers release their write locks before the
-disk write (so that other writers go on meanwhile), and every release still waits until its own
+"""Group commit keeps "on disk before the draw": the PostgreSQL ledger releases its locks before
+the disk write (so that other writers go on meanwhile), and every release still waits until its own
 commit is durable before any noise is drawn.
 
-SQLite runs ``synchronous=NORMAL`` and syncs the WAL itself after the lock; PostgreSQL commits
-asynchronously and then waits for the log to reach the disk through a synchronous write. Each
-check has a negative control: with the sync switched off, the same test sees the missing syncs.
+PostgreSQL commits asynchronously and then waits for the log to reach the disk through a
+synchronous write. Each check has a negative control: with the sync switched off, the same test
+sees the missing syncs. (SQLite syncs inside each commit itself, ``synchronous=FULL``:
+tests/test_ledger.py.)
 """
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -19,9 +18,7 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
 from dpbudget.accountant.audit import audit
-from dpbudget.accountant.ledger import SqliteLedger
 from dpbudget.accountant.ledger import postgres as pg_module
-from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
@@ -38,128 +35,6 @@ class _Watched:
         if name not in ("source", "is_cryptographic"):  # (read to describe the noise)
             self._events.append("draw")
         return getattr(self._sampler, name)
-
-
-def _watch_fsyncs(monkeypatch: pytest.MonkeyPatch, wal: Path, events: list[str]) -> None:
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        real(fd)
-        if os.fstat(fd).st_ino == os.stat(wal).st_ino:
-            events.append("sync")
-
-    monkeypatch.setattr(os, "fsync", fsync)
-
-
-def test_sqlite_syncs_each_commit_before_its_draw(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
-    events: list[str] = []
-    acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
-    _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
-    for _ in range(RELEASES):
-        acc.release(Laplace(0.1), 1.0)
-    # One thread, one release at a time: each commit's sync comes before that release's draw.
-    draws = [i for i, e in enumerate(events) if e == "draw"]
-    assert len(draws) >= RELEASES
-    assert events[0] == "sync"
-    for i in draws:
-        assert "sync" in events[:i]
-    firsts = [i for i in draws if i == 0 or events[i - 1] != "draw"]
-    assert all(events[i - 1] == "sync" for i in firsts), events[:12]
-    assert events.count("sync") == RELEASES
-    acc.close()
-
-
-def test_sqlite_negative_control_without_the_sync(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """Negative control: the test above fails when the ledger does not sync."""
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
-    events: list[str] = []
-    _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
-    monkeypatch.setattr(SqliteLedger, "_sync", lambda self, token: None)
-    for _ in range(RELEASES):
-        acc.release(Laplace(0.1), 1.0)
-    assert events.count("sync") < RELEASES // 4  # only checkpoints sync (synchronous=NORMAL)
-    acc.close()
-
-
-def test_sqlite_one_sync_covers_every_commit_before_it(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    ledger = SqliteLedger(tmp_path / "l.db")
-    events: list[str] = []
-    for _ in range(3):
-        with ledger.transaction() as tx:
-            tx.append({"kind": '"test"'}, [])
-    _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
-    # The three commits above each synced already; two more commits, then their syncs in reverse.
-    tokens = []
-    for _ in range(2):
-        scope = ledger.transaction()
-        scope.begin().append({"kind": '"test"'}, [])
-        with ledger._lock:
-            ledger._w.committing(())  # type: ignore[union-attr]
-            tokens.append(ledger._commit())
-            ledger._lock.release()  # (begin took it; commit without the public path's sync)
-    ledger._sync(tokens[1])
-    ledger._sync(tokens[0])  # covered by the sync for the later commit: no second sync
-    assert events == ["sync"]
-    ledger.close()
-
-
-def test_sqlite_a_failed_sync_draws_nothing_and_keeps_the_debit(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
-    events: list[str] = []
-    acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
-
-    def failing(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", failing)
-    with pytest.raises(LedgerError, match="committed but could not be confirmed on disk"):
-        acc.release(Laplace(0.25), 1.0)
-    assert events == []  # nothing drawn
-    monkeypatch.undo()
-    assert acc.spent().epsilon == 0.25  # the debit stands: refusing to draw never refunds
-    # A later sync that succeeds proves nothing about the frames the failed one held (Linux
-    # reports a write error once): every further debit on this ledger is refused in this process,
-    # by this object and by a new one.
-    with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
-        acc.release(Laplace(0.25), 1.0)
-    reopened = Accountant.open(f"sqlite:///{tmp_path / 'l.db'}", rng=0,
-                               simulation=True)  # (opening only reads)
-    with pytest.raises(LedgerError, match="sync of its WAL failed earlier"):
-        reopened.release(Laplace(0.25), 1.0)
-    reopened.close()
-    assert events == []
-    assert audit(acc.ledger).ok  # reading still works
-    acc.close()
-
-
-@pytest.fixture(autouse=True)
-def _forget_failed_syncs() -> Any:
-    yield
-    sqlite_module._FAILED_SYNCS.clear()  # (each test's files are its own)
-
-
-def test_sqlite_a_commit_without_a_release_is_synced_too(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """An import (records written without ``Transaction.append``) is on disk when it returns."""
-    ledger = SqliteLedger(tmp_path / "l.db")
-    events: list[str] = []
-    _watch_fsyncs(monkeypatch, tmp_path / "l.db-wal", events)
-    scope = ledger.transaction()
-    scope.begin()
-    ledger._write_accounts([])
-    ledger._execute("INSERT INTO meta VALUES ('note', 'x')")
-    scope.commit()
-    assert events == ["sync"]
-    scope = ledger.transaction()
-    scope.begin()  # a transaction that writes nothing needs no sync
-    scope.commit()
-    assert events == ["sync"]
-    ledger.close()
 
 
 # -- PostgreSQL ------------------------------------------------------------------------------

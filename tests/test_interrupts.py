@@ -403,3 +403,101 @@ def test_negative_control_abandon_that_frees_only_the_object_lock(
     monkeypatch.setattr(PostgresLedger, "_locks", lambda self: (self._lock,))
     monkeypatch.setattr(PostgresLedger, "_sync", one_finally)
     assert _deferred_debits_interrupted(postgres_database, monkeypatch, check=False)
+
+
+# -- the Ctrl-C wedge: nothing is logged while a ledger lock is held ----------------------------
+
+
+def _interrupted_then_on(tmp_path: Path, join: float,
+                         handler_wait: float) -> tuple[bool, list[int]]:
+    """Thread 1 is interrupted inside a log handler's lock (``logging.Handler.handle`` takes it
+    before its ``try``: the lock stays held), catches the KeyboardInterrupt and goes on, as a
+    notebook kernel or a service loop does; thread 2 commits meanwhile and its record's logging
+    waits for that lock. Returns whether thread 1 then released three more times within
+    ``join`` seconds (False: wedged), and the seqs the handler logged, in order."""
+    import logging
+
+    from dpbudget.accountant.logs import LOGGER_NAME
+
+    acc = Accountant(Budget(100.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    caught, entered = threading.Event(), threading.Event()
+    logged: list[int] = []
+    first: list[threading.Thread] = []
+
+    class Interrupted(logging.Handler):
+        def handle(self, record: logging.LogRecord) -> bool:
+            if first and threading.current_thread() is first[0]:
+                first.clear()
+                self.acquire()  # (what Handler.handle does before its try) ...
+                raise KeyboardInterrupt  # ... and Ctrl-C lands right after it
+            entered.set()
+            if not self.lock.acquire(timeout=handler_wait):  # type: ignore[union-attr]
+                raise RuntimeError("the handler's lock was never freed")
+            try:
+                logged.append(record.dpbudget_entry.seq)  # type: ignore[attr-defined]
+                return True
+            finally:
+                self.release()
+
+        def emit(self, record: logging.LogRecord) -> None:
+            pass
+
+    def thread_1() -> None:
+        try:
+            acc.release(Laplace(0.1), 1.0)
+        except KeyboardInterrupt:
+            pass  # caught: this thread goes on
+        caught.set()
+        entered.wait(60)  # thread 2 is logging its commit now
+        for _ in range(3):
+            acc.release(Laplace(0.1), 1.0)
+        handler.release()  # (this thread holds the lock the interrupt left held)
+
+    def thread_2() -> None:
+        caught.wait(60)
+        acc.release(Laplace(0.1), 1.0)
+
+    handler, log = Interrupted(), logging.getLogger(LOGGER_NAME)
+    level = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    threads = [threading.Thread(target=thread_1, daemon=True),
+               threading.Thread(target=thread_2, daemon=True)]
+    first.append(threads[0])
+    try:
+        for thread in threads:
+            thread.start()
+        threads[0].join(join)  # (a failure detector: the result does not depend on the time)
+        went_on = not threads[0].is_alive()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    acc.close()
+    return went_on, logged
+
+
+def test_a_handler_left_locked_by_ctrl_c_wedges_no_release(tmp_path: Path) -> None:
+    went_on, logged = _interrupted_then_on(tmp_path, join=60.0, handler_wait=120.0)
+    assert went_on
+    assert logged == [2, 3, 4, 5, 6]  # every record logged, in seq order (1: the policy's)
+
+
+def test_negative_control_logging_under_the_lock_wedges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old order (each commit's records logged before the ledger's lock is released):
+    thread 2 waits for the handler's lock while holding the ledger's, and thread 1 for the
+    ledger's (here until the handler's wait gives up, so that the test ends)."""
+    from dpbudget.accountant.ledger.writer import Writer
+
+    committed = Writer.committed
+
+    def logged_under_the_lock(self: Writer, box: list[Any]) -> None:
+        committed(self, box)
+        self.log()
+
+    monkeypatch.setattr(Writer, "committed", logged_under_the_lock)
+    went_on, _ = _interrupted_then_on(tmp_path, join=2.0, handler_wait=8.0)
+    assert not went_on

@@ -29,7 +29,7 @@ class TestSqliteLedger:
         ledger = SqliteLedger(tmp_path / "l.db")
         try:
             assert ledger._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL + _sync
+            assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: SQLite syncs each commit
         finally:
             ledger.close()
         # WAL is persistent in the file: another connection sees it too.

@@ -10,9 +10,6 @@ the negative controls: the same assertions fail on them.
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +17,10 @@ import pytest
 
 import dpbudget as dp
 from dpbudget.accountant import Accountant, Budget, LedgerError, LedgerUnconfirmedError
-from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.mechanisms import Laplace
 from tests.test_group_commit import _Watched
 
 CANARY = 987654.321  # the true answer: never in a message
-
-
-@pytest.fixture(autouse=True)
-def _forget_failed_syncs() -> Iterator[None]:
-    yield
-    sqlite_module._FAILED_SYNCS.clear()  # (each test's files are its own)
 
 
 def _watched(acc: Accountant) -> list[str]:
@@ -55,25 +45,29 @@ def test_the_type_is_public_and_a_ledger_error() -> None:
     assert "do not retry" in (LedgerUnconfirmedError.__doc__ or "").lower()
 
 
-def test_sqlite_a_failed_sync_after_the_commit_is_unconfirmed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sqlite_a_failed_commit_is_unconfirmed(tmp_path: Path) -> None:
+    """SQLite writes and syncs the WAL inside the COMMIT (``synchronous=FULL``): a COMMIT that
+    fails may have left the debit's frames on disk, so the budget is treated as spent."""
+    import sqlite3
+
     acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=0, simulation=True)
     events = _watched(acc)
+    real = acc.ledger._conn  # type: ignore[attr-defined]
 
-    def failing(fd: int) -> None:
-        raise OSError(5, "Input/output error")
+    class FailingCommit:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
 
-    monkeypatch.setattr(os, "fsync", failing)
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("disk I/O error")
+            return real.execute(sql, *args)
+
+    acc.ledger._conn = FailingCommit()  # type: ignore[attr-defined]
     error = _outcome(acc)
-    monkeypatch.undo()
-    assert isinstance(error, LedgerUnconfirmedError)
-    assert events == []  # nothing drawn
-    assert acc.spent().epsilon == 0.25  # committed: a retry would pay again
-    # Negative control: the next release is refused before it begins (a failed sync fails the
-    # file for this process): plain type, nothing written, nothing drawn.
-    refused = _outcome(acc)
-    assert type(refused) is LedgerError and "nothing was written" in str(refused)
-    assert acc.spent().epsilon == 0.25 and events == []
+    acc.ledger._conn = real  # type: ignore[attr-defined]
+    assert isinstance(error, LedgerUnconfirmedError) and "nothing was drawn" in str(error)
+    assert events == []
     acc.close()
 
 
@@ -90,22 +84,6 @@ def test_sqlite_a_refusal_before_the_commit_is_plain(tmp_path: Path) -> None:
     assert type(error) is LedgerError and "nothing was written" in str(error)
     assert events == []
     acc.close()
-
-
-def test_sqlite_a_sync_after_the_ledger_closed_is_unconfirmed(tmp_path: Path) -> None:
-    """A commit whose sync finds the ledger closed (another thread closed it) was committed."""
-    ledger = sqlite_module.SqliteLedger(tmp_path / "l.db")
-    scope = ledger.transaction()
-    scope.begin().append({"kind": '"test"'}, [])
-    with ledger._lock:
-        ledger._w.committing(())  # type: ignore[union-attr]
-        token = ledger._commit()
-        ledger._lock.release()  # (begin took it; commit without the public path's sync)
-    ledger._closed = True  # (what close() does, minus the sync it would run for us)
-    with pytest.raises(LedgerUnconfirmedError, match="the ledger was closed"):
-        ledger._sync(token)
-    ledger._closed = False
-    ledger.close()
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------

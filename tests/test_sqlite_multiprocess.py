@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dpbudget.accountant import Accountant, Budget, BudgetExceededError
+from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerError
 from dpbudget.accountant.ledger import SqliteLedger
+from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.mechanisms import Laplace
 from tests.support import SEED, assert_chain
 
@@ -141,3 +142,91 @@ def test_concurrent_processes_never_overspend(tmp_path: Path) -> None:
         assert total <= 1.0 * (1 + 1e-9)
     finally:
         ledger.close()
+
+
+# -- a -shm file deleted while the ledger is open (the reliability sweep's fault) -------------
+
+STEPPED = textwrap.dedent("""
+    import sys
+    from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerError
+    from dpbudget.accountant.ledger import sqlite
+    from dpbudget.mechanisms import Laplace
+
+    if sys.argv[2] == "old":  # the checks this test is about, switched off (negative control)
+        sqlite._FILES = ("",)
+        sqlite.SqliteLedger._shm_deleted = lambda self: False
+    try:
+        acc = Accountant(Budget(50.0), ledger="sqlite:///" + sys.argv[1])
+    except LedgerError:
+        print("refused", flush=True)
+        sys.exit(0)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        try:
+            acc.release(Laplace(1.0), 1.0)
+            print("answer", flush=True)
+        except (BudgetExceededError, LedgerError) as exc:
+            print(type(exc).__name__, flush=True)
+""")
+
+
+def _after_the_shm_is_deleted(tmp_path: Path, old: bool) -> tuple[int, int, str]:
+    """Process A (this one) opens a ledger whose limit allows 50 answers; the -shm file is
+    deleted; process B (a worker) opens the ledger; then A and B each ask for a release in turn,
+    100 times. Returns the answers released, the release records the ledger then holds, and how
+    B's open went. ``old``: without the checks, in both processes."""
+    db = tmp_path / f"{old}.db"
+    with pytest.MonkeyPatch.context() as mp:
+        if old:
+            mp.setattr(sqlite_module, "_FILES", ("",))
+        acc = Accountant(Budget(50.0), ledger=f"sqlite:///{db}")
+        return _in_turn(acc, db, old)
+
+
+def _in_turn(acc: Accountant, db: Path, old: bool) -> tuple[int, int, str]:
+    os.unlink(f"{db}-shm")
+    worker = subprocess.Popen([sys.executable, "-c", STEPPED, str(db), "old" if old else "new"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=_env(), cwd=db.parent)
+    assert worker.stdin is not None and worker.stdout is not None
+    answers = 0
+    try:
+        opened = worker.stdout.readline().strip()
+        for _ in range(100):
+            try:
+                acc.release(Laplace(1.0), 1.0)
+                answers += 1
+            except (BudgetExceededError, LedgerError):
+                pass
+            if opened == "ready":
+                worker.stdin.write("release\n")
+                worker.stdin.flush()
+                answers += worker.stdout.readline().strip() == "answer"
+        worker.stdin.close()
+        assert worker.wait(timeout=120) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        worker.stdout.close()
+    acc.close()
+    with SqliteLedger(db, create=False) as reader:
+        records = sum(e.record["kind"] == "release" for e in reader.entries())
+    return answers, records, opened
+
+
+def test_a_deleted_shm_file_lets_no_answer_past_the_limit_or_its_record(tmp_path: Path) -> None:
+    """A refuses every debit (its -shm is not the file's any more) and B refuses to open a
+    ledger whose -wal has lost its -shm: nothing is released, so nothing lacks its record."""
+    answers, records, opened = _after_the_shm_is_deleted(tmp_path, old=False)
+    assert opened == "refused"
+    assert answers <= 50 and records == answers
+
+
+def test_negative_control_without_the_checks_a_deleted_shm_overspends(tmp_path: Path) -> None:
+    """The old behaviour (only the database file checked): each process locks its own -shm,
+    both debit "under the write lock", and each overwrites the other's frames in the WAL —
+    the sweep's figure: 100 answers under a limit of 50, half of them without a record."""
+    answers, records, opened = _after_the_shm_is_deleted(tmp_path, old=True)
+    assert opened == "ready"
+    assert answers > 50 and records < answers

@@ -2,39 +2,40 @@
 
 Durability is part of the privacy guarantee: a debit that could vanish in a crash after its answer
 was released would let the same budget be spent twice. So every commit is on disk before
-``release`` draws noise, and every check-and-debit is one ``BEGIN IMMEDIATE`` transaction, which
-takes SQLite's write lock before reading the state: two processes can never both read the same
-remaining budget and both spend it. Records are append-only (triggers refuse UPDATE and DELETE on
-them).
+``release`` draws noise — SQLite syncs it itself (WAL mode with ``synchronous=FULL``: the WAL file
+is synced inside every commit) — and every check-and-debit is one ``BEGIN IMMEDIATE``
+transaction, which takes SQLite's write lock before reading the state: two processes can never
+both read the same remaining budget and both spend it. Records are append-only (triggers refuse
+UPDATE and DELETE on them).
 
-Group commit: the database runs in WAL mode with ``synchronous=NORMAL`` — SQLite then syncs only
-at checkpoints — and the ledger syncs the WAL file itself after each commit (``_sync``), once
-SQLite's write lock and the ledger's own lock are released. What ``synchronous=FULL`` would do
-inside the lock (sync the WAL up to the commit) is done just outside it, before anything is drawn:
-other processes and threads commit meanwhile, and one sync covers every commit before it. A commit
-whose frames a checkpoint has already copied into the database file is on disk too: SQLite syncs
-the WAL before a checkpoint and the database after it, and reuses the WAL only after a complete
-one (https://www.sqlite.org/pragma.html#pragma_synchronous).
+The files: that write lock, and the index through which each process finds the others' commits,
+live in the ``-shm`` file; the commits themselves in the ``-wal`` file. A ``-shm`` deleted while a
+ledger is open (a clean-up job, a careless backup) makes the next process build a new one: both
+then hold "the" write lock and write over each other's frames (answers beyond the limit, and
+answers whose debit is gone). So a ledger is not opened on a ``-wal`` without its ``-shm``, and
+under the write lock each debit checks that the database file and its ``-wal`` and ``-shm`` files
+are the ones this ledger opened (two ``stat`` calls more than one); one deleted or replaced is
+refused, nothing written.
 
-Processes: each opens the file itself. A file a ledger had open when a process forked is refused
-in the child, carried or opened anew (``SqliteLedger._in_this_process``): SQLite keeps its locks per
-process, and a child's connection would hold none of those that keep the parent's close from
-deleting the WAL file the child writes, or another process from writing at once.
+Processes (one rule): a ledger belongs to the process that opened it, and a process forked from
+one that ever opened an SQLite ledger is refused every SQLite ledger, carried or opened anew.
+SQLite keeps its locks, and its bookkeeping of them, per process, and ``fork`` copies that
+bookkeeping (https://www.sqlite.org/howtocorrupt.html, section 2.6): a child's connection, even a
+new one, would hold none of the locks that keep the parent's close from deleting the WAL file the
+child writes, or another process from writing at once. Refused rather than tracked: open SQLite
+ledgers after forking, or start workers with ``multiprocessing``'s spawn or forkserver method.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import sqlite3
 import time
-import weakref
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
-from dpbudget.accountant.ledger import sqlite_fork
 from dpbudget.accountant.ledger.sql import SqlLedger
 
 __all__ = ["SqliteLedger"]
@@ -52,12 +53,30 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
     BEGIN SELECT RAISE(ABORT, 'ledger entries are append-only'); END;
 """
 
+# The files a ledger's debits depend on, checked under the write lock (module docstring).
+_FILES = ("", "-wal", "-shm")
 
-# Ledger files (by path) whose WAL sync failed in this process: no object of this process debits
-# them again (``SqliteLedger._sync``).
-_FAILED_SYNCS: dict[str, str] = {}
-_AFTER_FAILURE = ("After a failed disk write this process refuses every further debit on this "
-                  "ledger: check the disk, restart, and audit the ledger")
+_opened = False  # this process, or one it was forked from, has opened an SQLite ledger
+_forked = False  # this process was forked from such a process: no SQLite ledger here
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = _opened
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _refusal(path: Path) -> LedgerError:
+    return LedgerError(
+        f"SQLite ledger {str(path)!r}: this process was forked from one that had opened an "
+        "SQLite ledger, and SQLite cannot be used in such a child (its locks are kept per "
+        "process: https://www.sqlite.org/howtocorrupt.html, section 2.6); nothing was read or "
+        "written. Open SQLite ledgers only after forking, or start workers with "
+        "multiprocessing's spawn or forkserver method (a PostgreSQL ledger can be shared with "
+        "forked children)")
 
 
 class SqliteLedger(SqlLedger):
@@ -72,45 +91,52 @@ class SqliteLedger(SqlLedger):
             variable ``DPBUDGET_LEDGER_KEY``, if set); see ``dpbudget.accountant.ledger.record``.
 
     Raises:
-        LedgerError: the file cannot be opened or is not a dpbudget ledger of a known version.
+        LedgerError: the file cannot be opened or is not a dpbudget ledger of a known version,
+            or this process was forked from one that had opened an SQLite ledger.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  create: bool = True, hmac_key: bytes | str | None = None) -> None:
-        super().__init__(hmac_key=hmac_key)
-        self._commits = 0  # commits by this object; ``_synced``: how many are known on disk
-        self._synced = 0
-        self._wal: int | None = None  # a descriptor of the WAL file, for ``_sync``
-        self._wal_closer: Any = None  # closes it once: on ``close``, or when this is collected
-        self._changes = 0  # the connection's total_changes when the transaction began
-        self._closed = False
-        self._pid = os.getpid()  # the process whose connection ``_conn`` is
-        # Absolute: the identity check must find the same file after the caller's chdir.
+        global _opened
+        # Absolute: the identity check must find the same files after the caller's chdir.
         self.path = Path(path).absolute()
+        if _forked:
+            raise _refusal(self.path)
+        super().__init__(hmac_key=hmac_key)
         self.url = f"sqlite:///{self.path}"
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
-        try:  # (created empty first: its identity is registered before SQLite opens it)
-            if create and not self.path.exists():
-                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o644))  # (SQLite's)
-            self._identity = self._file_identity()
-        except OSError as exc:
-            raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: "
-                              f"{exc.strerror}") from None
-        if sqlite_fork.forked(self._identity):
-            raise LedgerError(sqlite_fork.refusal(self.path))
-        self._token = sqlite_fork.opening(self._identity, self)
+        _opened = True  # (before SQLite opens the file: a fork from now on refuses SQLite)
+        if self._shm_deleted():
+            raise LedgerError(
+                f"SQLite ledger {str(self.path)!r}: its -wal file is there without its -shm "
+                "file, which was deleted while the ledger was open; a new -shm would let this "
+                "process and one still using the deleted one write at once. Nothing was read or "
+                "written. Stop every process using the ledger, then open it once with the "
+                "sqlite3 shell (which rebuilds the -shm from the -wal), and audit it")
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
             self._open(create, timeout)
+            self._identity = self._files()  # (now: the -wal and -shm this connection uses)
         except BaseException as exc:
             if hasattr(self, "_conn"):
                 self._conn.close()
-            sqlite_fork.closed(self._token)
-            if isinstance(exc, sqlite3.Error):
-                raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {exc}") from exc
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                why = exc.strerror if isinstance(exc, OSError) else exc
+                raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {why}") from None
             raise
+
+    def _shm_deleted(self) -> bool:
+        """Whether the -wal file is there without its -shm: the -shm was deleted while a process
+        had the ledger open (which may still be using it). SQLite deletes both, the -shm first,
+        only when the last connection closes: a moment without the -shm is one closing."""
+        wal, shm = f"{self.path}-wal", f"{self.path}-shm"
+        for _ in range(20):
+            if not os.path.exists(wal) or os.path.exists(shm):
+                return False
+            time.sleep(0.005)
+        return True
 
     def _open(self, create: bool, timeout: float) -> None:
         if not create and self._conn.execute(
@@ -119,19 +145,14 @@ class SqliteLedger(SqlLedger):
             raise LedgerError(f"{str(self.path)!r} is an SQLite file but not a dpbudget "
                               "ledger (nothing was changed)")
         self._set_wal(timeout)
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # + ``_sync`` (module docstring)
+        self._conn.execute("PRAGMA synchronous=FULL")  # the WAL synced inside each commit
         self._conn.executescript(_SCHEMA)
         self._check_format()
-        try:  # (now: the WAL this connection writes, which ``_sync`` must find again)
-            if create:  # (a reader never syncs)
-                self._wal_descriptor()
-        except OSError:
-            pass  # (opened at the first sync)
 
     def _in_this_process(self) -> None:
-        """Refuse a ledger carried into a forked child (``dpbudget.accountant.ledger.sqlite_fork``)."""
-        if self._pid != os.getpid():
-            raise LedgerError(sqlite_fork.refusal(self.path))
+        """Refuse SQLite in a child forked from a process that had opened it (module docstring)."""
+        if _forked:
+            raise _refusal(self.path)
 
     def _set_wal(self, timeout: float) -> None:
         # Switching to WAL needs a moment without other writers and, unlike ordinary statements,
@@ -152,101 +173,39 @@ class SqliteLedger(SqlLedger):
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
         self._in_this_process()
-        self._rollback()  # a transaction an interrupt left open: it never committed
-        failed = _FAILED_SYNCS.get(str(self.path))
-        if failed is not None:
-            raise LedgerError(f"SQLite ledger {str(self.path)!r}: a sync of its WAL failed "
-                              f"earlier in this process ({failed}); nothing was written. "
-                              + _AFTER_FAILURE)
         self._execute("BEGIN IMMEDIATE")
-        self._changes = self._conn.total_changes
-        # Under the write lock: the file must still be the one opened. A ledger deleted while in
-        # use would take debits into an unlinked file (lost to every later reader), and one
-        # replaced by a restored backup would forget spend; both are refused, nothing written.
+        # Under the write lock: the files must still be the ones opened. A ledger deleted while
+        # in use would take debits into an unlinked file (lost to every later reader), one
+        # replaced by a restored backup would forget spend, and a replaced -wal or -shm lets
+        # another process write at once (module docstring); all are refused, nothing written.
         try:
-            same = self._file_identity() == self._identity
+            same = self._files() == self._identity
         except OSError:
             same = False
         if not same:
             self._rollback()
-            raise LedgerError(f"SQLite ledger {str(self.path)!r} was deleted or replaced while "
-                              "in use; nothing was written (reopen it, and audit it)")
+            raise LedgerError(f"SQLite ledger {str(self.path)!r}: the database file or its "
+                              "-wal or -shm file was deleted or replaced while in use; nothing "
+                              "was written (close every ledger object on it, then reopen it "
+                              "and audit it)")
 
-    def _commit(self) -> int:
-        """Commit; the number of this commit for ``_sync`` (0 when it wrote nothing). In a
-        child forked inside the transaction ``_execute`` refuses the COMMIT: it is the parent's."""
-        wrote = self._conn.total_changes != self._changes
-        self._execute("COMMIT")
-        if not wrote:
-            return 0
-        self._commits += 1
-        return self._commits
-
-    def _sync(self, token: int) -> None:
-        """Sync the WAL file, unless a sync that began after commit ``token`` already did.
-
-        No lock: one that an interrupt left held would stop every later release. Threads that
-        sync at once each sync (the kernel serves them together); ``_synced`` may lag behind,
-        which costs a sync, never skips one: it is raised only to a count of commits read before
-        a sync that then completed.
-
-        A failed sync fails the ledger for good in this process: Linux reports a write error once
-        and marks the pages clean, so a later sync that succeeds proves nothing about the frames
-        the failed one held — and a crash would then lose them and every commit after them.
-        (PostgreSQL stops the server on a failed sync, for the same reason.)"""
-        if self._synced >= token:
-            return  # a sync that began after this commit has completed
-        failed = _FAILED_SYNCS.get(str(self.path))
-        if failed is not None or self._closed:
-            raise self._unconfirmed(failed or "the ledger was closed")
-        target = self._commits  # every commit counted so far is in the WAL or the database
+    def _commit(self) -> None:
+        self._in_this_process()
         try:
-            os.fsync(self._wal_descriptor())
-        except OSError as exc:
-            _FAILED_SYNCS[str(self.path)] = str(exc.strerror)
-            raise self._unconfirmed(str(exc.strerror)) from None
-        if target > self._synced:
-            self._synced = target
+            self._conn.execute("COMMIT")  # synced before it returns (synchronous=FULL)
+        except sqlite3.Error as exc:  # (the write lock is held: a failed write or sync)
+            raise LedgerUnconfirmedError(
+                f"SQLite ledger {str(self.path)!r}: the commit failed ({exc}) after its frames "
+                "may have reached the WAL file; nothing was drawn, and its budget may stay "
+                "spent. Check the disk, then audit the ledger") from exc
 
-    def _unconfirmed(self, why: str) -> LedgerUnconfirmedError:
-        return LedgerUnconfirmedError(
-            f"SQLite ledger {str(self.path)!r}: the debit was committed but could not be "
-            f"confirmed on disk ({why}); nothing was drawn on it, and its budget stays spent. "
-            + _AFTER_FAILURE)
-
-    def _wal_descriptor(self) -> int:
-        """A descriptor of the WAL file this ledger's connection writes, opened once.
-
-        While a connection is open SQLite never replaces its WAL file, so one with another
-        identity means that the files were replaced under it (or deleted by another process's
-        SQLite that did not see this connection: one sharing it across ``fork``, which
-        ``dpbudget.accountant.ledger.sqlite_fork`` prevents), and this connection's commits may be in the
-        old, unlinked one. A sync of the new one would confirm nothing of ours: an error
-        (``OSError``), never a switch."""
-        wal = f"{self.path}-wal"
-        fd = self._wal
-        if fd is not None:
-            if os.fstat(fd).st_ino != os.stat(wal).st_ino:
-                raise OSError(errno.ESTALE, "the WAL file was replaced while this ledger had it "
-                              "open")
-            return fd
-        fd = os.open(wal, os.O_RDONLY if os.name == "posix" else os.O_RDWR)
-        if os.name == "posix":  # the file's name must be on disk as well as its content
-            directory = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-        self._wal = fd
-        self._wal_closer = weakref.finalize(self, os.close, fd)
-        return fd
-
-    def _file_identity(self) -> tuple[int, int]:
-        st = os.stat(self.path)
-        return (st.st_dev, st.st_ino)
+    def _files(self) -> tuple[tuple[int, int], ...]:
+        """The (device, inode) of the database file and of its -wal and -shm files."""
+        stats = [os.stat(f"{self.path}{suffix}") for suffix in _FILES]
+        return tuple((st.st_dev, st.st_ino) for st in stats)
 
     def _rollback(self) -> None:
-        if self._pid != os.getpid():
+        if _forked:
             return  # a forked child: the transaction, and the connection, are the parent's
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -258,23 +217,32 @@ class SqliteLedger(SqlLedger):
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def _reader(self) -> sqlite_fork.Reader:
+    def _reader(self) -> "_Reader":
         self._in_this_process()
-        return sqlite_fork.Reader(self.path, self._identity)
+        return _Reader(self.path)
 
     def close(self) -> None:
         with self._lock:
-            mine = self._pid == os.getpid()  # (a child never syncs or closes its parent's)
-            if not self._closed and self._synced < self._commits and mine:
-                try:  # a commit whose own sync has not run yet (another thread's)
-                    self._sync(self._commits)
-                except LedgerError:
-                    pass  # that thread's sync reports it
-            self._closed = True
-            if mine:
+            if not _forked:  # (a child never closes its parent's connection)
                 self._conn.close()
-                sqlite_fork.closed(self._token)  # (only now: a fork during the close refuses)
-            if self._wal_closer is not None:
-                self._wal_closer()
-            self._wal = None
 
+
+class _Reader:
+    """A reading connection of its own (``SqlLedger.entries``), used and closed only where it
+    was opened: a read begun in a parent and resumed in a forked child is refused there."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._conn = sqlite3.connect(path, isolation_level=None)
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        if _forked:
+            raise _refusal(self._path)
+        return self._conn.execute(sql, args)
+
+    def __enter__(self) -> "_Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not _forked:
+            self._conn.close()

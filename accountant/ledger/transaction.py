@@ -13,7 +13,7 @@ from dpbudget.accountant.ledger import lanes as _lanes
 from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
-from dpbudget.accountant.ledger.writer import log_records, writer_for
+from dpbudget.accountant.ledger.writer import writer_for
 
 # The ledger (``dpbudget.accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
 __all__ = ["Scope", "Transaction", "release_fully"]
@@ -245,14 +245,16 @@ class Scope:
             box = writer.committing(appended)
             token = ledger._commit()
             committed = True
-            box[1] = True  # committed: the next transaction counts these without a read
-            log_records(appended, box)
+            writer.committed(box)  # the next transaction counts these without a read
         except BaseException:
             if not committed:  # (a rollback after the commit is harmless: nothing is open)
                 self.abandon()
             raise
         finally:
             release_fully(ledger._lock)
+        # Logged only now, with no ledger lock held: a handler that blocks, or whose own lock an
+        # interrupt left held, must not hold every other thread's debit (writer.py).
+        writer.log()
         if writer.pid != os.getpid():  # (a log handler, say, forked during the debit)
             raise LedgerError("this process was forked during a debit: the process that began "
                               "it paid for one answer, and draws it; this one draws nothing")

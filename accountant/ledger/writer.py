@@ -1,5 +1,5 @@
 """Who wrote a record — one writer per process and ledger, with its own count of records — and
-the logging of each committed record to ``dpbudget.ledger`` (``log_records``).
+the logging of each committed record to ``dpbudget.ledger`` (``Writer.log``).
 
 Each record's ``writer`` member names the writer (a random id) and its count ``n`` (1, 2, ...),
 so that one process's log can be audited alone as a subsequence of the chain
@@ -10,14 +10,19 @@ accountant per request is still one writer with one count) — and a forked chil
 An in-memory ledger is its own ledger, so each object is its own writer.
 
 Interrupts and threads: the count moves only with commits, and only ever inside a transaction,
-which the ledger's write lock serialises across threads, objects and processes (so the writer
-needs no lock of its own, which an interrupt could leave held). A commit's records are noted as
-pending before the commit; once the commit has returned, the committer marks them confirmed (one
-atomic store), then logged; the next transaction of any object of the same writer counts them —
-without a read when confirmed, else by looking for them in the ledger (an interrupt landed in
-between) — and logs those an interrupt kept from the log, so that the process's log still holds
-every record it committed (late, which the audit's reading window absorbs; twice at worst, which
-it reads once).
+which the ledger's write lock serialises across threads, objects and processes (so the count needs
+no lock of its own, which an interrupt could leave held). A commit's records are noted as pending
+before the commit; once the commit has returned, the committer queues them for the log and marks
+them confirmed (one atomic store); the next transaction of any object of the same writer counts
+them — without a read when confirmed, else by looking for them in the ledger (an interrupt landed
+in between), queueing those it finds — so that the process's log still holds every record it
+committed (late, which the audit's reading window absorbs; twice at worst, which it reads once).
+
+Logging (``Writer.log``) happens after the ledger's lock is released, never under it: a handler
+that blocks, or one whose own lock an interrupt left held (``logging.Handler.handle`` takes it
+before its ``try``), then stops only the threads that log, never every debit (the Ctrl-C wedge).
+The queue keeps the records in commit order, and one thread at a time empties it (a thread that
+finds another one logging leaves its records to it), so a process's log stays in ``seq`` order.
 """
 
 from __future__ import annotations
@@ -26,24 +31,29 @@ import logging
 import os
 import secrets
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Writer", "log_records", "writer_for"]
+__all__ = ["Writer", "writer_for"]
 
 _LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
 
 
 class Writer:
     """One writer's id and count: ``state`` is (records committed and counted, the pending
-    commit as ``[entries, confirmed]`` or None) — one attribute, replaced whole."""
+    commit as ``[entries, confirmed]`` or None) — one attribute, replaced whole; ``unlogged``:
+    committed records not logged yet, in commit order."""
 
-    __slots__ = ("id", "pid", "state")
+    __slots__ = ("id", "pid", "state", "unlogged", "_logging")
 
     def __init__(self) -> None:
         self.id = secrets.token_hex(8)
         self.pid = os.getpid()
         self.state: tuple[int, list[Any] | None] = (0, None)
+        self.unlogged: deque[Any] = deque()
+        # Held by the one thread emptying ``unlogged``; re-entrant, to know its owner (``log``).
+        self._logging: Any = threading.RLock()
 
     @property
     def written(self) -> int:
@@ -55,23 +65,56 @@ class Writer:
 
     def begin(self, landed: Callable[[Any], bool]) -> None:
         """Count the pending commit, if any (inside a transaction): all of it when its committer
-        confirmed it, else each record that ``landed(entry)`` finds in the ledger; and log those
-        that landed but were not logged."""
+        confirmed it (and queued it for the log), else each record that ``landed(entry)`` finds
+        in the ledger, queued here."""
         written, pending = self.state
         if pending is not None:
-            entries, confirmed, logged = pending
+            entries, confirmed = pending
             if not confirmed:  # a commit lands all of its records or none
                 entries = tuple(entry for entry in entries if landed(entry))
-            if logged < len(entries):
-                log_records(entries[logged:])
+                self.unlogged.extend(entries)
             self.state = (written + len(entries), None)
 
     def committing(self, entries: tuple[Any, ...]) -> list[Any]:
         """Note ``entries`` as pending (inside the transaction, before its commit): the box in
-        which the committer marks them confirmed (index 1) and counts those logged (index 2)."""
-        box: list[Any] = [entries, False, 0]
+        which the committer marks them confirmed (``committed``)."""
+        box: list[Any] = [entries, False]
         self.state = (self.state[0], box)
         return box
+
+    def committed(self, box: list[Any]) -> None:
+        """The commit of ``box`` returned (still under the ledger's lock): queue its records
+        for the log, then confirm them (an interrupt in between queues them twice at worst)."""
+        self.unlogged.extend(box[0])
+        box[1] = True
+
+    def log(self) -> None:
+        """Log the queued records in order, on ``dpbudget.ledger``; called with no ledger lock
+        held. If another thread is logging, it logs ours too (it empties the queue before it
+        lets go, and looks again after). A failing handler or filter must not fail a debit that
+        committed: the rest is logged by the next call. An interrupt is raised once the
+        logging lock is free."""
+        queue, lock = self.unlogged, self._logging
+        while lock._is_owned():  # (left held in this thread by an interrupt in an earlier call)
+            lock.release()
+        if not _LOG.isEnabledFor(logging.INFO):
+            queue.clear()  # (no one listens: nothing to keep)
+            return
+        while queue:
+            mine = False
+            try:
+                mine = lock.acquire(blocking=False)
+                if not mine:
+                    return  # the thread logging now logs these too
+                while queue:
+                    entry = queue[0]
+                    _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                    queue.popleft()
+            except Exception:
+                return
+            finally:
+                if mine:
+                    lock.release()
 
 
 _WRITERS: dict[str, Writer] = {}
@@ -87,29 +130,3 @@ def writer_for(ledger_key: str | None) -> Writer:
         if writer is None or writer.pid != os.getpid():
             writer = _WRITERS[ledger_key] = Writer()
         return writer
-
-
-def log_records(entries: tuple[Any, ...], box: list[Any] | None = None) -> None:
-    """Committed: now the logs may see them. An interrupt is held back until every record is
-    logged; ``box[2]`` counts the records logged so far, so that if anything else cuts this short
-    the writer's next transaction logs the rest. A record missing from its process's log would
-    read as deleted there; a line written twice is read once."""
-    done = 0 if box is None else box[2]
-    if not _LOG.isEnabledFor(logging.INFO):
-        done = len(entries)
-    interrupt: BaseException | None = None
-    while done < len(entries):
-        try:
-            entry = entries[done]
-            _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
-            done += 1
-            if box is not None:
-                box[2] = done
-        except KeyboardInterrupt as exc:
-            interrupt = exc
-        except Exception:  # a failing handler or filter must not fail a debit that committed
-            break  # (the writer's next transaction tries the rest again)
-    if box is not None:
-        box[2] = done
-    if interrupt is not None:
-        raise interrupt

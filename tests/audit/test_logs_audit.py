@@ -169,28 +169,32 @@ def test_two_records_with_one_seq_are_reported(tmp_path):
     assert any("different contents" in p.message for p in report.problems)
 
 
-def test_records_name_a_new_writer_in_a_forked_child(tmp_path):
+def test_a_forked_child_is_a_new_writer(tmp_path):
+    """A forked child never goes on with its parent's writer id and count (its records would
+    read as the parent's). Checked on the writers themselves: a child of a process that opened an
+    SQLite ledger is refused SQLite (tests/test_fork_sqlite.py), and PostgreSQL's forked children
+    write through the same ``writer_for`` (tests/test_postgres_resilience.py)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    acc = Accountant(Budget(10.0), ledger=url)
-    acc.release(Laplace(0.1), 1.0, dataset="d")
-    acc.close()  # (a SQLite file open at a fork is refused in the child: tests/test_fork.py)
-    child = multiprocessing.get_context("fork").Process(
-        target=lambda: Accountant(Budget(10.0), ledger=url).release(
-            Laplace(0.1), 1.0, dataset="d"))
-    child.start()
-    child.join(30)
-    assert child.exitcode == 0
-    acc = Accountant(Budget(10.0), ledger=url)  # the same process: the same writer
-    acc.release(Laplace(0.1), 1.0, dataset="d")
-    acc.close()
-    with open_ledger(url) as ledger:
-        writers = [e.record["writer"] for e in ledger.entries()]
-    parent, forked = writers[0]["id"], writers[2]["id"]
-    assert forked != parent and writers[2]["n"] == 1
-    assert writers[3] == {"id": parent, "n": 3}  # the parent's count goes on
-    assert audit(url).ok
+    key = f"sqlite:///{tmp_path / 'l.db'}"
+    parent = writer_module.writer_for(key)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 99
+        try:
+            child = writer_module.writer_for(key)
+            os.write(write, f"{child.id} {child.written}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    seen = os.read(read, 100).decode().split()
+    os.close(read)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert seen[0] != parent.id and seen[1] == "0"
+    assert writer_module.writer_for(key) is parent  # the parent's writer goes on
 
 
 def test_one_process_log_is_in_seq_order_whatever_its_threads_do(tmp_path):
