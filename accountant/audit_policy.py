@@ -25,6 +25,7 @@ from dpbudget.accountant.composition import CompositionRule
 from dpbudget.accountant.errors import OwnerKeyError, PrivacyError
 from dpbudget.accountant.planner import Plan, Planner
 from dpbudget.policies.accounts import PolicyLimits, pipeline_key
+from dpbudget.policies.limits import refusal
 from dpbudget.policies.periods import split_window
 from dpbudget.policies.stored import from_document, raised
 
@@ -63,29 +64,20 @@ class InForce:
 
     @staticmethod
     def _stateless(record: dict[str, Any], plan: Plan) -> str | None:
-        """Why the policy's stateless checks (allowed mechanisms, per-query caps) refuse it."""
+        """Why the policy's stateless checks (``dpbudget.policies.limits.refusal``, the gate's own: allowed
+        mechanisms, per-query caps) refuse it."""
         mechanism = record.get("mechanism") or {}
         name = mechanism.get("name")
-        if name is None:  # a pipeline's allocation: admitted by planning alone
+        if name is None or not plan.checks:  # a pipeline's allocation: admitted by planning
             return None
         # A batch is checked item by item, as the gate does (records from before items stated
         # their own cost are checked by name only).
         items = (mechanism.get("params") or {}).get("items") or [] if name == "batch" else \
             [{"name": name, "cost": record.get("cost")}]
-        for dataset, limit in plan.checks:
-            allowed = limit.allowed_mechanisms
-            names = [item.get("name") for item in items]
-            if allowed is not None and any(n not in allowed for n in names):
-                return (f"datasets.{dataset}.allowed_mechanisms does not admit "
-                        f"{[n for n in names if n not in allowed]}")
-            cap = limit.max_per_query
-            if cap is None:
-                continue
-            for item in items:
-                cost = item.get("cost")
-                if isinstance(cost, dict) and not cap.admits(
-                        Budget(float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0)))):
-                    return f"a cost is above datasets.{dataset}.max_per_query {cap}"
+        for item in items:
+            refused = refusal(plan.checks, str(item.get("name")), _cost(item.get("cost")))
+            if refused is not None:
+                return refused.why
         return None
 
     def over(self, key: str, rule: CompositionRule, state: dict[str, float]) -> str | None:
@@ -97,6 +89,16 @@ class InForce:
         if within_budget(spent, declared):
             return None
         return f"{key} has spent {spent}, over the limit in force {declared}"
+
+
+def _cost(cost: Any) -> Budget | None:
+    """A recorded cost's (ε, δ), or None where the record states none."""
+    if not isinstance(cost, dict):
+        return None
+    try:
+        return Budget(float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0)))
+    except (PrivacyError, TypeError, ValueError):  # not a cost the gate could have admitted
+        return Budget.unlimited()
 
 
 def _inside(record: dict[str, Any]) -> str | None:

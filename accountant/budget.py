@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dpbudget.accountant import _numeric, _validate
 from dpbudget.accountant.errors import InvalidArgumentError
@@ -44,8 +44,9 @@ class Budget(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    epsilon: float
-    delta: float = 0.0
+    # How a larger value grants more, for a policy change (policies.stored.raised).
+    epsilon: float = Field(json_schema_extra={"grants": "higher"})
+    delta: float = Field(0.0, json_schema_extra={"grants": "higher"})
 
     def __init__(self, epsilon: Any = None, delta: Any = 0.0, **data: Any) -> None:
         # Checked here first so that direct construction (positional or by keyword) raises our

@@ -23,7 +23,8 @@ from dpbudget.accountant.errors import (BudgetExceededError, InvalidArgumentErro
                                InvalidDataTypeError, InvalidTypeError, LedgerStaleError,
                                MechanismNotAllowedError, PolicyChangedError)
 from dpbudget.accountant.ledger import Account, Ledger
-from dpbudget.accountant.ledger.record import ZERO_COST, assemble, canonical
+from dpbudget.accountant.ledger.record import (ZERO_COST, RecordKind, accounts_member, canonical,
+                                      noise_member)
 from dpbudget.accountant.planner import Plan, Planner, Target
 from dpbudget.accountant.receipt import Receipt
 from dpbudget.accountant.refusals import REFUSALS, log_refusal
@@ -33,7 +34,7 @@ from dpbudget.accountant.step import Step, check_continues, check_unlocked, step
 from dpbudget.mechanisms.base import Mechanism, StreamMechanism
 from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
 from dpbudget.policies.accounts import dataset_key, dataset_name
-from dpbudget.policies.limits import DatasetLimit, folded_name
+from dpbudget.policies.limits import DatasetLimit, folded_name, refusal
 from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-exports Step's)
@@ -118,7 +119,7 @@ class Gate:
         try:
             plan = self.validate(mechanism, label, where)
             step = Step.of(mechanism)
-            receipt = Receipt(*self.debit(step, plan, label, kind='"session"'))
+            receipt = Receipt(*self.debit(step, plan, label, kind=RecordKind.SESSION))
             lanes = [a.key for a in self._local.charged]  # (this thread's debit, just made)
             ends = self.window_end(plan, ends)
         except REFUSALS as refusal:
@@ -175,7 +176,8 @@ class Gate:
 
     # -- the one debit path ---------------------------------------------------------------------
 
-    def debit(self, step: Step, plan: Plan, label: str | None, *, kind: str = '"release"',
+    def debit(self, step: Step, plan: Plan, label: str | None, *,
+              kind: RecordKind = RecordKind.RELEASE,
               extra: Callable[[int], dict[str, str]] | None = None) -> tuple[Any, ...]:
         """Check and debit ``step`` from every account of ``plan`` in one ledger transaction.
 
@@ -298,20 +300,14 @@ class Gate:
                                            f"'.', '-') of the dataset {other!r} (one table, "
                                            "one budget)")
 
-    def _fields(self, step: Step, plan: Plan, label: str | None, kind: str,
+    def _fields(self, step: Step, plan: Plan, label: str | None, kind: RecordKind,
                 accounts: list[Account]) -> dict[str, str]:
-        """A record's members as canonical JSON (ledger/record.py documents the format)."""
-        if len(accounts) == 1:  # the common case, without sorting or a layout lookup
-            one = accounts[0]
-            text = "{" + canonical(one.key) + ":" + plan.targets[0].layout.text(one.state) + "}"
-        else:
-            text = assemble({a.key: t.layout.text(a.state)
-                             for t, a in zip(plan.targets, accounts)})
-        fields = {"kind": kind, "label": "null" if label is None else canonical(label),
-                  **step.members, "accounts": text, **plan.fixed}
-        noise = step.members.get("noise")
-        if noise is not None:  # "exact-csprng", "exact-seeded", "float-csprng" or "float-seeded"
-            fields["noise"] = noise[:-1] + "-" + self.sampler.source + '"'
+        """A record's members, encoded by ledger/record.py (which documents the format)."""
+        fields = {"kind": kind.text, "label": canonical(label), **step.members,
+                  "accounts": accounts_member(plan.targets, accounts),
+                  **plan.fixed}
+        if step.noise is not None:  # "exact-csprng", "exact-seeded", "float-csprng"...
+            fields["noise"] = noise_member(step.noise, self.sampler.source)
         return fields
 
     def _close_session(self, session: Session, step: Step, plan: Plan,
@@ -321,9 +317,10 @@ class Gate:
         cannot be deleted unseen (``dpbudget.accountant.ledger.lanes``). Ends the session's sampler."""
         sampler.end()
         r = session.receipt
-        fields = self._fields(step, plan, r.label, '"session-close"', [])
-        fields.update(cost=ZERO_COST, session=str(r.seq), answered=str(session.answered),
-                      positives=str(session.positives))
+        fields = self._fields(step, plan, r.label, RecordKind.SESSION_CLOSE, [])
+        fields.update(cost=ZERO_COST, session=canonical(r.seq),
+                      answered=canonical(session.answered),
+                      positives=canonical(session.positives))
         scope = self.ledger.transaction()
         try:
             scope.begin(lanes).append(fields, [], lanes)
@@ -342,18 +339,15 @@ class Gate:
             raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
         _validate.text("label", label, optional=True)
         plan = self.plan(where)
-        for name, limit in plan.checks:
-            allowed = limit.allowed_mechanisms
-            if allowed is not None and mechanism.name not in allowed:
-                raise MechanismNotAllowedError(
-                    f"datasets.{name}.allowed_mechanisms does not admit {mechanism.name} "
-                    f"(admitted: {list(allowed)}); nothing was drawn and nothing was debited")
-            cap = limit.max_per_query
-            if cap is not None and not cap.admits(mechanism.charge):
-                account = self.planner.account(name, None)
-                raise BudgetExceededError(mechanism.charge.budget, self.remaining(account), name,
-                                          dataset_key(name), f"above datasets.{name}."
-                                          f"max_per_query {cap}")
+        refused = refusal(plan.checks, mechanism.name, mechanism.charge) if plan.checks else None
+        if refused is not None:  # (the audit holds every record to the same check)
+            name = refused.dataset
+            if refused.check == "allowed_mechanisms":
+                raise MechanismNotAllowedError(refused.why + "; nothing was drawn and nothing "
+                                               "was debited")
+            account = self.planner.account(name, None)
+            raise BudgetExceededError(mechanism.charge.budget, self.remaining(account), name,
+                                      dataset_key(name), refused.why)
         return plan
 
     def plan(self, where: Where) -> Plan:

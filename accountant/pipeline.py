@@ -49,7 +49,7 @@ from dpbudget.accountant.budget import Budget
 from dpbudget.accountant.composition import CompositionRule, make_rule
 from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError, WindowEndedError
 from dpbudget.accountant.gate import Gate, Step, Where
-from dpbudget.accountant.ledger.record import canonical
+from dpbudget.accountant.ledger.record import RecordKind, canonical
 from dpbudget.accountant.planner import Plan, Target, pipeline_members
 from dpbudget.accountant.refusals import REFUSALS
 from dpbudget.accountant.session import Session
@@ -225,7 +225,7 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
 
     try:
         parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
-        gate.debit(Step.allocation(budget, rule), parent_plan, label, kind='"pipeline"',
+        gate.debit(Step.allocation(budget, rule), parent_plan, label, kind=RecordKind.PIPELINE,
                    extra=members)
         ends = gate.window_end(parent_plan, None if parent is None else parent._ends)
     except REFUSALS as refusal:

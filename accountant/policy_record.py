@@ -33,7 +33,7 @@ from dpbudget.accountant.errors import (
 from dpbudget.accountant.continuity import check_ledger
 from dpbudget.accountant.ledger import Account, Entry, Ledger, open_ledger, record_hash
 from dpbudget.accountant.ledger.base import Transaction
-from dpbudget.accountant.ledger.record import ZERO_COST, canonical
+from dpbudget.accountant.ledger.record import ZERO_COST, RecordKind, canonical
 from dpbudget.accountant.owner_key import OwnerKey
 from dpbudget.accountant.planner import Planner
 from dpbudget.policies.limits import DatasetLimit
@@ -229,11 +229,11 @@ def _no_policy_record(ledger: Ledger) -> None:
 
 def _append(tx: Transaction, ledger: Ledger, doc: Any, by: str, reason: str,
             owner: OwnerKey | None, *, simulation: bool = False) -> int:
-    fields = {"kind": '"policy"', "policy": canonical(doc), "by": canonical(by),
+    fields = {"kind": RecordKind.POLICY.text, "policy": canonical(doc), "by": canonical(by),
               "reason": canonical(reason), "cost": ZERO_COST,
               "accounts": canonical({POLICY_KEY: {"rule": "policy", "state": {}}})}
     if simulation:  # only ever in a ledger's first record (accountant.ledger.record)
-        fields["simulation"] = "true"
+        fields["simulation"] = canonical(True)
     seq = tx.next_seq
     if owner is not None:  # signed in its place: this seq, this ledger (its first record's hash)
         if seq == 1:

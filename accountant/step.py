@@ -15,7 +15,7 @@ from dpbudget.accountant.composition import CompositionRule, Refused, State, bat
 from dpbudget.accountant.composition.base import check_charge, clip_delta
 from dpbudget.accountant.errors import LedgerConflictError
 from dpbudget.accountant.ledger import Account
-from dpbudget.accountant.ledger.record import canonical, step_fragments
+from dpbudget.accountant.ledger.record import canonical, charge_record, step_fragments
 from dpbudget.mechanisms.base import Mechanism
 from dpbudget.policies.blocks import Unlock
 
@@ -70,12 +70,15 @@ def step_account(key: str, rule: CompositionRule, current: Account | None,
 
 class Step(NamedTuple):
     """One step presented to the gate: a release, a batch, or a pipeline's allocation. ``members``
-    are the record members that describe it (canonical JSON)."""
+    are the record members that describe it (canonical JSON, by ``dpbudget.accountant.ledger.record``);
+    ``noise`` the kind of noise it draws (``"exact"``, ``"float"``; None for an allocation), which
+    the gate records with its source."""
 
     name: str
     cost: Budget
     charge: Charge
     members: dict[str, str]
+    noise: str | None = None
 
     @classmethod
     def of(cls, mechanism: Mechanism) -> "Step":
@@ -97,8 +100,7 @@ class Step(NamedTuple):
             key, step = None, None
         if step is None:
             step = cls(mechanism.name, mechanism.cost, charge,
-                       {**step_fragments(mechanism.name, params, charge),
-                        "noise": canonical(mechanism.noise)})
+                       step_fragments(mechanism.name, params, charge), mechanism.noise)
             if key is not None:
                 if len(_BY_VALUE) > 4096:
                     _BY_VALUE.clear()
@@ -122,16 +124,14 @@ class Step(NamedTuple):
                             for m in mechanisms]}
         cost = Budget(charge.epsilon, clip_delta(charge.delta))
         noise = "float" if any(m.noise == "float" for m in mechanisms) else "exact"
-        return cls("batch", cost, charge, {**step_fragments("batch", params, charge),
-                                           "noise": canonical(noise)})
+        return cls("batch", cost, charge, step_fragments("batch", params, charge), noise)
 
     @classmethod
     def allocation(cls, budget: Budget, rule: CompositionRule) -> "Step":
         """A pipeline's allocation, charged to its parent as an (ε, δ) step."""
         charge = Charge(budget.epsilon, budget.delta, None, None, "a pipeline's allocation")
         return cls("Pipeline", budget, charge, {
-            "cost": canonical({"epsilon": budget.epsilon, "delta": budget.delta, "rho": None,
-                               "mu": None}),
+            "cost": canonical(charge_record(charge)),
             "rule": canonical(rule.describe())})
 
 

@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dpbudget.accountant.budget import Budget
 from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError
+from dpbudget.policies.grants import grants
 from dpbudget.policies.periods import Period
 
 __all__ = ["BLOCK_UNITS", "Blocks", "Unlock", "block_of", "block_start", "block_names",
@@ -67,9 +68,11 @@ class Unlock(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    every: str = Field(description='How often another fraction unlocks ("1h", "1d", "7d").')
+    every: str = Field(description='How often another fraction unlocks ("1h", "1d", "7d").',
+                       json_schema_extra=grants("any-change"))
     fraction: float = Field(gt=0.0, le=1.0, description="The share of the limit unlocked at "
-                            "the block's start and at each period after it.")
+                            "the block's start and at each period after it.",
+                            json_schema_extra=grants("higher"))
 
     @field_validator("every")
     @classmethod
@@ -102,18 +105,25 @@ class Blocks(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     by: Literal["hour", "day", "week"] | None = Field(None, description="Blocks of a time "
-                                                      "column: hour, day or week (UTC).")
+                                                      "column: hour, day or week (UTC).",
+                                                      json_schema_extra=grants("any-change"))
     names: tuple[str, ...] | None = Field(None, description="Explicit block names, instead of "
-                                          "'by'.")
-    limit: Budget = Field(description="Each block's lifetime budget.")
-    composition: str = Field("basic", description="Each block's composition rule.")
-    per_query: Budget | None = Field(None, description="The rule's per-query parameter.")
-    conversion_share: float | None = Field(None, description="'advanced' only.")
-    order: float | None = Field(None, description="'renyi' only.")
+                                          "'by'.", json_schema_extra=grants("wider"))
+    limit: Budget = Field(description="Each block's lifetime budget.",
+                          json_schema_extra=grants("higher"))
+    composition: str = Field("basic", description="Each block's composition rule.",
+                             json_schema_extra=grants("any-change"))
+    per_query: Budget | None = Field(None, description="The rule's per-query parameter.",
+                                     json_schema_extra=grants("higher"))
+    conversion_share: float | None = Field(None, description="'advanced' only.",
+                                           json_schema_extra=grants("any-change"))
+    order: float | None = Field(None, description="'renyi' only.",
+                                json_schema_extra=grants("any-change"))
     first: str | None = Field(None, description="The earliest time block; earlier ones do not "
-                              "exist.")
+                              "exist.", json_schema_extra=grants("lower"))
     unlock: Unlock | None = Field(None, description="Time blocks only: unlock the limit "
-                                  "gradually, {every = \"1d\", fraction = 0.25}.")
+                                  "gradually, {every = \"1d\", fraction = 0.25}.",
+                                  json_schema_extra=grants("higher"))
 
     @field_validator("names")
     @classmethod

@@ -15,7 +15,8 @@ import difflib
 import inspect
 import re
 import sys
-from typing import Annotated, Any, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
@@ -26,10 +27,11 @@ from dpbudget.accountant.charge import Charge
 from dpbudget.accountant.composition import RULES, CompositionRule, make_rule
 from dpbudget.accountant.errors import InvalidArgumentError, from_validation_error
 from dpbudget.policies.blocks import Blocks
+from dpbudget.policies.grants import grants
 from dpbudget.policies.periods import Period
 
-__all__ = ["STORED", "AnalystLimit", "Cap", "DatasetLimit", "Name", "mechanism_problem",
-           "unchecked_mechanism", "valid_name"]
+__all__ = ["STORED", "AnalystLimit", "Cap", "DatasetLimit", "Name", "Refusal",
+           "mechanism_problem", "refusal", "unchecked_mechanism", "valid_name"]
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
 # A library mechanism's name ("Laplace") or a custom class's module-qualified name
@@ -141,8 +143,8 @@ class Cap(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    epsilon: float | None = None
-    delta: float | None = None
+    epsilon: float | None = Field(None, json_schema_extra=grants("higher"))
+    delta: float | None = Field(None, json_schema_extra=grants("higher"))
 
     @field_validator("epsilon", mode="before")
     @classmethod
@@ -174,23 +176,28 @@ class _Limit(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     limit: Budget | None = Field(None, description="The budget {epsilon, delta}; omitted: no "
-                                 "limit (spend is still recorded).")
+                                 "limit (spend is still recorded).",
+                                 json_schema_extra=grants("higher"))
     per_query: Budget | None = Field(None, description="A rule parameter: the 'optimal' rule's "
-                                     "fixed per-query cost.")
+                                     "fixed per-query cost.", json_schema_extra=grants("higher"))
     conversion_share: float | None = Field(
         None, description="'advanced' rule only: the fraction of delta used to convert the zCDP "
         "total to (epsilon, delta), in (0, 1] (default 1); the rest is the allowance for "
-        "non-Gaussian steps with delta > 0, such as pipeline allocations and batches.")
+        "non-Gaussian steps with delta > 0, such as pipeline allocations and batches.",
+        json_schema_extra=grants("any-change"))
     order: float | None = Field(
         None, description="'renyi' rule only: the one Renyi order its filter watches, fixed "
-        "now (from accountant.plan_order); omitted: the order the account's first step plans.")
+        "now (from accountant.plan_order); omitted: the order the account's first step plans.",
+        json_schema_extra=grants("any-change"))
     step: tuple[float, float] | None = Field(
         None, description="'pld' rule only: the fixed step every release takes, (q, z): the "
-        "Poisson-subsampled Gaussian at sampling rate q and noise multiplier z (float noise).")
+        "Poisson-subsampled Gaussian at sampling rate q and noise multiplier z (float noise).",
+        json_schema_extra=grants("any-change"))
     period: str | None = Field(None, description='A renewal window ("1h", "1d", "7d", "30d"): '
                                "each window is its own account. A weaker guarantee than a "
                                "lifetime limit: the total loss grows with the number of periods.",
-                               pattern=r"^[1-9][0-9]{0,4}[hd]$")
+                               pattern=r"^[1-9][0-9]{0,4}[hd]$",
+                               json_schema_extra=grants("any-change"))
 
     @field_validator("composition", mode="before", check_fields=False)
     @classmethod
@@ -227,7 +234,8 @@ class AnalystLimit(_Limit):
     """
 
     composition: str | None = Field(None, description="The composition rule; omitted: the "
-                                    "dataset's (or the policy's).")
+                                    "dataset's (or the policy's).",
+                                    json_schema_extra=grants("any-change"))
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)
@@ -262,19 +270,23 @@ class DatasetLimit(_Limit):
     """
 
     composition: str = Field("basic", description="The composition rule (basic, advanced, "
-                             "optimal, gaussian, renyi, pld).")
-    max_per_query: Cap | None = Field(None, description="A cap on each release's cost.")
+                             "optimal, gaussian, renyi, pld).",
+                             json_schema_extra=grants("any-change"))
+    max_per_query: Cap | None = Field(None, description="A cap on each release's cost.",
+                                      json_schema_extra=grants("higher"))
     allowed_mechanisms: tuple[MechanismName, ...] | None = Field(
         None, description="Mechanisms admitted, by class: a library mechanism by its name "
-        "('Laplace'), a custom one by its module and class ('mypkg.mech.Clipped'); omitted: all.")
+        "('Laplace'), a custom one by its module and class ('mypkg.mech.Clipped'); omitted: all.",
+        json_schema_extra=grants("wider"))
     analysts: dict[Name, AnalystLimit] = Field({}, description="Per-analyst limits on this "
-                                               "dataset.")
+                                               "dataset.", json_schema_extra=grants("any-change"))
     other_analysts: Literal["allow", "deny"] = Field(
         "allow", description="'allow': analysts not listed (and anonymous releases) are held to "
-        "the dataset's limits only; 'deny': refused.")
+        "the dataset's limits only; 'deny': refused.", json_schema_extra=grants("allow"))
     blocks: Blocks | None = Field(None, description="Divide the dataset into blocks (by time "
                                   "or by name), each with a lifetime limit of its own; every "
-                                  "release then names the blocks its data came from.")
+                                  "release then names the blocks its data came from.",
+                                  json_schema_extra=grants("higher"))
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
@@ -286,6 +298,35 @@ class DatasetLimit(_Limit):
         _construct(super().__init__, data)
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]  # (see Budget.__init__)
+
+
+class Refusal(NamedTuple):
+    """Which stateless check refuses a release: the ``dataset`` whose limit it is, the ``check``
+    (``"allowed_mechanisms"`` or ``"max_per_query"``) and why, starting with the key path."""
+
+    dataset: str
+    check: str
+    why: str
+
+
+def refusal(checks: Iterable[tuple[str, DatasetLimit]], mechanism: str,
+            cost: Budget | Charge | None) -> Refusal | None:
+    """The first of the policy's stateless checks that refuses a release of ``mechanism`` (its
+    recorded name, ``dpbudget.mechanisms.base.mechanism_name``) at ``cost``, or None: the one check the gate
+    runs before drawing and the audit runs on every record (``Plan.checks``: each dataset's limit
+    that has such checks). ``cost``: what the debit charges; None (a record from before batch
+    items stated their cost) checks the name only."""
+    for dataset, limit in checks:
+        allowed = limit.allowed_mechanisms
+        if allowed is not None and mechanism not in allowed:
+            return Refusal(dataset, "allowed_mechanisms",
+                           f"datasets.{dataset}.allowed_mechanisms does not admit {mechanism} "
+                           f"(admitted: {list(allowed)})")
+        cap = limit.max_per_query
+        if cap is not None and cost is not None and not cap.admits(cost):
+            return Refusal(dataset, "max_per_query",
+                           f"above datasets.{dataset}.max_per_query {cap}")
+    return None
 
 
 def _construct(init: Any, data: dict[str, Any]) -> None:

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from dpbudget.accountant.errors import InvalidTypeError, PolicyError
+from dpbudget.policies.grants import grants
 from dpbudget.policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 
 __all__ = ["Policy", "load_policy", "parse_policy", "policy_schema", "validated"]
@@ -74,18 +75,21 @@ class Policy(_Limit):
     """
 
     composition: str = Field("basic", description="The rule of the global limit, and the "
-                             "default rule of [analysts].")
+                             "default rule of [analysts].", json_schema_extra=grants("any-change"))
     datasets: dict[Name, DatasetLimit] = Field(
-        min_length=1, description="The datasets releases may touch; any other is refused.")
+        min_length=1, description="The datasets releases may touch; any other is refused.",
+        json_schema_extra=grants("wider"))
     analysts: dict[Name, AnalystLimit] = Field(
-        {}, description="Limits on one analyst across all datasets.")
+        {}, description="Limits on one analyst across all datasets.",
+        json_schema_extra=grants("any-change"))
     other_analysts: Literal["allow", "deny"] = Field(
         "allow", description="'deny': analysts not listed in [analysts] (and anonymous releases) "
-        "are refused on every dataset.")
+        "are refused on every dataset.", json_schema_extra=grants("allow"))
     other_datasets: DatasetLimit | None = Field(
         None, description="Datasets not listed under [datasets]: each gets a budget of its own "
         "under this limit, if its name follows the policy syntax and is no variant (in case or "
-        "'_', '.', '-') of a dataset already charged. Omitted: any other dataset is refused.")
+        "'_', '.', '-') of a dataset already charged. Omitted: any other dataset is refused.",
+        json_schema_extra=grants("present"))
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.policies.grants import grants, grants_of
 from dpbudget.policies.limits import STORED, AnalystLimit, DatasetLimit
-from dpbudget.policies.policy import Policy
+from dpbudget.policies.policy import Policy, _model_in
 
 __all__ = ["POLICY_KEY", "differences", "document", "from_document", "raised"]
 
@@ -82,53 +83,81 @@ def differences(stored: Any, given: Any, path: str = "") -> list[str]:
     return [] if stored == given else [f"{path}: stored {stored!r}, given {given!r}"]
 
 
-def raised(old: Any, new: Any, path: str = "") -> list[str]:
-    """The paths at which ``new`` grants more than ``old``: a larger ε or δ anywhere, a limit,
-    cap or analyst quota removed, a dataset or analyst admitted that was not, a mechanism
-    allowed that was not, another composition rule or renewal window (which can admit more).
-    Removing a dataset grants less — unless datasets not listed get a budget of their own
-    (``other_datasets``, or a stored default): the dataset then falls under that one, which is
-    flagged (its recorded spend is kept, but the limits and checks it was held to may not be)."""
+def raised(old: Any, new: Any) -> list[str]:
+    """The paths at which document ``new`` grants more than document ``old``, sorted.
+
+    Each field of the policy models declares how it can grant more (``dpbudget.policies.grants``), so
+    this walks the models, not key names: a field added to a model is compared as it declares
+    (one that declares nothing as ``any-change``: flagged, never missed). Removing a dataset
+    grants less — unless datasets not listed get a budget of their own (``other_datasets``, or a
+    stored default): the dataset then falls under that one, which is flagged (its recorded spend
+    is kept, but the limits and checks it was held to may not be).
+    """
     out: list[str] = []
-    if not path and isinstance(old, dict) and isinstance(new, dict):
-        out.extend(_fallen_under_default(old, new))
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new), key=str):
-            where = f"{path}.{key}" if path else str(key)
-            if key not in old:
-                if new[key] is not None and key not in ("by", "reason"):
-                    out.append(f"{where} added")
-            elif key in new:
-                out.extend(raised(old[key], new[key], where))
-            elif path.endswith("analysts") and old[key] is not None:
-                out.append(f"{where}: removed (its quota no longer applies)")
-        return out
-    leaf = path.rsplit(".", 1)[-1]
-    if leaf == "blocks" and old is not None and new is None:
-        return [f"{path}: removed (no block's lifetime limit applies any more)"]
-    if leaf in ("epsilon", "delta") and _num(new) > _num(old):
-        out.append(f"{path}: {old!r} -> {new!r}")
-    elif leaf in ("limit", "max_per_query", "per_query") and old is not None and new is None:
-        out.append(f"{path}: removed")
-    elif leaf in ("composition", "conversion_share", "order", "step") and old != new:
-        out.append(f"{path}: {old!r} -> {new!r} (another rule can admit more)")
-    elif path.endswith("blocks.by") and old != new:
-        out.append(f"{path}: {old!r} -> {new!r} (blocks of another length: each gets its "
-                   "budget again, the spent ones' time included)")
-    elif path.endswith("blocks.first") and old != new and (new is None or (
-            old is not None and new < old)):
-        out.append(f"{path}: {old!r} -> {new!r} (earlier blocks get a budget)")
-    elif path.endswith("blocks.names") and old is not None and (new is None
-                                                                 or set(new) - set(old)):
-        out.append(f"{path}: blocks added (each new block gets a budget)")
-    elif leaf == "period" and old != new and new is not None:
-        out.append(f"{path}: {old!r} -> {new!r} (a renewal window grants its limit again)")
-    elif leaf in ("other_analysts",) and old == "deny" and new == "allow":
-        out.append(f"{path}: deny -> allow")
-    elif leaf == "allowed_mechanisms" and old is not None and (
-            new is None or set(new) - set(old)):
-        out.append(f"{path}: {old!r} -> {new!r}")
+        out.extend(_fallen_under_default(old, new))
+    out.extend(_compare(_Document, old, new, ""))
+    return sorted(out)
+
+
+class _Document(BaseModel):
+    """A stored document's two members (``document``), declared as the policy models are."""
+
+    policy: Policy | None = Field(None, json_schema_extra=grants("present"))
+    default: DatasetLimit | None = Field(None, json_schema_extra=grants("present"))
+
+
+def _compare(model: type[BaseModel], old: Any, new: Any, path: str) -> list[str]:
+    """What ``new`` grants beyond ``old``, both documents of ``model``, field by field (a
+    member a document lacks is None there: one written before the member existed)."""
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    out: list[str] = []
+    for name, field in model.model_fields.items():
+        inner, is_map = _model_in(field.annotation)
+        out.extend(_field(grants_of(field) or "any-change", inner, is_map, old.get(name),
+                          new.get(name), f"{path}.{name}" if path else name))
     return out
+
+
+def _field(kind: str, inner: Any, is_map: bool, old: Any, new: Any, path: str) -> list[str]:
+    if old is None and new is None:
+        return []
+    if is_map:  # names -> limits: the names by ``kind``, each limit by its own fields
+        old, new = old or {}, new or {}
+        out = [f"{path}.{k} added" for k in sorted(set(new) - set(old), key=str)]
+        if kind == "any-change":
+            out += [f"{path}.{k}: removed (its limit no longer applies)"
+                    for k in sorted(set(old) - set(new), key=str)]
+        for k in sorted(set(old) & set(new), key=str):
+            out.extend(_compare(inner, old[k], new[k], f"{path}.{k}"))
+        return out
+    if old is None or new is None:
+        if kind in ("higher", "lower", "wider"):  # None is the most these grant
+            return [f"{path}: removed"] if new is None else []
+        if kind == "present":  # None is the least
+            return [f"{path} added"] if old is None else []
+    elif inner is not None:
+        return _compare(inner, old, new, path)
+    if kind == "higher" and _num(new) > _num(old):
+        return [f"{path}: {old!r} -> {new!r}"]
+    if kind == "lower" and _earlier(new, old):
+        return [f"{path}: {old!r} -> {new!r} (earlier: grants more)"]
+    if kind == "wider" and set(new) - set(old):
+        return [f"{path}: {old!r} -> {new!r} (admits more)"]
+    if kind == "allow" and new == "allow" and old != "allow":
+        return [f"{path}: {old!r} -> {new!r}"]
+    if kind == "any-change" and old != new:
+        return [f"{path}: {old!r} -> {new!r} (another rule, window or division can admit more: "
+                "each can grant its budget again)"]
+    return []
+
+
+def _earlier(new: Any, old: Any) -> bool:
+    try:
+        return bool(new < old)
+    except TypeError:  # values of different kinds: a change that cannot be ordered, flagged
+        return True
 
 
 def _fallen_under_default(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

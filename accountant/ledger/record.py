@@ -4,7 +4,9 @@ A record is a JSON object written canonically (sorted keys, no insignificant whi
 no NaN/Infinity), so that the same record always has the same bytes. Each record carries the hash of
 the one before it (``prev``; the first carries ``GENESIS``), and its own hash is the SHA-256 of its
 canonical bytes, so editing, deleting, inserting or reordering any record breaks the chain from that
-record on. Records never contain the true value of a query.
+record on. Records never contain the true value of a query. Their members are encoded here alone,
+from values (``RecordKind``, ``noise_member``, ``accounts_member``, ``step_fragments``...): the
+gate and the others pass values, never JSON text of their own.
 
 A plain SHA-256 chain shows accidental or naive edits, but whoever can write the file can also
 rebuild every hash after an edit. With a secret key (from the environment variable
@@ -56,9 +58,10 @@ import hmac
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from collections.abc import Mapping
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol
 
 from dpbudget.accountant.charge import Charge
 from dpbudget.accountant.errors import InvalidArgumentError
@@ -67,10 +70,10 @@ FORMAT_VERSION = 1
 GENESIS = "0" * 64
 KEY_ENV = "DPBUDGET_LEDGER_KEY"
 
-__all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "assemble",
-           "auth_name", "canonical", "charge_from_record", "charge_record", "export_line",
-           "key_from_env", "record_hash", "step_fragments", "time_micros", "utc_now",
-           "utc_time"]
+__all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "RecordKind",
+           "accounts_member", "assemble", "auth_name", "canonical", "charge_from_record",
+           "charge_record", "export_line", "key_from_env", "noise_member", "record_hash",
+           "step_fragments", "time_micros", "utc_now", "utc_time"]
 
 
 # One encoder for the process: json.dumps with non-default options builds a new encoder per call,
@@ -107,6 +110,51 @@ def assemble(fragments: dict[str, str]) -> str:
 
 # The sorted, encoded member names for each member set seen (records of a kind share one).
 _LAYOUTS: dict[tuple[str, ...], tuple[tuple[str, str], ...]] = {}
+
+
+class RecordKind(Enum):
+    """A record's ``kind``; ``text`` is its member as written (canonical JSON), encoded once."""
+
+    RELEASE = "release"
+    SESSION = "session"
+    SESSION_CLOSE = "session-close"
+    PIPELINE = "pipeline"
+    POLICY = "policy"
+
+    def __init__(self, value: str) -> None:
+        self.text = _string(value)
+
+
+def noise_member(kind: str, source: str) -> str:
+    """A record's ``noise``: the noise kind (``"exact"``, ``"float"``) drawn from ``source``
+    (``"csprng"``, ``"seeded"``), e.g. ``"exact-csprng"``."""
+    text = _NOISE.get(kind + source)  # (the four documented values, encoded once)
+    return _string(f"{kind}-{source}") if text is None else text
+
+
+_NOISE = {k + s: _string(f"{k}-{s}") for k in ("exact", "float") for s in ("csprng", "seeded")}
+
+
+class _Laid(Protocol):
+    @property
+    def layout(self) -> AccountLayout: ...
+
+
+class _Stated(Protocol):
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def state(self) -> Mapping[str, float]: ...
+
+
+def accounts_member(targets: Sequence[_Laid], accounts: Sequence[_Stated]) -> str:
+    """A record's ``accounts``: each account's key and its state laid out by its target's
+    ``layout`` (an ``AccountLayout``), ``targets[i]`` for ``accounts[i]``."""
+    if len(accounts) == 1:  # the common case, without sorting or a layout lookup
+        one = accounts[0]
+        return "{" + _string(one.key) + ":" + targets[0].layout.text(one.state) + "}"
+    return assemble({a.key: t.layout.text(a.state) for t, a in zip(targets, accounts)})
 
 
 def float_object(values: Mapping[str, float]) -> str:

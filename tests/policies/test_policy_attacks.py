@@ -123,7 +123,10 @@ def test_raising_explicitly_records_it(tmp_path: Path, capsys: pytest.CaptureFix
     ({"per_query": {"epsilon": 0.1}}, {"per_query": None}, "per_query: removed"),
 ])
 def test_raised_names_every_change_that_can_grant_more(old, new, expected) -> None:
-    assert any(expected in line for line in raised({"d": old}, {"d": new}))
+    def doc(limit: dict) -> dict:  # (raised compares documents: policies.stored.document)
+        return {"policy": {"datasets": {"d": limit}}, "default": None}
+
+    assert any(expected in line for line in raised(doc(old), doc(new)))
 
 
 def test_removing_the_default_grants_less() -> None:
