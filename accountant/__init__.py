@@ -9,7 +9,7 @@ works as usual.
 >>> from dpbudget.accountant import Accountant, Budget
 >>> from dpbudget.mechanisms import Laplace
 >>> acc = Accountant(Budget(epsilon=1.0, delta=1e-6), rng=0)
->>> _ = acc.release(Laplace(epsilon=0.1), 4213, dataset="adult")
+>>> _ = acc.release(Laplace(epsilon=0.1, sensitivity=1.0), 4213, dataset="adult")
 >>> acc.remaining("adult")
 Budget(epsilon=0.8999999999999999, delta=1e-06)
 """

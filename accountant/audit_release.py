@@ -132,6 +132,10 @@ def _verdict(cls: Any, params: Any, cost: Any, noise: str | None) -> str | None:
             continue
         if left_out is not None and rebuilt.params().get(left_out) != params[left_out]:
             continue
+        if rebuilt.query_norm is not None and getattr(rebuilt, "sensitivity", 0) is None:
+            # (the gate refuses to release a mechanism whose Δ is unstated: issue 30)
+            failure = "they leave its sensitivity unstated, which no release records"
+            continue
         declared = charge_record(rebuilt.charge)
         if wanted.keys() <= {"epsilon", "delta"}:  # a batch item states its (ε, δ) only
             declared = {k: declared[k] for k in ("epsilon", "delta")}

@@ -72,10 +72,10 @@ class Accountant(Opening):
 
     >>> from dpbudget.mechanisms import Laplace
     >>> acc = Accountant(Budget(1.0), rng=0)
-    >>> noisy = acc.release(Laplace(epsilon=0.25), 42.0, dataset="adult")
+    >>> noisy = acc.release(Laplace(epsilon=0.25, sensitivity=1.0), 42.0, dataset="adult")
     >>> acc.spent("adult"), acc.remaining("adult")
     (Budget(epsilon=0.25, delta=0.0), Budget(epsilon=0.75, delta=0.0))
-    >>> acc.can_afford(Laplace(epsilon=1.0), dataset="adult")
+    >>> acc.can_afford(Laplace(epsilon=1.0, sensitivity=1.0), dataset="adult")
     False
     """
 
@@ -156,7 +156,7 @@ class Accountant(Opening):
 
         >>> from dpbudget.mechanisms import Laplace
         >>> acc = Accountant(Budget(1.0, 1e-6), rng=0)
-        >>> answers = acc.release_many([(Laplace(0.01), 1.0)] * 300)
+        >>> answers = acc.release_many([(Laplace(0.01, sensitivity=1.0), 1.0)] * 300)
         >>> len(answers), acc.spent().delta
         (300, 1e-06)
         """
@@ -199,7 +199,7 @@ class Accountant(Opening):
         >>> from dpbudget.mechanisms import Laplace
         >>> acc = Accountant(Budget(1.0), rng=0)
         >>> with acc.pipeline("report", dataset="adult", budget=Budget(0.5)) as p:
-        ...     _ = p.release(Laplace(0.2), 3.0)
+        ...     _ = p.release(Laplace(0.2, sensitivity=1.0), 3.0)
         ...     p.spent(), p.remaining()
         (Budget(epsilon=0.2, delta=0.0), Budget(epsilon=0.3, delta=0.0))
         >>> acc.spent("adult")  # the whole allocation, spent once and not refunded
@@ -219,7 +219,7 @@ class Accountant(Opening):
         >>> acc = Accountant(Budget(1.0), rng=0)
         >>> @acc.budgeted("twice", dataset="adult", budget=Budget(0.4))
         ... def twice(p, value):
-        ...     return [p.release(Laplace(0.2), value) for _ in range(2)]
+        ...     return [p.release(Laplace(0.2, sensitivity=1.0), value) for _ in range(2)]
         >>> len(twice(5.0)), acc.spent("adult")
         (2, Budget(epsilon=0.4, delta=0.0))
         """
@@ -255,7 +255,8 @@ class Accountant(Opening):
             InvalidArgumentError, InvalidTypeError, UnknownDatasetError: as for ``release``.
 
         >>> from dpbudget.mechanisms import Laplace
-        >>> Accountant(Budget(1.0, 1e-6), composition="advanced").max_releases(Laplace(0.01))
+        >>> acc = Accountant(Budget(1.0, 1e-6), composition="advanced")
+        >>> acc.max_releases(Laplace(0.01, sensitivity=1.0))
         487
         """
         return self._gate.max_steps(mechanism, (dataset, analyst, blocks))

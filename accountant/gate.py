@@ -32,6 +32,7 @@ from dpbudget.accountant.session import NumericSession, Session
 from dpbudget.accountant.unnamed import NOT_GIVEN
 from dpbudget.accountant.step import Step, check_continues, check_unlocked, step_account
 from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.queries import bind
 from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
 from dpbudget.policies.accounts import dataset_key, dataset_name
 from dpbudget.policies.limits import DatasetLimit, folded_name, refusal
@@ -73,7 +74,8 @@ class Gate:
     # -- requests ------------------------------------------------------------------------------
 
     def release(self, mechanism: Mechanism, value: Any, label: str | None, where: Where) -> Any:
-        """Validate, debit ``mechanism``'s cost, then draw its noisy answer."""
+        """Validate, debit ``mechanism``'s cost, then draw its noisy answer (a Query: ``bind``)."""
+        mechanism, value = (mechanism, value) if type(value) is float else bind(mechanism, value)
         try:
             plan = self.validate(mechanism, label, where)
             prepared = mechanism.prepare(value)
@@ -91,22 +93,22 @@ class Gate:
         if not pairs:
             raise InvalidDataError("items", items, "a non-empty sequence of (mechanism, value) "
                                    "pairs")
-        prepared = []
+        bound = []  # (mechanism, prepared value): a Query item sets its mechanism's Δ (``bind``)
         plan: Plan | None = None
         for i, pair in enumerate(pairs):
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise InvalidDataTypeError(f"items[{i}]", pair, "a (mechanism, value) pair")
-            plan = self.validate(pair[0], label, where if plan is None else plan)
-            prepared.append(pair[0].prepare(pair[1]))
+            mechanism, value = bind(*pair)
+            plan = self.validate(mechanism, label, where if plan is None else plan)
+            bound.append((mechanism, mechanism.prepare(value)))
         assert plan is not None  # pairs is non-empty
-        mechanisms = tuple(pair[0] for pair in pairs)
-        step = Step.batch(mechanisms)
+        step = Step.batch(tuple(m for m, _ in bound))
         try:
             self.debit(step, plan, label)
         except REFUSALS as refusal:
             self.refused(refusal, "batch", step.cost, where, label)
             raise
-        return self.sampler.once(lambda vs, s: [m.draw(v, s) for m, v in vs], zip(mechanisms, prepared))
+        return self.sampler.once(lambda vs, s: [m.draw(v, s) for m, v in vs], bound)
 
     def open_session(self, mechanism: StreamMechanism, label: str | None, where: Where,
                      ends: float | None = None) -> Session:

@@ -18,7 +18,7 @@ a subsequence of the chain, and merges several (``dpbudget audit a.jsonl b.jsonl
 >>> from dpbudget.mechanisms import Laplace
 >>> path = os.path.join(tempfile.mkdtemp(), "records.jsonl")
 >>> handler = log_records_to(path)
->>> _ = Accountant(Budget(1.0), rng=0).release(Laplace(0.5), 3.0)
+>>> _ = Accountant(Budget(1.0), rng=0).release(Laplace(0.5, sensitivity=1.0), 3.0)
 >>> handler.close(); logging.getLogger(LOGGER_NAME).removeHandler(handler)
 >>> with open(path) as f:
 ...     print(f.read()[:9])

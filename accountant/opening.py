@@ -78,12 +78,12 @@ class Opening:
         ... limit = { epsilon = 0.3 }
         ... ''')
         >>> acc = Accountant.from_policy(f, rng=0)
-        >>> _ = acc.release(Laplace(0.25), 10.0, dataset="adult", analyst="alice")
+        >>> _ = acc.release(Laplace(0.25, sensitivity=1.0), 10.0, dataset="adult", analyst="alice")
         >>> acc.remaining("adult", analyst="alice")
         Budget(epsilon=0.04999999999999999, delta=0.0)
-        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="alice")
+        >>> acc.can_afford(Laplace(0.25, sensitivity=1.0), dataset="adult", analyst="alice")
         False
-        >>> acc.can_afford(Laplace(0.25), dataset="adult", analyst="bob")
+        >>> acc.can_afford(Laplace(0.25, sensitivity=1.0), dataset="adult", analyst="bob")
         True
         """
         # A Policy object passes the same checks as a file (policies.policy.validated).

@@ -36,7 +36,8 @@ class Session:
     >>> from dpbudget.accountant import Accountant, Budget
     >>> from dpbudget.mechanisms import AboveThreshold
     >>> acc = Accountant(Budget(1.0), rng=1)
-    >>> with acc.session(AboveThreshold(epsilon=0.5, threshold=100.0), dataset="adult") as svt:
+    >>> svt_mechanism = AboveThreshold(epsilon=0.5, threshold=100.0, sensitivity=1.0)
+    >>> with acc.session(svt_mechanism, dataset="adult") as svt:
     ...     first = next(b for b in range(0, 1000, 10) if svt.test(float(b)))
     >>> svt.closed, svt.answered == first // 10 + 1, svt.positives, acc.spent("adult")
     (True, True, 1, Budget(epsilon=0.5, delta=0.0))

@@ -215,7 +215,7 @@ def _check_history(acc: Accountant, expected: int) -> None:
 class _Memory(_Subject):
     def __init__(self, row: Row, k: int, fresh_mechanism: bool) -> None:
         super().__init__(row, k)
-        self.mechanism = Laplace(epsilon=EPSILON)
+        self.mechanism = Laplace(epsilon=EPSILON, sensitivity=1.0)
         self.fresh_mechanism = fresh_mechanism
         self.acc: Accountant | None = None
 
@@ -225,7 +225,7 @@ class _Memory(_Subject):
         release, mechanism = self.acc.release, self.mechanism
         if self.fresh_mechanism:
             def step() -> None:
-                release(Laplace(epsilon=EPSILON), VALUE)
+                release(Laplace(epsilon=EPSILON, sensitivity=1.0), VALUE)
         else:
             def step() -> None:
                 release(mechanism, VALUE)
@@ -258,7 +258,7 @@ class _Sqlite(_Subject):
     def __init__(self, row: Row, k: int, directory: Path) -> None:
         super().__init__(row, k)
         self.path = directory / f"b{k}.db"
-        self.mechanism = Laplace(epsilon=EPSILON)
+        self.mechanism = Laplace(epsilon=EPSILON, sensitivity=1.0)
         self.acc: Accountant | None = None
         self.resume_ms: list[float] = []
         self.fast_fill = True
@@ -455,7 +455,7 @@ def bench_diffprivlib(cls: Any, ks: list[int], seconds: float, max_calls: int, *
 # -- profile --------------------------------------------------------------------------------------
 
 def profile_memory(k: int, n: int, top: int) -> str:
-    mechanism = Laplace(epsilon=EPSILON)
+    mechanism = Laplace(epsilon=EPSILON, sensitivity=1.0)
     acc = Accountant(LIMIT, ledger=None)
     _fill(acc, mechanism, k)
     profiler = cProfile.Profile()
@@ -562,7 +562,7 @@ def table(rows: list[Row], ks: list[int], skipped: list[tuple[str, str]],
     for name, why in skipped:
         lines.append("| " + " | ".join([name, "", *[why] * len(ks), "–", ""]) + " |")
     caption = (f"Releases per second after k earlier releases on one dataset "
-               f"(`Laplace(epsilon=1e-9)` on a scalar, limit `Budget(1.0)`, noise from the OS "
+               f"(`Laplace(epsilon=1e-9, sensitivity=1.0)` on a scalar, limit `Budget(1.0)`, noise from the OS "
                f"CSPRNG). Each dpbudget cell is the median chunk of interleaved rounds (every "
                f"row and k in turn): {args.rounds} chunks of "
                f"{args.memory_window // args.rounds:,} in-memory releases, "

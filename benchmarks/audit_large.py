@@ -47,7 +47,7 @@ def generate(n: int, jsonl: Path) -> float:
     t = time.perf_counter()
     acc = Accountant(limits={"visits": Budget(1e6, 1e-3), "people": Budget(1e6, 1e-3)},
                      composition="basic")  # (no seed: an export of seeded noise audits unclean)
-    mechs = [Laplace(1e-6), AnalyticGaussian(1e-6, delta=1e-12)]
+    mechs = [Laplace(1e-6, sensitivity=1.0), AnalyticGaussian(1e-6, delta=1e-12, sensitivity=1.0)]
     analysts = ["alice", "bob", "carol"]
     for i in range(n):
         acc.release(mechs[i % 2], 1.0, dataset="visits" if i % 3 else "people",

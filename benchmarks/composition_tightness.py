@@ -51,7 +51,7 @@ def ours_admitted(rule: str, eps: float) -> int:
     """Counted by actually releasing until refused (max_releases agrees; checked in the tests)."""
     kw = {"per_query": Budget(eps)} if rule == "optimal" else {}
     acc = Accountant(Budget(EPS_B, DELTA_B), composition=rule, rng=0, **kw)
-    m = Laplace(eps)
+    m = Laplace(eps, sensitivity=1.0)
     n = acc.max_releases(m)
     if n <= 5000:
         count = 0
@@ -250,10 +250,10 @@ def table_b() -> list[str]:
     epsilons = np.random.default_rng(0).uniform(0.0100, 0.0106, 1000)
     adv = Accountant(Budget(100.0, DELTA_B), composition="advanced", rng=0)
     for e in epsilons:
-        adv.release(Laplace(float(e)), 0.0)
+        adv.release(Laplace(float(e), sensitivity=1.0), 0.0)
     # A limit the basic total (10.3) does not fit, so the batch is charged its tightest bound.
     batch = Accountant(Budget(2.0, DELTA_B), rng=0)
-    batch.release_many([(Laplace(float(e)), 0.0) for e in epsilons])
+    batch.release_many([(Laplace(float(e), sensitivity=1.0), 0.0) for e in epsilons])
     batch_eps = batch.spent().epsilon
     kov35 = bounds.kov_heterogeneous_epsilon(epsilons, DELTA_B)
     rows = [
@@ -283,7 +283,7 @@ def table_b() -> list[str]:
 
 def table_c(n: int = 100_000) -> list[str]:
     limit = Budget(EPS_B, DELTA_B)
-    lap, gauss = Laplace(5e-6), AnalyticGaussian(1e-4, delta=1e-10)
+    lap, gauss = Laplace(5e-6, sensitivity=1.0), AnalyticGaussian(1e-4, delta=1e-10, sensitivity=1.0)
     setups = [("basic", lap, {}), ("advanced", lap, {}),
               ("optimal", lap, {"per_query": Budget(5e-6)}), ("gaussian", gauss, {})]
     out = ["| rule | rule debits/s (composition only) | `Accountant.release`/s, memory ledger |",

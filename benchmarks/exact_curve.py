@@ -44,8 +44,8 @@ def main() -> None:
           "| exact, old curve | ratio |")
     print("|---:|---:|---|---|---:|---:|---:|---:|---:|")
     for q, z, limit, name in SETTINGS:
-        _, floating = planned_steps(SubsampledGaussian(z, sampling_rate=q, noise="float"), limit)
-        order, exact = planned_steps(SubsampledGaussian(z, sampling_rate=q), limit)
+        _, floating = planned_steps(SubsampledGaussian(z, sampling_rate=q, noise="float", sensitivity=1.0), limit)
+        order, exact = planned_steps(SubsampledGaussian(z, sampling_rate=q, sensitivity=1.0), limit)
         _, before = planned_steps(_OldCurve(z, q), limit)
         print(f"| {q:.4g} | {z:g} | ({limit.epsilon:g}, {limit.delta:g}) | {name} "
               f"| {floating:,} | {exact:,} (order {order:g}) | {exact / floating:.4f} "

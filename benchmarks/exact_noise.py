@@ -63,8 +63,8 @@ def _scalar_rows(k: int) -> dict[str, Callable[[], object]]:
     for kind in ("Laplace", "AnalyticGaussian"):
         for noise in ("exact", "float"):
             acc = Accountant(Budget(1e9, 0.5))
-            m = (Laplace(1e-9, noise=noise) if kind == "Laplace" else
-                 AnalyticGaussian(1e-9, delta=1e-15, noise=noise))
+            m = (Laplace(1e-9, noise=noise, sensitivity=1.0) if kind == "Laplace" else
+                 AnalyticGaussian(1e-9, delta=1e-15, noise=noise, sensitivity=1.0))
 
             def run(acc: Accountant = acc, m: Mechanism = m) -> None:
                 for _ in range(k):
@@ -82,7 +82,7 @@ def main() -> None:
     n = args.n
     bits = RandomBits(None)
     grid = Laplace(1.0, sensitivity=10.0)
-    gauss = AnalyticGaussian(1.0, delta=1e-5, sensitivity=10.0 / AnalyticGaussian(1.0, delta=1e-5).sigma)
+    gauss = AnalyticGaussian(1.0, delta=1e-5, sensitivity=10.0 / AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0).sigma)
     zeros = np.zeros(n)
     generator = np.random.default_rng()
     rows: dict[str, Callable[[], object]] = {

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         url = _postgres.fresh_database(dsn)
         Accountant(Budget(1e9), ledger=url).close()
         acc = Accountant.open(url)
-        mechanism = Laplace(1e-6)
+        mechanism = Laplace(1e-6, sensitivity=1.0)
         for _ in range(300):  # (the account exists, the cache and the flushing state settled)
             acc.release(mechanism, 1.0, dataset="d0")
         bare_url = _postgres.fresh_database(dsn)

@@ -75,7 +75,7 @@ def grid() -> list[tuple[float, float, int, int, int, int, int]]:
 
     out = []
     for q, z in [(0.01, 0.8)] + [(q, z) for q in (0.01, 0.05, 0.1) for z in (1.0, 2.0, 4.0)]:
-        exact, flt = SubsampledGaussian(z, sampling_rate=q), SubsampledGaussian(z, sampling_rate=q, noise="float")
+        exact, flt = SubsampledGaussian(z, sampling_rate=q, sensitivity=1.0), SubsampledGaussian(z, sampling_rate=q, noise="float", sensitivity=1.0)
         planned = Accountant(LIMIT, composition="renyi",
                              order=plan_order(LIMIT, exact)).max_releases(exact)
         planned_float = Accountant(LIMIT, composition="renyi",
@@ -89,7 +89,7 @@ def grid() -> list[tuple[float, float, int, int, int, int, int]]:
 
 def debit_time(repeats: int = 20000) -> dict[str, float]:
     """CPU time of one "renyi" debit of a DP-SGD step (curve values cached, as in training)."""
-    charge = SubsampledGaussian(1.0, sampling_rate=0.01).charge
+    charge = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0).charge
     rules = {"six orders (no plan before issue 29)":
              RenyiComposition(LIMIT, orders=old_default_orders(LIMIT.epsilon, LIMIT.delta)),
              "one order (no plan now: fixed by the first step)": RenyiComposition(LIMIT)}
@@ -111,9 +111,9 @@ def steps_table() -> list[tuple[str, int, str]]:
     from dp_accounting.pld import pld_privacy_accountant
     from dp_accounting.rdp import rdp_privacy_accountant
 
-    sgm = SubsampledGaussian(Z, sampling_rate=Q)
+    sgm = SubsampledGaussian(Z, sampling_rate=Q, sensitivity=1.0)
     order = plan_order(LIMIT, sgm)
-    float_sgm = SubsampledGaussian(Z, sampling_rate=Q, noise="float")
+    float_sgm = SubsampledGaussian(Z, sampling_rate=Q, noise="float", sensitivity=1.0)
     float_order = plan_order(LIMIT, float_sgm)
     rows = [
         (f"dpbudget renyi, planned order ({float_order:g}), float noise",
@@ -146,7 +146,7 @@ def steps_table() -> list[tuple[str, int, str]]:
 def full_batch() -> list[tuple[float, int, int]]:
     out = []
     for z in (2.0, 5.0, 20.0, 50.0):
-        mech = AnalyticGaussian(noise_multiplier=z, delta=1e-6)
+        mech = AnalyticGaussian(noise_multiplier=z, delta=1e-6, sensitivity=1.0)
         advanced = Accountant(LIMIT, composition="advanced").max_releases(mech)
         renyi = Accountant(LIMIT, composition="renyi",
                            order=plan_order(LIMIT, mech)).max_releases(mech)
@@ -161,7 +161,7 @@ def pld_grid() -> list[tuple[float, float, int, int, int]]:
     out = []
     for q in (0.01, 0.05, 0.1):
         for z in (1.0, 2.0, 4.0):
-            sgm = SubsampledGaussian(z, sampling_rate=q, noise="float")
+            sgm = SubsampledGaussian(z, sampling_rate=q, noise="float", sensitivity=1.0)
             pld = Accountant(LIMIT, composition="pld", step=(q, z)).max_releases(sgm)
             renyi = Accountant(LIMIT, composition="renyi",
                                order=plan_order(LIMIT, sgm)).max_releases(sgm)
@@ -174,7 +174,7 @@ def pld_grid() -> list[tuple[float, float, int, int, int]]:
 def timing(repeats: int = 400) -> dict[str, float]:
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(455, 31))
-    mech = SubsampledGaussian(2.0, sampling_rate=0.05)
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05, sensitivity=1.0)
     acc = Accountant(None, composition="renyi", rng=None)
 
     def ours() -> None:

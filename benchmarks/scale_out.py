@@ -55,7 +55,7 @@ _CTX = mp.get_context("fork")
 
 def _dpbudget(url: str, i: int, distinct: bool, n: int) -> Callable[[], None]:
     acc = Accountant.open(url)
-    mechanism = Laplace(1e-6)
+    mechanism = Laplace(1e-6, sensitivity=1.0)
     dataset = f"d{i}" if distinct else "d0"
     acc.release(mechanism, 1.0, dataset=dataset)  # opened, account created: not timed
     return lambda: acc.release(mechanism, 1.0, dataset=dataset)
@@ -116,7 +116,7 @@ def threads(url: str, count: int, n: int) -> float:
     import threading
 
     acc = Accountant.open(url)
-    mechanism = Laplace(1e-6)
+    mechanism = Laplace(1e-6, sensitivity=1.0)
     acc.release(mechanism, 1.0, dataset="d0")
     barrier = threading.Barrier(count + 1)
 
@@ -243,7 +243,7 @@ def _race(url: str, i: int, distinct: bool, n: int) -> Callable[[], None]:
 
     def step() -> None:
         try:
-            acc.release(Laplace(0.01), 1.0, dataset="d0")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d0")
         except BudgetExceededError:
             pass
     return step
@@ -253,7 +253,7 @@ def overspend(backend: Any, limit: float = 1.0, processes: int = 8, attempts: in
     """``processes`` × ``attempts`` releases of ε = 0.01 racing for one dataset limited to ε =
     ``limit``: exactly what the limit admits must be admitted, and the audit must pass."""
     url = backend.dpbudget_target(limit)
-    expected = Accountant(Budget(limit)).max_releases(Laplace(0.01), dataset="d0")
+    expected = Accountant(Budget(limit)).max_releases(Laplace(0.01, sensitivity=1.0), dataset="d0")
     _run(_race, url, processes, False, attempts)
     acc = Accountant.open(url)
     report = audit(acc.ledger)
@@ -268,7 +268,7 @@ def overspend(backend: Any, limit: float = 1.0, processes: int = 8, attempts: in
 def in_memory(n: int = 20000) -> tuple[float, float]:
     """CPU µs per release: the in-memory gate, and its essential floor."""
     acc = Accountant(Budget(1e9))
-    mechanism = Laplace(1e-9)
+    mechanism = Laplace(1e-9, sensitivity=1.0)
     for _ in range(1000):
         acc.release(mechanism, 1.0, dataset="d")
     start = time.process_time()

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _CLI = "import sys\nfrom accountant.cli import main\nsys.exit(main({argv!r}))"
 _RELEASE = ("import dpbudget as dp\n"
             "acc = dp.Accountant(dp.Budget(1.0){ledger})\n"
-            "acc.release(dp.Laplace(1.0), 1.0)\n")
+            "acc.release(dp.Laplace(1.0, sensitivity=1.0), 1.0)\n")
 
 # (label, code, needs a tree): floor rows run once per round, not per tree.
 CASES = [

@@ -43,7 +43,7 @@ def tests_per_second(rng, mechanism) -> float:
 
 def releases_per_second(rng) -> float:
     acc = Accountant(None, rng=rng)
-    m = Laplace(epsilon=0.01)
+    m = Laplace(epsilon=0.01, sensitivity=1.0)
     start = time.perf_counter()
     for i in range(N_QUERIES):
         acc.release(m, float(i))
@@ -64,7 +64,7 @@ def cks_epsilon(rho: float, delta: float) -> float:
 def spent_on_releases(composition: str, per_query: float) -> Budget:
     limit = None if composition == "basic" else Budget(1e6, DELTA)
     acc = Accountant(limit, composition=composition, rng=0)
-    m = Laplace(epsilon=per_query)
+    m = Laplace(epsilon=per_query, sensitivity=1.0)
     for i in range(N_QUERIES):
         acc.release(m, float(i))
     return acc.spent()
@@ -74,8 +74,8 @@ def main() -> None:
     assert abs(cks_epsilon(0.5, 1e-5) - 4.728386985) < 1e-6  # docs/theory.md §2 vector
     rows = []
     for label, rng in (("seeded numpy Generator", 0), ("OS CSPRNG (default)", None)):
-        at = tests_per_second(rng, AboveThreshold(epsilon=EPSILON, threshold=1e12))
-        sp = tests_per_second(rng, Sparse(epsilon=EPSILON, threshold=1e12, max_positives=10))
+        at = tests_per_second(rng, AboveThreshold(epsilon=EPSILON, threshold=1e12, sensitivity=1.0))
+        sp = tests_per_second(rng, Sparse(epsilon=EPSILON, threshold=1e12, max_positives=10, sensitivity=1.0))
         rel = releases_per_second(rng)
         rows.append((label, at, sp, rel))
     print(f"Python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}\n")
@@ -86,10 +86,10 @@ def main() -> None:
         print(f"| {label} | {at:,.0f} | {sp:,.0f} | {rel:,.0f} |")
 
     svt = Accountant(None, rng=0)
-    with svt.session(AboveThreshold(epsilon=EPSILON, threshold=1e12)) as s:
+    with svt.session(AboveThreshold(epsilon=EPSILON, threshold=1e12, sensitivity=1.0)) as s:
         for i in range(N_QUERIES):
             s.test(float(i))
-    per_query = AboveThreshold(epsilon=EPSILON, threshold=0.0).query_scale  # 4Δ/ε
+    per_query = AboveThreshold(epsilon=EPSILON, threshold=0.0, sensitivity=1.0).query_scale  # 4Δ/ε
     eps_i = 1.0 / per_query  # a Laplace release with the same noise scale costs Δ/b
     basic = spent_on_releases("basic", eps_i)
     rho = N_QUERIES * eps_i ** 2 / 2  # Bun–Steinke 2016 Prop. 1.4: ε-DP ⇒ ε²/2-zCDP

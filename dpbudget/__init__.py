@@ -1,7 +1,8 @@
 """dpbudget: hard privacy budgets around data analysis — one namespace for the whole public API.
 
-``import dpbudget as dp`` gives the accountant, the budget type, every mechanism and query helper,
-the errors, the audit, policies, training and planning helpers. The implementation lives in three
+``import dpbudget as dp`` gives the accountant, the budget type, every mechanism and noisy helper,
+the true-answer helpers under ``dp.queries`` (their values are not private: ``true_count``...), the
+errors, the audit, policies, training and planning helpers. The implementation lives in three
 packages inside this one, which stay importable on their own: ``dpbudget.accountant`` (values,
 errors, composition rules, ledgers, the gate, audit, reports, CLI), ``dpbudget.mechanisms`` and
 ``dpbudget.policies`` (in a checkout, the folders beside this one, linked from here). Names are loaded on first
@@ -9,7 +10,7 @@ use (PEP 562), so ``import dpbudget`` itself is cheap.
 
 >>> import dpbudget as dp
 >>> acc = dp.Accountant(dp.Budget(1.0), rng=0)
->>> _ = acc.release(dp.Laplace(0.5), 42.0, dataset="people")
+>>> _ = acc.release(dp.Laplace(0.5), dp.queries.true_count(range(42)), dataset="people")
 >>> acc.remaining("people")
 Budget(epsilon=0.5, delta=0.0)
 """
@@ -46,8 +47,8 @@ for _module, _names in {
         "SubsampledGaussian", "Exponential", "ReportNoisyMax", "PermuteAndFlip",
         "RandomizedResponse", "AboveThreshold", "Sparse", "NumericSparse", "Quantile", "Median",
         "ProposeTestRelease", "PTRMean", "PTRMedian", "PTRRefused", "PTRStatistic",
-        "SmoothSensitivity", "SampleAndAggregate", "Neighbouring", "Query", "count",
-        "clamped_sum", "histogram", "noisy_mean", "noisy_quantiles", "group_by",
+        "SmoothSensitivity", "SampleAndAggregate", "Neighbouring", "Query",
+        "noisy_mean", "noisy_quantiles", "group_by",
         "analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma",
         "discrete_gaussian_delta", "discrete_gaussian_sigma", "smooth_sensitivity",
         "above_threshold_accuracy", "poisson_sample",
@@ -59,7 +60,12 @@ for _module, _names in {
     for _name in _names:
         _EXPORTS[_name] = _module
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+# The true-answer helpers left the flat namespace (issue 30): their values are not private, and a
+# name beside the private releases read as one. The old names point to the new ones.
+_MOVED = {"count": "queries.true_count", "clamped_sum": "queries.true_clamped_sum",
+          "histogram": "queries.true_histogram"}
+
+__all__ = ["__version__", "queries", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and IDEs; lazy at run time
     from dpbudget.accountant.audit import audit as audit
@@ -117,10 +123,9 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         PTRStatistic, ProposeTestRelease as ProposeTestRelease
     )
     from dpbudget.mechanisms.quantile import Median as Median, Quantile as Quantile
-    from dpbudget.mechanisms.queries import (
-        Neighbouring as Neighbouring, Query as Query, clamped_sum as clamped_sum, count as count,
-        histogram as histogram, noisy_mean as noisy_mean, noisy_quantiles as noisy_quantiles
-    )
+    from dpbudget import queries as queries
+    from dpbudget.mechanisms.noisy import noisy_mean as noisy_mean, noisy_quantiles as noisy_quantiles
+    from dpbudget.mechanisms.queries import Neighbouring as Neighbouring, Query as Query
     from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate as SampleAndAggregate
     from dpbudget.mechanisms.sampling import Sampler as Sampler
     from dpbudget.mechanisms.selection import (
@@ -158,9 +163,15 @@ def __getattr__(name: str) -> Any:
             value = "0+unknown"
         globals()[name] = value
         return value
+    if name == "queries":  # a module of its own: the true (not private) answers
+        return importlib.import_module("dpbudget.queries")
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'dpbudget' has no attribute {name!r}")
+        moved = _MOVED.get(name)
+        raise AttributeError(f"module 'dpbudget' has no attribute {name!r}" + (
+            "" if moved is None else f": it returned the TRUE, NOT PRIVATE answer, and is now "
+            f"dp.{moved} (release it through a mechanism: acc.release(dp.Laplace(epsilon), "
+            f"dp.{moved}(...)))"))
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

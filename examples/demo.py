@@ -16,7 +16,8 @@ from typing import Any, TextIO
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
 from dpbudget.accountant.report import budget_table
-from dpbudget.mechanisms import Laplace, count, noisy_mean
+from dpbudget.mechanisms import Laplace, noisy_mean
+from dpbudget.mechanisms.queries import true_count
 
 from .income_report import POLICY, REPORT_BUDGET, income_report
 
@@ -49,9 +50,10 @@ def run(ledger: str, *, seed: int | None = None, out: TextIO = sys.stdout) -> Ac
     print(f"Analyst {ANALYST}'s releases, each debited from the 'people' limit and from "
           f"{ANALYST}'s own before its noise is drawn\n(true values shown only because the data "
           f"are synthetic):", file=out)
-    n = count(people)
-    show("count of people", acc.release(Laplace(0.1, sensitivity=n.l1_sensitivity), n.value, label="count",
-                                        **mine), n.value, Budget(0.1))
+    n = true_count(people)
+    # The Query itself is released: Laplace takes its sensitivity (Δ₁ = 1) from it.
+    show("count of people", acc.release(Laplace(0.1), n, label="count", **mine), n.value,
+         Budget(0.1))
     show("mean age (clamped to 18..95)",
          noisy_mean(acc, ages, 18, 95, epsilon=0.2, label="mean age", **mine),
          sum(ages) / len(ages), Budget(0.2))

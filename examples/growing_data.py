@@ -29,7 +29,8 @@ import numpy as np
 from dpbudget.accountant import Accountant, BudgetExceededError
 from dpbudget.accountant.audit import audit
 from dpbudget.accountant.ledger import Ledger, MemoryLedger
-from dpbudget.mechanisms import Laplace, count
+from dpbudget.mechanisms import Laplace
+from dpbudget.mechanisms.queries import true_count
 from dpbudget.policies.blocks import block_of
 
 START = 1_793_491_200.0  # 2026-11-01 00:00 UTC
@@ -76,9 +77,8 @@ def simulate(name: str, table: object, folder: Path) -> tuple[list[int], Ledger]
                 _rows(table, blocks, clock[0])
             try:
                 kwargs = {"blocks": blocks} if name == "blocks" else {}
-                query = count(rows)  # type: ignore[arg-type]
-                acc.release(Laplace(0.1, sensitivity=query.l1_sensitivity), query.value, dataset="events",
-                            **kwargs)
+                query = true_count(rows)  # type: ignore[arg-type]
+                acc.release(Laplace(0.1), query, dataset="events", **kwargs)
                 n += 1
             except BudgetExceededError:
                 pass

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from dpbudget.accountant import Accountant, Budget, Pipeline
-from dpbudget.mechanisms import AnalyticGaussian, Laplace, clamped_sum, histogram
+from dpbudget.mechanisms import AnalyticGaussian, Laplace
+from dpbudget.mechanisms.queries import true_clamped_sum, true_histogram
 
 POLICY = Path(__file__).with_name("policy.toml")
 EDUCATION = ("primary", "secondary", "bachelor", "master", "doctorate")
@@ -31,14 +32,13 @@ def income_report(acc: Accountant, people: list[dict[str, Any]], *,
 
     @acc.budgeted("income-report", dataset="people", analyst=analyst, budget=REPORT_BUDGET)
     def report(p: Pipeline) -> dict[str, Any]:
-        h = histogram([row["education"] for row in people], EDUCATION)
-        s = clamped_sum([row["income"] for row in people], 0, 150_000)
+        h = true_histogram([row["education"] for row in people], EDUCATION)
+        s = true_clamped_sum([row["income"] for row in people], 0, 150_000)
         return {
             "pipeline": p.id,
-            "education": p.release(Laplace(0.2, sensitivity=h.l1_sensitivity), h.value,
-                                   label="education histogram"),
-            "income": p.release(AnalyticGaussian(0.2, delta=1e-7, sensitivity=s.l2_sensitivity), s.value,
-                                label="total income"),
+            # Each Query sets its mechanism's sensitivity: L1 for Laplace, L2 for the Gaussian.
+            "education": p.release(Laplace(0.2), h, label="education histogram"),
+            "income": p.release(AnalyticGaussian(0.2, delta=1e-7), s, label="total income"),
         }
 
     return report()

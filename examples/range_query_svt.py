@@ -24,7 +24,8 @@ def range_query_svt(acc: Accountant, ages: np.ndarray, ranges: list[tuple[int, i
                     dataset: str) -> list[tuple[tuple[int, int], float]]:
     """The (range, noisy count) pairs of up to ``c`` ranges whose count passed ``threshold``."""
     answers = []
-    mechanism = NumericSparse(epsilon=epsilon, threshold=threshold, max_positives=c)
+    mechanism = NumericSparse(epsilon=epsilon, threshold=threshold, max_positives=c,
+                              sensitivity=1.0)  # (a count: one person moves it by at most 1)
     with acc.session(mechanism, dataset=dataset, label="large range counts") as svt:
         for lo, hi in ranges:
             noisy = svt.query(float(np.count_nonzero((ages >= lo) & (ages < hi))))

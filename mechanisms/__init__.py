@@ -1,4 +1,8 @@
-"""Mechanisms: one class per family, each declaring its privacy cost; samplers; query helpers."""
+"""Mechanisms: one class per family, each declaring its privacy cost; samplers; noisy helpers.
+
+The true-answer helpers (``true_count``, ``true_clamped_sum``, ``true_histogram``) are not here:
+they return values that are not private, and live in ``dpbudget.mechanisms.queries`` (``dp.queries``).
+"""
 
 from dpbudget.mechanisms.base import Mechanism, NumericMechanism, StreamMechanism
 from dpbudget.mechanisms.discrete import (
@@ -18,15 +22,8 @@ from dpbudget.mechanisms.group_by import group_by
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
 from dpbudget.mechanisms.quantile import Median, Quantile
-from dpbudget.mechanisms.queries import (
-    Neighbouring,
-    Query,
-    clamped_sum,
-    count,
-    histogram,
-    noisy_mean,
-    noisy_quantiles,
-)
+from dpbudget.mechanisms.noisy import noisy_mean, noisy_quantiles
+from dpbudget.mechanisms.queries import Neighbouring, Query
 from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate
 from dpbudget.mechanisms.sampling import Sampler
 from dpbudget.mechanisms.smooth import SmoothSensitivity, smooth_sensitivity
@@ -47,6 +44,6 @@ __all__ = [
     "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "SmoothSensitivity", "Sparse", "StreamMechanism", "SubsampledGaussian",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",
-    "clamped_sum", "count", "group_by", "smooth_sensitivity", "histogram", "noisy_mean", "noisy_quantiles",
+    "group_by", "smooth_sensitivity", "noisy_mean", "noisy_quantiles",
     "poisson_sample",
 ]

@@ -35,7 +35,8 @@ from dpbudget.accountant.errors import (
 from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
-           "mechanism_name", "noise_kind", "real_as_float", "real_values"]
+           "mechanism_name", "noise_kind", "real_as_float", "real_values", "stated_sensitivity",
+           "unstated_sensitivity"]
 
 # "exact": noise from the exact integer samplers, released on a grid (the default);
 # "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).
@@ -181,6 +182,11 @@ class Mechanism(ABC, metaclass=_Frozen):
 
     _cost: Budget
     _charge: Charge
+    #: Which sensitivity of a ``dpbudget.mechanisms.queries.Query`` the mechanism is calibrated with when
+    #: one is released through it: ``"l1"`` (the Laplace family), ``"l2"`` (the Gaussian family),
+    #: or None (it takes no ``Query``; the default). Such a mechanism may leave ``sensitivity``
+    #: unstated (None) and take it from the query (``dpbudget.mechanisms.queries.bind``).
+    query_norm: ClassVar[str | None] = None
     # Public float parameters for which 0 is a value, not an underflow (every other float
     # parameter must be a finite, non-zero double).
     _may_be_zero: ClassVar[tuple[str, ...]] = ("threshold",)
@@ -305,6 +311,26 @@ class StreamMechanism(Mechanism):
     @abstractmethod
     def _open(self, sampler: Sampler) -> Any:
         """The stream state of a new session. Called by the accountant only, after the debit."""
+
+
+def stated_sensitivity(value: Any, check: Any) -> Any:
+    """``sensitivity`` as given to a ``query_norm`` mechanism: None (not stated: it comes from the
+    ``Query`` released, and a plain number is refused) or ``check("sensitivity", value)``."""
+    return None if value is None else check("sensitivity", value)
+
+
+def unstated_sensitivity(mechanism: Mechanism) -> InvalidArgumentError:
+    """The refusal of a plain number by a mechanism whose sensitivity was not stated.
+
+    There is no default Δ: a default of 1 calibrates the noise of a sum of incomes to a count's
+    (issue 30), silently. The sensitivity is stated, or comes from a ``Query`` that knows it.
+    """
+    name = type(mechanism).__name__
+    return InvalidArgumentError(
+        "sensitivity", None, f"stated to release a plain number or array: {name}(ε, "
+        f"sensitivity=Δ, ...), or release a dp.queries Query instead "
+        f"(acc.release({name}(ε, ...), dp.queries.true_count(rows))), which carries its own",
+        "There is no default sensitivity; nothing was drawn or debited")
 
 
 def real_values(argument: str, value: Any) -> Any:

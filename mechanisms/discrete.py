@@ -19,7 +19,7 @@ import numpy as np
 from dpbudget.accountant import _numeric, _validate
 from dpbudget.accountant.budget import Budget
 from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
-from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.base import Mechanism, stated_sensitivity, unstated_sensitivity
 from dpbudget.mechanisms.exact import (
     discrete_gaussian,
     discrete_gaussian_array,
@@ -79,17 +79,22 @@ class DiscreteLaplace(_IntegerMechanism):
 
     Args:
         epsilon: ε > 0.
-        sensitivity: the integer query's L1 sensitivity Δ, a positive integer.
+        sensitivity: the integer query's L1 sensitivity Δ, a positive integer. No default: left
+            out (None), it is taken from the ``Query`` released; a plain integer is refused.
 
-    >>> m = DiscreteLaplace(epsilon=1.0)
+    >>> m = DiscreteLaplace(epsilon=1.0, sensitivity=1)
     >>> m.cost, round(m.zero_probability, 10)
     (Budget(epsilon=1.0, delta=0.0), 0.4621171573)
     """
 
-    def __init__(self, epsilon: float, *, sensitivity: int = 1) -> None:
+    query_norm = "l1"
+
+    def __init__(self, epsilon: float, *, sensitivity: int | None = None) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
-        self.sensitivity = _validate.positive_int("sensitivity", sensitivity)
-        rate = Fraction(self.epsilon) / self.sensitivity
+        self.sensitivity = stated_sensitivity(sensitivity, _validate.positive_int)
+        # Not stated: the rate and scale are those of Δ = 1 until a Query binds Δ (nothing is
+        # released unbound; the cost, (ε, 0), does not depend on Δ).
+        rate = Fraction(self.epsilon) / (self.sensitivity or 1)
         if rate.numerator >= 1 << 40 or rate.denominator >= 1 << 40:
             k = 33 - (rate.numerator.bit_length() - rate.denominator.bit_length())
             rate = Fraction(math.floor(rate * 2 ** k), 2 ** k) if k >= 0 else \
@@ -104,7 +109,13 @@ class DiscreteLaplace(_IntegerMechanism):
         return math.tanh(self._s / self._t / 2.0)
 
     def params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale}
+        return {"epsilon": self.epsilon, "sensitivity": self.sensitivity,
+                "scale": None if self.sensitivity is None else self.scale}
+
+    def prepare(self, value: Any) -> Any:
+        if self.sensitivity is None:
+            raise unstated_sensitivity(self)
+        return super().prepare(value)
 
     def draw(self, value: Any, sampler: Sampler) -> Any:
         if isinstance(value, int):
@@ -129,21 +140,26 @@ class DiscreteGaussian(_IntegerMechanism):
     Args:
         epsilon: ε > 0.
         delta: 0 < δ < 1.
-        sensitivity: the integer query's sensitivity Δ, a positive integer.
+        sensitivity: the integer query's L2 sensitivity Δ, a positive integer. No default: left
+            out (None), it is taken from the ``Query`` released; a plain integer is refused.
 
     Scalar queries only: Thm 7 is the exact δ of one coordinate, and this mechanism's (ε, δ) is
     calibrated with it (for a vector, release each coordinate as its own step or use
     ``AnalyticGaussian``).
 
-    >>> round(DiscreteGaussian(epsilon=1.0, delta=1e-5).sigma, 5)
+    >>> round(DiscreteGaussian(epsilon=1.0, delta=1e-5, sensitivity=1).sigma, 5)
     3.74048
     """
 
-    def __init__(self, epsilon: float, *, delta: float, sensitivity: int = 1) -> None:
+    query_norm = "l2"
+
+    def __init__(self, epsilon: float, *, delta: float, sensitivity: int | None = None) -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.delta = _validate.probability("delta", delta, low_open=True)
-        self.sensitivity = _validate.positive_int("sensitivity", sensitivity)
-        sigma2 = _calibrate(self.epsilon, self.delta, self.sensitivity)
+        self.sensitivity = stated_sensitivity(sensitivity, _validate.positive_int)
+        # Not stated: σ of Δ = 1 until a Query binds Δ (ρ = Δ²/2σ² is then that of Δ = 1, which
+        # the calibration makes the same for every Δ; nothing is released unbound).
+        sigma2 = _calibrate(self.epsilon, self.delta, self.sensitivity or 1)
         self._num, self._den = sigma2.numerator, sigma2.denominator
         self.sigma = _numeric.mul_up(math.sqrt(float(sigma2)), 1.0 + 2.0 ** -52)
         self.declare(Budget(self.epsilon, self.delta), noise="exact")
@@ -151,12 +167,12 @@ class DiscreteGaussian(_IntegerMechanism):
     @property
     def rho(self) -> float:
         """ρ = Δ²/(2σ²), rounded up (CKS 2020, Prop. 5: the discrete Gaussian is ρ-zCDP)."""
-        exact = Fraction(self.sensitivity ** 2 * self._den, 2 * self._num)
+        exact = Fraction((self.sensitivity or 1) ** 2 * self._den, 2 * self._num)
         return _numeric.mul_up(float(exact), 1.0 + 2.0 ** -52)
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta, "sensitivity": self.sensitivity,
-                "sigma": self.sigma}
+                "sigma": None if self.sensitivity is None else self.sigma}
 
     def prepare(self, value: Any) -> Any:
         """An ``int`` (a scalar integer query).
@@ -164,6 +180,8 @@ class DiscreteGaussian(_IntegerMechanism):
         Raises:
             InvalidDataTypeError: anything else, arrays included (see the class docstring).
         """
+        if self.sensitivity is None:
+            raise unstated_sensitivity(self)
         x = super().prepare(value)
         if not isinstance(x, int):
             raise InvalidDataTypeError("value", value, "a single integer (DiscreteGaussian is "

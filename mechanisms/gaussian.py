@@ -5,14 +5,15 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpbudget.accountant import _numeric, _validate
 from dpbudget.accountant.budget import Budget
 from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError
-from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
+                             unstated_sensitivity)
 from dpbudget.mechanisms.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,
@@ -44,14 +45,20 @@ class _GaussianFamily(NumericMechanism):
 
     epsilon: float
     delta: float
-    sigma: float
-    sensitivity: float
+    sigma: float | None
+    sensitivity: float | None
     grid: GaussianGrid | None
+    query_norm: ClassVar[str | None] = "l2"
 
-    def _setup(self, noise: str) -> None:
+    def _setup(self, noise: str, sigma: float) -> None:
+        """``sigma``: σ for the stated Δ, or for Δ = 1 when none is stated (then ``sigma`` stays
+        None until a Query binds Δ; the cost (ε, δ) and ρ = (Δ/σ)²/2 depend on Δ/σ only, which
+        the calibration fixes)."""
         self._noise = noise_kind(noise)
-        self.grid = (_grid(self.epsilon, self.delta, self.sensitivity, self.sigma)
-                     if self._noise == "exact" else None)
+        self._ratio = _numeric.div_up(1.0, sigma)  # Δ/σ at Δ = 1 (used only while unstated)
+        self.sigma = None if self.sensitivity is None else sigma
+        self.grid = (_grid(self.epsilon, self.delta, self.sensitivity, sigma)
+                     if self._noise == "exact" and self.sensitivity is not None else None)
         self.declare(Budget(self.epsilon, self.delta), noise=self._noise)
 
 
@@ -61,15 +68,21 @@ class _GaussianFamily(NumericMechanism):
         # Δ/σ rounded up, so its square (rounded up) is never below (Δ/σ)²; halving is exact. With
         # exact noise the grid's σ_g >= σ·Δ_g/Δ keeps the discrete Gaussian's ρ = Δ_g²/(2σ_g²)
         # (CKS 2020, Thm 14) at most this.
-        mu = _numeric.div_up(self.sensitivity, self.sigma)
+        mu = self._mu()
         return _numeric.mul_up(mu, mu) / 2.0
 
     @property
     def mu(self) -> float | None:
         """μ = Δ/σ with ``noise="float"``: the Gaussian mechanism is μ-GDP (Dong, Roth, Su 2019,
         Thm 2.7). None with exact noise (see the class docstring)."""
-        if self.grid is not None:
+        if self._noise == "exact":
             return None
+        return self._mu()
+
+    def _mu(self) -> float:
+        """Δ/σ rounded up (at Δ = 1 while Δ is not stated: the calibration makes it the same)."""
+        if self.sensitivity is None or self.sigma is None:
+            return self._ratio
         return _numeric.div_up(self.sensitivity, self.sigma)
 
     def params(self) -> dict[str, Any]:
@@ -77,6 +90,8 @@ class _GaussianFamily(NumericMechanism):
                 "sigma": self.sigma, "noise": self._noise}
 
     def prepare(self, value: Any) -> Any:
+        if self.sensitivity is None:
+            raise unstated_sensitivity(self)
         x = rational_value(value, exact=self.grid is not None)  # (an exact sum: kept exact)
         if x is None:
             x = super().prepare(value)
@@ -98,8 +113,8 @@ class _GaussianFamily(NumericMechanism):
         if self.grid is not None:
             return self.grid.release(sampler.bits, value)
         if isinstance(value, float):
-            return value + sampler.gaussian(self.sigma)
-        return value + sampler.gaussian(self.sigma, size=value.shape)
+            return value + sampler.gaussian(self.sigma)  # type: ignore[arg-type]
+        return value + sampler.gaussian(self.sigma, size=value.shape)  # type: ignore[arg-type]
 
 
 class Gaussian(_GaussianFamily):
@@ -115,16 +130,17 @@ class Gaussian(_GaussianFamily):
     Args:
         epsilon: 0 < ε < 1.
         delta: 0 < δ < 1.
-        sensitivity: L2 sensitivity Δ₂ > 0.
+        sensitivity: L2 sensitivity Δ₂ > 0. No default: left out (None), it is taken from the
+            ``Query`` released (``dp.queries``: its ``l2_sensitivity``); a plain number is refused.
         noise: ``"exact"`` (default: grid + exact discrete Gaussian, see ``_GaussianFamily``) or
             ``"float"`` (the textbook float sampler, an explicit and recorded opt-out).
 
-    >>> m = Gaussian(epsilon=0.5, delta=1e-5)
+    >>> m = Gaussian(epsilon=0.5, delta=1e-5, sensitivity=1.0)
     >>> round(m.sigma, 6)
     9.689611
     """
 
-    def __init__(self, epsilon: float, *, delta: float, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, delta: float, sensitivity: float | None = None,
                  noise: str = "exact") -> None:
         eps = _validate.positive("epsilon", epsilon)
         if not eps < 1.0:
@@ -134,11 +150,11 @@ class Gaussian(_GaussianFamily):
                 "AnalyticGaussian(epsilon, delta=..., sensitivity=...), exact for any epsilon")
         self.epsilon = eps
         self.delta = _validate.probability("delta", delta, low_open=True)
-        self.sensitivity = _validate.positive("sensitivity", sensitivity)
-        self.sigma = _numeric.div_up(
-            _numeric.mul_up(self.sensitivity, math.sqrt(2.0 * math.log(1.25 / self.delta))),
-            self.epsilon)
-        self._setup(noise)
+        self.sensitivity = stated_sensitivity(sensitivity, _validate.positive)
+        sigma = _numeric.div_up(_numeric.mul_up(
+            1.0 if self.sensitivity is None else self.sensitivity,
+            math.sqrt(2.0 * math.log(1.25 / self.delta))), self.epsilon)
+        self._setup(noise, sigma)
 
 
 class AnalyticGaussian(_GaussianFamily):
@@ -161,12 +177,13 @@ class AnalyticGaussian(_GaussianFamily):
     Args:
         epsilon: ε > 0 (or give ``sigma`` or ``noise_multiplier`` instead).
         delta: 0 < δ < 1.
-        sensitivity: L2 sensitivity Δ₂ > 0.
+        sensitivity: L2 sensitivity Δ₂ > 0; as for :class:`Gaussian` (required with ``sigma`` or
+            ``noise_multiplier``).
         noise: ``"exact"`` (default) or ``"float"``, as for :class:`Gaussian`.
         sigma: the noise's standard deviation σ > 0.
         noise_multiplier: σ/Δ₂ > 0 (σ = noise_multiplier × sensitivity), as DP-SGD states it.
 
-    >>> round(AnalyticGaussian(epsilon=1.0, delta=1e-5).sigma, 6)
+    >>> round(AnalyticGaussian(epsilon=1.0, delta=1e-5, sensitivity=1.0).sigma, 6)
     3.730632
     >>> m = AnalyticGaussian(noise_multiplier=2.0, delta=1e-5, sensitivity=0.5)
     >>> m.sigma, round(m.epsilon, 4), round(m.rho, 12)
@@ -174,7 +191,7 @@ class AnalyticGaussian(_GaussianFamily):
     """
 
     def __init__(self, epsilon: float | None = None, *, delta: float | None = None,
-                 sensitivity: float = 1.0, noise: str = "exact",
+                 sensitivity: float | None = None, noise: str = "exact",
                  sigma: float | None = None, noise_multiplier: float | None = None) -> None:
         given = [name for name, v in (("epsilon", epsilon), ("sigma", sigma),
                                       ("noise_multiplier", noise_multiplier)) if v is not None]
@@ -182,15 +199,19 @@ class AnalyticGaussian(_GaussianFamily):
             raise InvalidArgumentError(given[1], "given with " + given[0], "given alone (one of "
                                        "epsilon, sigma and noise_multiplier)")
         self.delta = _validate.probability("delta", delta, low_open=True)
-        self.sensitivity = _validate.positive("sensitivity", sensitivity)
+        self.sensitivity = stated_sensitivity(sensitivity, _validate.positive)
         if not given or epsilon is not None:
             self.epsilon = _validate.positive("epsilon", epsilon)
-            self.sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+            s = analytic_gaussian_sigma(self.epsilon, self.delta,
+                                        1.0 if self.sensitivity is None else self.sensitivity)
+        elif self.sensitivity is None:  # ε would be computed from σ/Δ: Δ must be known now
+            raise InvalidArgumentError("sensitivity", None, f"stated with {given[0]} (the cost "
+                                       "is computed from sigma/sensitivity)")
         else:
-            self.sigma = (_validate.positive("sigma", sigma) if sigma is not None else
-                          _times("noise_multiplier", noise_multiplier, self.sensitivity))
-            self.epsilon = analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
-        self._setup(noise)
+            s = (_validate.positive("sigma", sigma) if sigma is not None else
+                 _times("noise_multiplier", noise_multiplier, self.sensitivity))
+            self.epsilon = analytic_gaussian_epsilon(s, self.delta, self.sensitivity)
+        self._setup(noise, s)
 
 
 def _times(name: str, multiplier: Any, sensitivity: float) -> float:

@@ -21,7 +21,8 @@ import numpy as np
 from dpbudget.accountant import _numeric, _validate
 from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from dpbudget.mechanisms.laplace import Laplace
-from dpbudget.mechanisms.queries import Neighbouring, Releaser, _relation, _releaser, _where
+from dpbudget.mechanisms.noisy import Releaser, _releaser, _where
+from dpbudget.mechanisms.queries import Neighbouring, _relation
 from dpbudget.mechanisms.rows import clamp_range, row_values
 from dpbudget.mechanisms.sums import exact_sums
 

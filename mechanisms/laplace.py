@@ -11,7 +11,8 @@ import numpy as np
 from dpbudget.accountant import _numeric, _validate
 from dpbudget.accountant.budget import Budget
 from dpbudget.accountant.errors import InvalidDataError
-from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
+                             unstated_sensitivity)
 from dpbudget.mechanisms.grid import LaplaceGrid
 from dpbudget.mechanisms.sampling import Sampler
 from dpbudget.mechanisms.sums import rational_value, within
@@ -43,7 +44,9 @@ class Laplace(NumericMechanism):
 
     Args:
         epsilon: ε > 0, finite.
-        sensitivity: the query's L1 sensitivity Δ₁ > 0 under the neighbour relation in use.
+        sensitivity: the query's L1 sensitivity Δ₁ > 0 under the neighbour relation in use. No
+            default: left out (None), it is taken from the ``Query`` released
+            (``dp.queries``: its ``l1_sensitivity``), and a plain number is refused.
         noise: ``"exact"`` (default) or ``"float"`` (an explicit, recorded opt-out).
 
     Raises:
@@ -56,15 +59,20 @@ class Laplace(NumericMechanism):
     4.0
     """
 
-    def __init__(self, epsilon: float, *, sensitivity: float = 1.0,
+    query_norm = "l1"
+
+    def __init__(self, epsilon: float, *, sensitivity: float | None = None,
                  noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
-        self.sensitivity = _validate.positive("sensitivity", sensitivity)
-        self.scale = _numeric.div_up(self.sensitivity, self.epsilon)
+        self.sensitivity = stated_sensitivity(sensitivity, _validate.positive)
         self._noise = noise_kind(noise)
-        self.grid = _grid(self.epsilon, self.sensitivity) if self._noise == "exact" else None
+        # Not stated: no scale and no grid until a Query binds it (``dpbudget.mechanisms.queries.bind``);
+        # the cost, (ε, 0), does not depend on Δ.
+        self.scale = None if self.sensitivity is None else \
+            _numeric.div_up(self.sensitivity, self.epsilon)
+        self.grid = _grid(self.epsilon, self.sensitivity) \
+            if self._noise == "exact" and self.sensitivity is not None else None
         self.declare(Budget(self.epsilon), noise=self._noise)
-
 
     @property
     def rdp(self) -> tuple[Any, ...] | None:
@@ -73,13 +81,15 @@ class Laplace(NumericMechanism):
         same ε (the continuous Laplace is a post-processing of it: an exponential's integer and
         fractional parts are independent), so it is charged the pure-DP bound
         (``dpbudget.accountant.rdp.pure``), valid for every ε-DP mechanism."""
-        return ("laplace", self.epsilon) if self.grid is None else None
+        return ("laplace", self.epsilon) if self._noise == "float" else None
 
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "sensitivity": self.sensitivity, "scale": self.scale,
                 "noise": self._noise}
 
     def prepare(self, value: Any) -> Any:
+        if self.sensitivity is None:
+            raise unstated_sensitivity(self)
         if type(value) is float and math.isfinite(value):  # the common case, checked cheaply
             x: Any = value  # (an isinstance check against Fraction, an ABC, costs ~0.3 µs)
         else:
@@ -98,8 +108,8 @@ class Laplace(NumericMechanism):
         if self.grid is not None:
             return self.grid.release(sampler.bits, value)
         if isinstance(value, float):
-            return value + sampler.laplace(self.scale)
-        return value + sampler.laplace(self.scale, size=value.shape)
+            return value + sampler.laplace(self.scale)  # type: ignore[arg-type]
+        return value + sampler.laplace(self.scale, size=value.shape)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=1024)

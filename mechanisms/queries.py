@@ -1,4 +1,12 @@
-"""Query helpers for the seed workloads: counts, clamped sums, noisy means, quantiles, histograms.
+"""True answers with their sensitivities: ``Query``, and the helpers that compute one (counts,
+clamped sums, histograms). ``import dpbudget as dp`` shows them as ``dp.queries``.
+
+What these helpers return is the TRUE, NOT PRIVATE answer: it is the secret a mechanism protects,
+and is never itself released, stored or logged. Their names say so (``true_count``...), and a
+``Query`` keeps its value out of its repr. Releasing a ``Query`` — ``acc.release(Laplace(ε),
+true_count(rows))`` — calibrates the mechanism to the query's own sensitivity (``bind``): L1 for the
+Laplace family, L2 for the Gaussian family (each mechanism class's ``query_norm``), so no Δ is
+guessed or defaulted.
 
 Each helper computes a true answer together with its sensitivity under a stated neighbour relation,
 so that the mechanism is calibrated to the right Δ:
@@ -19,7 +27,8 @@ import enum
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, NamedTuple, Protocol
+import inspect
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,13 +39,11 @@ from dpbudget.accountant.errors import (
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from dpbudget.mechanisms.laplace import Laplace
-from dpbudget.mechanisms.quantile import Quantile
+from dpbudget.mechanisms.base import Mechanism
 from dpbudget.mechanisms.rows import clamp_range, row_values
 from dpbudget.mechanisms.sums import exact_sum
 
-__all__ = ["Neighbouring", "Query", "Releaser", "clamped_sum", "count", "histogram", "noisy_mean",
-           "noisy_quantiles"]
+__all__ = ["Neighbouring", "Query", "bind", "true_clamped_sum", "true_count", "true_histogram"]
 
 
 class Neighbouring(str, enum.Enum):
@@ -47,10 +54,15 @@ class Neighbouring(str, enum.Enum):
 
 
 class Query(NamedTuple):
-    """A true answer and its sensitivities. Never store or log ``value``: it is the secret.
+    """A TRUE, NOT PRIVATE answer and its sensitivities: release it through a mechanism
+    (``acc.release(Laplace(ε), query)``), never directly. Never store or log ``value``: it is
+    the secret.
+
+    Released, it sets the mechanism's sensitivity (``bind``): ``l1_sensitivity`` for the Laplace
+    family, ``l2_sensitivity`` for the Gaussian family.
 
     Attributes:
-        value: the true answer: a float, an array for a histogram, or for a sum the exact sum of
+        value: the true answer: an int for a count, an int64 array for a histogram, or for a sum the exact sum of
             the clamped values as a ``fractions.Fraction`` (no rounding, so the sensitivity holds
             for it; ``Laplace`` and the Gaussians round it to their grid exactly, float noise
             to the nearest double).
@@ -65,39 +77,8 @@ class Query(NamedTuple):
     neighbouring: Neighbouring
 
     def __repr__(self) -> str:  # never the value: a repr ends up in logs and notebooks
-        return (f"Query(value=<hidden>, l1_sensitivity={self.l1_sensitivity!r}, "
-                f"l2_sensitivity={self.l2_sensitivity!r}, neighbouring={self.neighbouring!r})")
-
-
-class Releaser(Protocol):
-    """What a query helper releases through: an ``Accountant``, a ``Pipeline``, or the handle a
-    ``@acc.budgeted`` function is given (a ``Pipeline``). Both take these keywords; a pipeline
-    admits only its own dataset and analyst, and charges its own allocation.
-
-    A helper validates all its arguments, then makes one call (``release`` or ``release_many``,
-    one debit): a bad argument or a refusal debits nothing, wherever it runs.
-    """
-
-    def release(self, mechanism: Any, value: Any, *, dataset: Any = ...,
-                analyst: str | None = ..., label: str | None = ...) -> Any: ...
-
-    def release_many(self, items: Any, *, dataset: Any = ..., analyst: str | None = ...,
-                     label: str | None = ...) -> list[Any]: ...
-
-
-def _releaser(accountant: Any) -> Releaser:
-    """``accountant`` if it can release; checked first, before anything is computed or debited."""
-    if not (callable(getattr(accountant, "release", None))
-            and callable(getattr(accountant, "release_many", None))):
-        raise InvalidTypeError("accountant", accountant,
-                               "an Accountant or a Pipeline (what the helper releases through)")
-    return accountant  # type: ignore[no-any-return]
-
-
-def _where(dataset: str | None, analyst: str | None) -> dict[str, Any]:
-    """Where a helper's release is charged, as ``release``'s keywords: ``dataset`` only when the
-    caller named one, so that an accountant uses its default dataset and a pipeline its own."""
-    return {"analyst": analyst} if dataset is None else {"dataset": dataset, "analyst": analyst}
+        return ("Query(value=<hidden: the TRUE, NOT PRIVATE answer>, "
+                f"l1_sensitivity={self.l1_sensitivity!r}, l2_sensitivity={self.l2_sensitivity!r}, neighbouring={self.neighbouring!r})")
 
 
 def _relation(neighbouring: Any) -> Neighbouring:
@@ -108,26 +89,31 @@ def _relation(neighbouring: Any) -> Neighbouring:
                                    f"one of {[n.value for n in Neighbouring]}") from None
 
 
-def count(data: Sequence[Any], *, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
-    """The number of rows: Δ = 1 under add/remove.
+def true_count(data: Sequence[Any], *,
+               neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """The TRUE, NOT PRIVATE number of rows (an ``int``), Δ = 1 under add/remove; release it
+    through a mechanism (``acc.release(Laplace(ε), true_count(rows))``).
 
     Under replace-one neighbours the count is public (Δ = 0) and needs no noise, so asking for it
     privately is refused.
 
-    >>> count([3, 1, 4]).value, count([3, 1, 4]).l1_sensitivity
-    (3.0, 1.0)
+    >>> true_count([3, 1, 4]).value, true_count([3, 1, 4]).l1_sensitivity
+    (3, 1.0)
     """
     if _relation(neighbouring) is Neighbouring.REPLACE:
         raise InvalidArgumentError("neighbouring", neighbouring, "'add/remove' for a count",
                                    "Under replace-one neighbours the row count is public.")
     if not hasattr(data, "__len__"):
         raise InvalidDataTypeError("data", data, "a sized collection of rows")
-    return Query(float(len(data)), 1.0, 1.0, Neighbouring.ADD_REMOVE)
+    # An int, exactly: the integer mechanisms (DiscreteLaplace...) take it as it is.
+    return Query(len(data), 1.0, 1.0, Neighbouring.ADD_REMOVE)
 
 
-def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: bool = False,
-                neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
-    """The sum of values clipped into [lower, upper] (or of their distance from the midpoint).
+def true_clamped_sum(data: Sequence[float], lower: float, upper: float, *,
+                     centred: bool = False,
+                     neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """The TRUE, NOT PRIVATE sum of values clipped into [lower, upper] (or of their distance from
+    the midpoint); release it through a mechanism, which then takes its sensitivity.
 
     Sensitivity (Dwork–Roth 2014, §3.3; the centring trick is standard, e.g. Biswas et al. 2020
     "CoinPress", and the seed notes on noisy averages):
@@ -140,10 +126,10 @@ def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: b
     amount that depends on the other rows, so neighbouring float sums can differ by more than
     the sensitivity. Centred, it is the exact Σx − n·(lower + upper)/2; widths are rounded up.
 
-    >>> q = clamped_sum([5, 50, 500], 0, 100)
+    >>> q = true_clamped_sum([5, 50, 500], 0, 100)
     >>> q.value, q.l1_sensitivity
     (Fraction(155, 1), 100.0)
-    >>> clamped_sum([5, 50, 500], 0, 100, centred=True).value
+    >>> true_clamped_sum([5, 50, 500], 0, 100, centred=True).value
     Fraction(5, 1)
     """
     lo, hi = clamp_range(lower, upper)
@@ -159,16 +145,17 @@ def clamped_sum(data: Sequence[float], lower: float, upper: float, *, centred: b
     return Query(value, sens, sens, relation)
 
 
-def histogram(data: Sequence[Any], categories: Sequence[Any], *,
-              neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
-    """Counts per category, in the order of ``categories``.
+def true_histogram(data: Sequence[Any], categories: Sequence[Any], *,
+                   neighbouring: Neighbouring = Neighbouring.ADD_REMOVE) -> Query:
+    """The TRUE, NOT PRIVATE counts per category (``int64``), in the order of ``categories``;
+    release them through a mechanism, which then takes their sensitivity.
 
     One row changes one count by 1 under add/remove (Δ₁ = Δ₂ = 1) and two counts by 1 under replace
     (Δ₁ = 2, Δ₂ = √2) — Dwork–Roth 2014, §3.3, "histogram queries". A value outside ``categories``
     is refused: silently dropping it would make the released counts disagree with the data.
 
-    >>> histogram(["a", "b", "a"], ["a", "b", "c"]).value
-    array([2., 1., 0.])
+    >>> true_histogram(["a", "b", "a"], ["a", "b", "c"]).value
+    array([2, 1, 0])
     """
     relation = _relation(neighbouring)
     cats = list(categories)
@@ -177,100 +164,64 @@ def histogram(data: Sequence[Any], categories: Sequence[Any], *,
     index = {c: i for i, c in enumerate(cats)}
     if len(index) != len(cats):
         raise InvalidArgumentError("categories", categories, "free of duplicates")
-    counts = np.zeros(len(cats))
+    counts = np.zeros(len(cats), dtype=np.int64)
     for row, value in enumerate(data):
         i = index.get(value)
         if i is None:
             raise InvalidDataError("data", data, "values among the declared categories",
                                    f"; data[{row}] is not one of them")
-        counts[i] += 1.0
+        counts[i] += 1
     if relation is Neighbouring.ADD_REMOVE:
         return Query(counts, 1.0, 1.0, relation)
     return Query(counts, 2.0, math.sqrt(2.0), relation)
 
 
-def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper: float, *,
-               epsilon: float, dataset: str | None = None, count_share: float = 0.5,
-               centred: bool = True, neighbouring: Neighbouring = Neighbouring.ADD_REMOVE,
-               analyst: str | None = None, label: str | None = None) -> float:
-    """A differentially private mean of values clamped into [lower, upper], costing ``epsilon``.
+def bind(mechanism: Any, value: Any) -> tuple[Any, Any]:
+    """``(mechanism, value)`` as a release takes them: a ``Query`` is replaced by its value, and the
+    mechanism by one calibrated to the query's sensitivity; anything else is returned as it is.
 
-    Under add/remove neighbours the mean is a noisy sum over a noisy count, ε split between them
-    (``count_share`` to the count), two Laplace releases debited through ``accountant`` as one
-    batch (``release_many``): both or neither, ε in total under basic composition. With ``centred`` the sum is taken around the
-    midpoint, halving its sensitivity. Under replace neighbours n is public and only the sum is
-    noised (all of ε). The noisy count is floored at 1 and the result clamped back into
-    [lower, upper] — post-processing, which costs no privacy (Dwork–Roth 2014, Prop. 2.1).
+    The mechanism's class says which sensitivity it takes (``query_norm``: ``"l1"`` or ``"l2"``).
+    One that states none (``sensitivity=None``) is rebuilt — the same class, its other parameters
+    unchanged, ``sensitivity`` set — so that the ledger records the Δ actually used; one that
+    states a Δ keeps it, if it is at least the query's. The gate calls this before it validates
+    or debits anything: every refusal here debits nothing.
 
-    Args:
-        accountant: the ``Accountant`` that debits both releases, or a ``Pipeline`` (the
-            handle of a ``@budgeted`` function too), which debits its own allocation.
-        dataset: the dataset charged (None: the accountant's default, or the pipeline's own).
-        data, lower, upper: the values and the clamping range (chosen without looking at data).
-        epsilon: total ε for the mean.
-        count_share: the fraction of ε spent on the count, in (0, 1).
-        dataset: as for ``Accountant.release``; ``None`` (left out): left out there too, so
-            the accountant's rule for an unnamed dataset applies (``dpbudget.accountant.unnamed``).
-
-    >>> from dpbudget.accountant import Accountant, Budget
-    >>> acc = Accountant(Budget(1.0), rng=1)
-    >>> 30 <= noisy_mean(acc, [40] * 1000, 0, 100, epsilon=1.0) <= 50
-    True
-    >>> acc.spent()
-    Budget(epsilon=1.0, delta=0.0)
+    Raises:
+        InvalidTypeError: a mechanism that takes no ``Query`` (``query_norm`` None), or one whose
+            constructor cannot be called again with its own parameters.
+        InvalidArgumentError: a stated ``sensitivity`` below the query's, or a query whose
+            sensitivity is not a finite positive number.
     """
-    releaser = _releaser(accountant)
-    eps = _validate.positive("epsilon", epsilon)
-    share = _validate.probability("count_share", count_share, low_open=True)
-    relation = _relation(neighbouring)
-    lo, hi = clamp_range(lower, upper)
-    total = clamped_sum(data, lo, hi, centred=centred, neighbouring=relation)
-    common = _where(dataset, analyst)
-    tag = label or "mean"
-    if relation is Neighbouring.REPLACE:
-        n = float(len(data))
-        if n == 0:
-            raise InvalidDataError("data", data, "non-empty under replace neighbours")
-        noisy_n = n
-        noisy_sum = releaser.release(Laplace(eps, sensitivity=total.l1_sensitivity), total.value,
-                                       label=f"{tag}: sum", **common)
-    else:
-        n_query = count(data)
-        # All or nothing: the count and the sum are one batch, debited in one transaction, so
-        # a mean that does not fit spends nothing (released one at a time, a refused sum would
-        # leave the count's ε spent on an answer nobody gets).
-        noisy_n, noisy_sum = releaser.release_many(
-            [(Laplace(eps * share, sensitivity=n_query.l1_sensitivity), n_query.value),
-             (Laplace(eps * (1.0 - share), sensitivity=total.l1_sensitivity), total.value)],
-            label=tag, **common)
-    noisy_n = max(noisy_n, 1.0)
-    estimate = ((lo + hi) / 2.0 if centred else 0.0) + noisy_sum / noisy_n
-    return float(min(max(estimate, lo), hi))
-
-
-def noisy_quantiles(accountant: Releaser, data: Sequence[float], qs: Sequence[float],
-                    lower: float, upper: float, *, epsilon: float, dataset: str | None = None,
-                    analyst: str | None = None, label: str | None = None,
-                    bins: int = 1000) -> list[float]:
-    """Several quantiles of values clamped into [lower, upper], costing ``epsilon`` in total.
-
-    Each quantile is a ``Quantile`` of ε/m (m = ``len(qs)``) over the same public grid of
-    ``bins + 1`` candidates, released as one batch (``release_many``): all or none, debited in
-    one transaction. Under basic composition the batch costs ε (Dwork–Roth 2014, Thm 3.16: the
-    m releases read the same rows); the batch rule may charge less for a list fixed in advance
-    (docs/theory.md §2, "Batches"). Joint methods (Gillenwater et al., ICML 2021) are more
-    accurate for many quantiles; this is the simple, standard one.
-
-    >>> from dpbudget.accountant import Accountant, Budget
-    >>> acc = Accountant(Budget(1.0), rng=4)
-    >>> lo, hi = noisy_quantiles(acc, list(range(1000)), [0.1, 0.9], 0, 1000, epsilon=1.0)
-    >>> 50 <= lo <= 150 and 850 <= hi <= 950
-    True
-    """
-    releaser = _releaser(accountant)
-    if isinstance(qs, (str, bytes)) or not hasattr(qs, "__len__") or len(qs) == 0:
-        raise InvalidArgumentError("qs", qs, "a non-empty sequence of quantiles in [0, 1]")
-    share = _validate.positive("epsilon", epsilon) / len(qs)
-    items = [(Quantile(share, q=q, lower=lower, upper=upper, bins=bins), data) for q in qs]
-    return [float(v) for v in releaser.release_many(items, label=label or "quantiles",
-                                                     **_where(dataset, analyst))]
+    if not isinstance(value, Query) or not isinstance(mechanism, Mechanism):
+        return mechanism, value  # (not a Mechanism: the gate refuses it by name)
+    norm = type(mechanism).query_norm
+    if norm not in ("l1", "l2"):
+        raise InvalidTypeError("value", value, f"what {type(mechanism).__name__} releases (it "
+                               "takes no Query: compute its input yourself and state its "
+                               "sensitivity; Queries go to the Laplace or Gaussian family)")
+    needed = _validate.positive(f"{norm}_sensitivity", getattr(value, f"{norm}_sensitivity"))
+    stated = getattr(mechanism, "sensitivity", None)
+    if stated is not None:
+        if not stated >= needed:
+            raise InvalidArgumentError(
+                "sensitivity", stated, f"at least the query's {norm}_sensitivity {needed!r} "
+                f"({type(mechanism).__name__} takes the {norm.upper()} norm)",
+                "State none to take the query's; nothing was drawn or debited")
+        return mechanism, value.value
+    # A new instance of the same class (mechanisms are frozen): its own constructor parameters,
+    # as it reports them, with the sensitivity set. A whole Δ is passed as an int, which the
+    # integer mechanisms (DiscreteLaplace, DiscreteGaussian) require and the others convert.
+    params = mechanism.params()
+    signature = inspect.signature(type(mechanism))
+    kwargs = {k: params[k] for k in signature.parameters
+              if k != "sensitivity" and params.get(k) is not None}
+    sensitivity: Any = int(needed) if needed.is_integer() else needed
+    cls: Any = type(mechanism)
+    try:
+        bound = cls(**kwargs, sensitivity=sensitivity)
+    except InvalidTypeError:  # (its own refusal of the value, e.g. a non-integer Δ: as it is)
+        raise
+    except TypeError:
+        raise InvalidTypeError("mechanism", mechanism, "a mechanism that can be rebuilt from its "
+                               "params() with a sensitivity (state sensitivity= instead)") from None
+    return bound, value.value

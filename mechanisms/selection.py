@@ -71,7 +71,7 @@ class _NoisyArgmax(Mechanism):
     ``_noise``), an explicit opt-out.
     """
 
-    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float,
                  monotonic: bool = False, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.candidates = _candidates("candidates", candidates, 1)
@@ -156,7 +156,8 @@ class Exponential(_NoisyArgmax):
 
     >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
-    >>> acc.release(Exponential(epsilon=1.0, candidates=("a", "b", "c")), [0.0, 40.0, 1.0])
+    >>> m = Exponential(epsilon=1.0, candidates=("a", "b", "c"), sensitivity=1.0)
+    >>> acc.release(m, [0.0, 40.0, 1.0])
     'b'
     """
 
@@ -193,7 +194,7 @@ class ReportNoisyMax(_NoisyArgmax):
     (4.0, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, candidates: Any, sensitivity: float,
                  monotonic: bool = False, noise: str = "exact") -> None:
         super().__init__(epsilon, candidates=candidates, sensitivity=sensitivity,
                          monotonic=monotonic, noise=noise)
@@ -240,7 +241,7 @@ class PermuteAndFlip(_NoisyArgmax):
     not ε-bounded-range, so no tighter zCDP cost is claimed. Same arguments as
     :class:`Exponential`.
 
-    >>> PermuteAndFlip(epsilon=1.0, candidates=["x", "y"], monotonic=True).scale
+    >>> PermuteAndFlip(epsilon=1.0, candidates=["x", "y"], monotonic=True, sensitivity=1.0).scale
     1.0000000000000002
     """
 

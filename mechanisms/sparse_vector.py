@@ -75,7 +75,8 @@ class Sparse(StreamMechanism):
 
     >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=0)
-    >>> with acc.session(Sparse(epsilon=0.5, threshold=100.0, max_positives=2)) as svt:
+    >>> m = Sparse(epsilon=0.5, threshold=100.0, max_positives=2, sensitivity=1.0)
+    >>> with acc.session(m) as svt:
     ...     answers = [svt.test(q) for q in (3.0, 250.0, 7.0, 400.0)]
     >>> answers, acc.spent()
     ([False, True, False, True], Budget(epsilon=0.5, delta=0.0))
@@ -84,7 +85,7 @@ class Sparse(StreamMechanism):
     _shares = 2
 
     def __init__(self, epsilon: float, *, threshold: float, max_positives: int,
-                 sensitivity: float = 1.0, monotonic: bool = False,
+                 sensitivity: float, monotonic: bool = False,
                  split: tuple[float, ...] | None = None, noise: str = "exact") -> None:
         self.epsilon = _validate.positive("epsilon", epsilon)
         self.threshold = _validate.finite("threshold", threshold)
@@ -143,7 +144,8 @@ class Sparse(StreamMechanism):
         For ``AboveThreshold`` this is (6 ln(2/β) + 4 ln k)Δ/ε, never above Thm 3.24's
         8(ln k + ln(2/β))Δ/ε (:func:`above_threshold_accuracy`).
 
-        >>> round(AboveThreshold(epsilon=1.0, threshold=0.0).accuracy(1000, 0.05), 6)
+        >>> m = AboveThreshold(epsilon=1.0, threshold=0.0, sensitivity=1.0)
+        >>> round(m.accuracy(1000, 0.05), 6)
         49.764298
         """
         k = _validate.positive_int("k", k)
@@ -176,7 +178,7 @@ class AboveThreshold(Sparse):
     (4.0, 8.0, Budget(epsilon=0.5, delta=0.0))
     """
 
-    def __init__(self, epsilon: float, *, threshold: float, sensitivity: float = 1.0,
+    def __init__(self, epsilon: float, *, threshold: float, sensitivity: float,
                  noise: str = "exact") -> None:
         super().__init__(epsilon, threshold=threshold, max_positives=1, sensitivity=sensitivity,
                          split=(1.0, 1.0), noise=noise)
@@ -191,7 +193,8 @@ class NumericSparse(Sparse):
     ε₁ + ε₂ + ε₃ = ε. ``split`` is a triple of relative shares; the default gives half of ε to the
     values and splits the other half 1:(2c)^{2/3} (1:c^{2/3} monotonic) as ``Sparse`` does.
 
-    >>> m = NumericSparse(epsilon=1.0, threshold=10.0, max_positives=1, split=(1, 1, 2))
+    >>> m = NumericSparse(epsilon=1.0, threshold=10.0, max_positives=1, split=(1, 1, 2),
+    ...                   sensitivity=1.0)
     >>> round(m.answer_scale, 12), m.cost
     (2.0, Budget(epsilon=1.0, delta=0.0))
     """

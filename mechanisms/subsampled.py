@@ -60,16 +60,19 @@ class SubsampledGaussian(_GaussianFamily):
     Args:
         noise_multiplier: z = σ/C > 0.
         sampling_rate: q in (0, 1]; q = 1 keeps every row (full-batch gradient descent).
-        sensitivity: the clipping norm C > 0.
+        sensitivity: the clipping norm C > 0; required (there is no default clip norm).
         delta: the δ at which the step's (ε, δ) is declared (0 < δ < 1).
         noise: ``"exact"`` (default) or ``"float"`` (textbook float noise, an explicit opt-out).
 
-    >>> m = SubsampledGaussian(1.0, sampling_rate=0.01)
+    >>> m = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)
     >>> m.rdp, round(m.rho, 12), round(m.epsilon, 3)
     (('poisson-discrete-gaussian', 0.01, 1.0), 0.5, 1.212)
     """
 
-    def __init__(self, noise_multiplier: float, *, sampling_rate: float, sensitivity: float = 1.0,
+    query_norm = None  # (it clips rows itself: its sensitivity is the clip norm, stated)
+    sensitivity: float
+
+    def __init__(self, noise_multiplier: float, *, sampling_rate: float, sensitivity: float,
                  delta: float = 1e-6, noise: str = "exact") -> None:
         self.noise_multiplier = _validate.positive("noise_multiplier", noise_multiplier)
         q = _validate.real("sampling_rate", sampling_rate)

@@ -331,7 +331,11 @@ class MechanismContract(DocumentedAndExported):
 
     @classmethod
     def bad_constructions(cls) -> list[Any]:
-        cases = _number_cases("epsilon") + _number_cases("sensitivity") + list(cls.extra_bad)
+        # A Query-capable mechanism (``query_norm``) takes sensitivity=None: "take it from the
+        # Query" (a plain number is then refused at release: tests/mechanisms/test_query_release).
+        unstated_ok = cls.mechanism_class.query_norm is not None
+        cases = _number_cases("epsilon") + [c for c in _number_cases("sensitivity") if not (
+            unstated_ok and c.id == "sensitivity-None")] + list(cls.extra_bad)
         return cases + (_delta_cases() if cls.has_delta else [])
 
     @classmethod
@@ -1420,10 +1424,10 @@ class CompositionRuleContract:
     # A cheap member of each mechanism family, with a valid value: which of them the rule admits
     # is decided by ``admits``.
     FAMILIES: ClassVar[list[tuple[Mechanism, Any]]] = [
-        (mechanisms.Laplace(0.05), 1.0),
-        (mechanisms.AnalyticGaussian(0.05, delta=1e-9), 1.0),
-        (mechanisms.Gaussian(0.05, delta=1e-9), 1.0),
-        (mechanisms.Exponential(0.05, candidates=["a", "b"]), [1.0, 2.0]),
+        (mechanisms.Laplace(0.05, sensitivity=1.0), 1.0),
+        (mechanisms.AnalyticGaussian(0.05, delta=1e-9, sensitivity=1.0), 1.0),
+        (mechanisms.Gaussian(0.05, delta=1e-9, sensitivity=1.0), 1.0),
+        (mechanisms.Exponential(0.05, candidates=["a", "b"], sensitivity=1.0), [1.0, 2.0]),
         (mechanisms.RandomizedResponse(0.05, categories=["yes", "no"]), "yes"),
     ]
 
@@ -1570,7 +1574,7 @@ class CompositionRuleContract:
         with self.accountant(ledger=path) as acc:
             acc.release(*self.steps[0])
             spent = acc.spent()
-        probe = mechanisms.AnalyticGaussian(0.1, delta=1e-8)  # every rule admits it
+        probe = mechanisms.AnalyticGaussian(0.1, delta=1e-8, sensitivity=1.0)  # every rule admits it
         with SqliteLedger(path) as ledger:
             before = snapshot(ledger)
         for other in sorted(set(RULES) - {self.rule}):

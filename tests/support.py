@@ -30,7 +30,7 @@ def charged_accounts(acc: Any, dataset: Any = "default", analyst: str | None = N
     ledger record of a tiny release (it spends ε = 1e-9 of each)."""
     from dpbudget.mechanisms import Laplace
 
-    acc.release(Laplace(1e-9), 0.0, dataset=dataset, analyst=analyst)
+    acc.release(Laplace(1e-9, sensitivity=1.0), 0.0, dataset=dataset, analyst=analyst)
     return sorted(json.loads(list(acc.ledger.entries())[-1].text)["accounts"])
 
 

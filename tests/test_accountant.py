@@ -69,7 +69,7 @@ def test_issue_example(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_single_limit_applies_to_every_dataset_separately() -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
     for dataset in ("adult", "census", "web"):
-        acc.release(Laplace(1.0), 1.0, dataset=dataset)
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset=dataset)
         assert acc.spent(dataset) == Budget(1.0)
         assert acc.remaining(dataset) == Budget(0.0)
     assert len(acc.ledger.accounts()) == 3
@@ -77,17 +77,17 @@ def test_single_limit_applies_to_every_dataset_separately() -> None:
 
 def test_single_limit_refuses_only_the_exhausted_dataset() -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
-    acc.release(Laplace(1.0), 1.0, dataset="adult")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(0.5), 1.0, dataset="adult")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
     assert info.value.dataset == "adult"
-    acc.release(Laplace(1.0), 1.0, dataset="census")  # its own population, its own limit
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="census")  # its own population, its own limit
     assert [a.key for a in acc.ledger.accounts()] == ["dataset:adult", "dataset:census"]
 
 
 def test_default_dataset_name() -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert acc.spent() == acc.spent("default") == Budget(0.25)
     assert acc.last_receipt.dataset == "default"
 
@@ -95,17 +95,17 @@ def test_default_dataset_name() -> None:
 def test_limits_mapping_refuses_unlisted_dataset(rng: np.random.Generator) -> None:
     acc = Accountant(limits={"adult": Budget(1.0), "census": DatasetLimit(limit=Budget(2.0))},
                      rng=rng)
-    acc.release(Laplace(1.0), 1.0, dataset="adult")
-    acc.release(Laplace(2.0), 1.0, dataset="census")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
+    acc.release(Laplace(2.0, sensitivity=1.0), 1.0, dataset="census")
     before = snapshot(acc.ledger, rng)
     with pytest.raises(UnknownDatasetError) as info:
-        acc.release(Laplace(0.1), 1.0, dataset="survey")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="survey")
     err = info.value
     assert isinstance(err, InvalidArgumentError) and isinstance(err, ValueError)
     assert err.argument == "dataset" and err.value == "survey"
     assert "'survey'" in str(err) and "adult" in str(err) and "census" in str(err)
     with pytest.raises(UnknownDatasetError):
-        acc.can_afford(Laplace(0.1), dataset="survey")
+        acc.can_afford(Laplace(0.1, sensitivity=1.0), dataset="survey")
     with pytest.raises(UnknownDatasetError):
         acc.spent("survey")
     with pytest.raises(UnknownDatasetError):
@@ -115,10 +115,10 @@ def test_limits_mapping_refuses_unlisted_dataset(rng: np.random.Generator) -> No
 
 def test_limits_with_default_limit_for_the_rest() -> None:
     acc = Accountant(Budget(0.5), limits={"adult": Budget(2.0)}, rng=SEED)
-    acc.release(Laplace(2.0), 1.0, dataset="adult")
-    acc.release(Laplace(0.5), 1.0, dataset="survey")
+    acc.release(Laplace(2.0, sensitivity=1.0), 1.0, dataset="adult")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="survey")
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.1), 1.0, dataset="survey")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="survey")
     assert acc.limit("adult").limit == Budget(2.0)
     assert acc.limit("other").limit == Budget(0.5)
 
@@ -126,22 +126,22 @@ def test_limits_with_default_limit_for_the_rest() -> None:
 def test_no_limit_is_recorded(ledger: Ledger) -> None:
     acc = Accountant(None, ledger=ledger, rng=SEED, simulation=True)
     for _ in range(50):
-        acc.release(Laplace(1.0), 1.0, dataset="sim")
-    acc.release(AnalyticGaussian(1.0, delta=0.5), np.zeros(3), dataset="sim")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="sim")
+    acc.release(AnalyticGaussian(1.0, delta=0.5, sensitivity=1.0), np.zeros(3), dataset="sim")
     assert acc.spent("sim").epsilon == 51.0 and acc.spent("sim").delta == 0.5
     assert acc.remaining("sim") == Budget.unlimited() and acc.remaining("sim").is_unlimited
-    assert acc.can_afford(Laplace(1e6), dataset="sim")
+    assert acc.can_afford(Laplace(1e6, sensitivity=1.0), dataset="sim")
     assert assert_chain(acc.ledger) == 51
     limits_none = Accountant(limits={"sim": None}, rng=SEED)
-    limits_none.release(Laplace(100.0), 1.0, dataset="sim")
+    limits_none.release(Laplace(100.0, sensitivity=1.0), 1.0, dataset="sim")
     assert limits_none.remaining("sim").is_unlimited
     with pytest.raises(UnknownDatasetError):
-        limits_none.release(Laplace(1.0), 1.0, dataset="other")
+        limits_none.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="other")
 
 
 def test_budget_inf_means_no_limit() -> None:
     acc = Accountant(Budget.unlimited(), rng=SEED)
-    acc.release(Laplace(1e3), 1.0)
+    acc.release(Laplace(1e3, sensitivity=1.0), 1.0)
     assert acc.remaining().is_unlimited
 
 
@@ -150,7 +150,7 @@ def test_budget_inf_means_no_limit() -> None:
 def test_hundred_hundredths_fit_and_the_101st_is_refused(ledger: Ledger,
                                                          rng: np.random.Generator) -> None:
     acc = Accountant(Budget(1.0), ledger=ledger, rng=rng, simulation=True)
-    m = Laplace(0.01)
+    m = Laplace(0.01, sensitivity=1.0)
     for _ in range(100):
         acc.release(m, 12.0, dataset="adult")
     spent = acc.spent("adult")
@@ -175,15 +175,15 @@ def test_hundred_hundredths_fit_and_the_101st_is_refused(ledger: Ledger,
 def test_hundred_hundredths_fit_with_delta_budget() -> None:
     acc = Accountant(Budget(1.0, 1e-6), rng=SEED)
     for _ in range(100):
-        acc.release(Laplace(0.01), 1.0)
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.01), 1.0)
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
 
 
 @pytest.mark.parametrize("k", [3, 7, 10, 49, 1000])
 def test_k_releases_of_one_over_k_fit_exactly(k: int) -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
-    m = Laplace(1.0 / k)
+    m = Laplace(1.0 / k, sensitivity=1.0)
     for _ in range(k):
         acc.release(m, 0.0)
     with pytest.raises(BudgetExceededError):
@@ -194,26 +194,26 @@ def test_k_releases_of_one_over_k_fit_exactly(k: int) -> None:
 def test_delta_budget_fits_exactly_and_is_enforced() -> None:
     acc = Accountant(Budget(100.0, 1e-5), rng=SEED)
     for _ in range(10):
-        acc.release(AnalyticGaussian(1.0, delta=1e-6), 0.0)
+        acc.release(AnalyticGaussian(1.0, delta=1e-6, sensitivity=1.0), 0.0)
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(AnalyticGaussian(1.0, delta=1e-6), 0.0)
+        acc.release(AnalyticGaussian(1.0, delta=1e-6, sensitivity=1.0), 0.0)
     assert info.value.requested == Budget(1.0, 1e-6)
-    acc.release(Laplace(1.0), 0.0)  # a pure-ε step still fits
+    acc.release(Laplace(1.0, sensitivity=1.0), 0.0)  # a pure-ε step still fits
 
 
 def test_tolerance_is_relative_1e9_and_no_more() -> None:
     acc = Accountant(Budget(1.0), rng=SEED)
-    assert acc.can_afford(Laplace(1.0 + 0.5e-9))
-    assert not acc.can_afford(Laplace(1.0 + 2e-9))
+    assert acc.can_afford(Laplace(1.0 + 0.5e-9, sensitivity=1.0))
+    assert not acc.can_afford(Laplace(1.0 + 2e-9, sensitivity=1.0))
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(1.0 + 2e-9), 0.0)
-    acc.release(Laplace(1.0 + 0.5e-9), 0.0)
+        acc.release(Laplace(1.0 + 2e-9, sensitivity=1.0), 0.0)
+    acc.release(Laplace(1.0 + 0.5e-9, sensitivity=1.0), 0.0)
 
 
 def test_zero_limit_admits_nothing() -> None:
     acc = Accountant(Budget(0.0), rng=SEED)
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(1e-12), 0.0)
+        acc.release(Laplace(1e-12, sensitivity=1.0), 0.0)
 
 
 # -- bad input and refusals change nothing --------------------------------------------------------
@@ -233,18 +233,18 @@ def rel(mechanism: Any, value: Any = 1.0, **kw: Any) -> Call:
 
 
 # bad mechanism parameters (the error comes while building the mechanism, before the gate)
-case("eps-nan", rel(lambda: Laplace(NAN)), InvalidArgumentError, "epsilon", "nan")
-case("eps-inf", rel(lambda: Laplace(INF)), InvalidArgumentError, "epsilon", "inf")
-case("eps-negative", rel(lambda: Laplace(-0.1)), InvalidArgumentError, "epsilon", "-0.1")
-case("eps-zero", rel(lambda: Laplace(0.0)), InvalidArgumentError, "epsilon", "0.0")
-case("eps-str", rel(lambda: Laplace("0.1")), InvalidTypeError, "epsilon", "'0.1'")
-case("eps-bool", rel(lambda: Laplace(True)), InvalidTypeError, "epsilon", "True")
-case("delta-one", rel(lambda: AnalyticGaussian(0.1, delta=1.0)), InvalidArgumentError, "delta", "1.0")
-case("delta-negative", rel(lambda: AnalyticGaussian(0.1, delta=-1e-9)), InvalidArgumentError, "delta",
+case("eps-nan", rel(lambda: Laplace(NAN, sensitivity=1.0)), InvalidArgumentError, "epsilon", "nan")
+case("eps-inf", rel(lambda: Laplace(INF, sensitivity=1.0)), InvalidArgumentError, "epsilon", "inf")
+case("eps-negative", rel(lambda: Laplace(-0.1, sensitivity=1.0)), InvalidArgumentError, "epsilon", "-0.1")
+case("eps-zero", rel(lambda: Laplace(0.0, sensitivity=1.0)), InvalidArgumentError, "epsilon", "0.0")
+case("eps-str", rel(lambda: Laplace("0.1", sensitivity=1.0)), InvalidTypeError, "epsilon", "'0.1'")
+case("eps-bool", rel(lambda: Laplace(True, sensitivity=1.0)), InvalidTypeError, "epsilon", "True")
+case("delta-one", rel(lambda: AnalyticGaussian(0.1, delta=1.0, sensitivity=1.0)), InvalidArgumentError, "delta", "1.0")
+case("delta-negative", rel(lambda: AnalyticGaussian(0.1, delta=-1e-9, sensitivity=1.0)), InvalidArgumentError, "delta",
      "-1e-09")
-case("delta-nan", rel(lambda: AnalyticGaussian(0.1, delta=NAN)), InvalidArgumentError, "delta", "nan")
-case("delta-zero-gaussian", rel(lambda: Gaussian(0.1, delta=0.0)), InvalidArgumentError, "delta", "0.0")
-case("classic-eps-ge-1", rel(lambda: Gaussian(1.0, delta=1e-7)), InvalidArgumentError, "epsilon", "1.0")
+case("delta-nan", rel(lambda: AnalyticGaussian(0.1, delta=NAN, sensitivity=1.0)), InvalidArgumentError, "delta", "nan")
+case("delta-zero-gaussian", rel(lambda: Gaussian(0.1, delta=0.0, sensitivity=1.0)), InvalidArgumentError, "delta", "0.0")
+case("classic-eps-ge-1", rel(lambda: Gaussian(1.0, delta=1e-7, sensitivity=1.0)), InvalidArgumentError, "epsilon", "1.0")
 case("sens-zero", rel(lambda: Laplace(0.1, sensitivity=0.0)), InvalidArgumentError, "sensitivity",
      "0.0")
 case("sens-negative", rel(lambda: Laplace(0.1, sensitivity=-2.0)), InvalidArgumentError,
@@ -252,15 +252,15 @@ case("sens-negative", rel(lambda: Laplace(0.1, sensitivity=-2.0)), InvalidArgume
 case("sens-nan", rel(lambda: AnalyticGaussian(0.1, delta=1e-7, sensitivity=NAN)), InvalidArgumentError,
      "sensitivity", "nan")
 # bad values
-case("value-nan", rel(Laplace(0.1), NAN), InvalidArgumentError, "value", "nan")
-case("value-inf", rel(Laplace(0.1), INF), InvalidArgumentError, "value", "inf")
-case("value-str", rel(Laplace(0.1), "4213"), InvalidTypeError, "value", "got a str")
-case("value-None", rel(Laplace(0.1), None), InvalidTypeError, "value", "None")
-case("value-bool", rel(Laplace(0.1), True), InvalidTypeError, "value", "a bool")
-case("value-array-nan", rel(Laplace(0.1), np.array([1.0, NAN])), InvalidArgumentError, "value")
-case("value-list-str", rel(Laplace(0.1), ["1", "2"]), InvalidTypeError, "value")
-case("value-empty", rel(Laplace(0.1), []), InvalidArgumentError, "value")
-case("value-gaussian-nan", rel(AnalyticGaussian(0.1, delta=1e-7), NAN), InvalidArgumentError, "value")
+case("value-nan", rel(Laplace(0.1, sensitivity=1.0), NAN), InvalidArgumentError, "value", "nan")
+case("value-inf", rel(Laplace(0.1, sensitivity=1.0), INF), InvalidArgumentError, "value", "inf")
+case("value-str", rel(Laplace(0.1, sensitivity=1.0), "4213"), InvalidTypeError, "value", "got a str")
+case("value-None", rel(Laplace(0.1, sensitivity=1.0), None), InvalidTypeError, "value", "None")
+case("value-bool", rel(Laplace(0.1, sensitivity=1.0), True), InvalidTypeError, "value", "a bool")
+case("value-array-nan", rel(Laplace(0.1, sensitivity=1.0), np.array([1.0, NAN])), InvalidArgumentError, "value")
+case("value-list-str", rel(Laplace(0.1, sensitivity=1.0), ["1", "2"]), InvalidTypeError, "value")
+case("value-empty", rel(Laplace(0.1, sensitivity=1.0), []), InvalidArgumentError, "value")
+case("value-gaussian-nan", rel(AnalyticGaussian(0.1, delta=1e-7, sensitivity=1.0), NAN), InvalidArgumentError, "value")
 # bad mechanism objects
 case("mechanism-str", rel("Laplace"), InvalidTypeError, "mechanism", "'Laplace'")
 case("mechanism-class", rel(Laplace), InvalidTypeError, "mechanism")
@@ -269,32 +269,32 @@ case("mechanism-None", lambda acc: acc.release(None, 1.0, dataset="adult"), Inva
 case("mechanism-budget", lambda acc: acc.release(Budget(0.1), 1.0, dataset="adult"),
      InvalidTypeError, "mechanism")
 # bad dataset / analyst / label: described, never shown (often data passed in the wrong place)
-case("dataset-unknown", rel(Laplace(0.1), dataset="survey"), UnknownDatasetError, "dataset",
+case("dataset-unknown", rel(Laplace(0.1, sensitivity=1.0), dataset="survey"), UnknownDatasetError, "dataset",
      "'survey'")
-case("dataset-int", rel(Laplace(0.1), dataset=3), InvalidTypeError, "dataset", "got an int")
-case("dataset-None", rel(Laplace(0.1), dataset=None), InvalidTypeError, "dataset", "None")
-case("dataset-empty", rel(Laplace(0.1), dataset=""), InvalidArgumentError, "dataset", "got a str")
-case("dataset-blank", rel(Laplace(0.1), dataset="   "), InvalidArgumentError, "dataset")
-case("dataset-too-long", rel(Laplace(0.1), dataset="a" * 300), InvalidArgumentError, "dataset")
-case("dataset-bytes", rel(Laplace(0.1), dataset=b"adult"), InvalidTypeError, "dataset", "got a bytes")
-case("analyst-int", rel(Laplace(0.1), analyst=5), InvalidTypeError, "analyst", "got an int")
-case("analyst-empty", rel(Laplace(0.1), analyst=""), InvalidArgumentError, "analyst", "got a str")
-case("analyst-list", rel(Laplace(0.1), analyst=["bob"]), InvalidTypeError, "analyst")
-case("label-float", rel(Laplace(0.1), label=1.5), InvalidTypeError, "label", "got a float")
-case("label-empty", rel(Laplace(0.1), label=""), InvalidArgumentError, "label", "got a str")
-case("label-dict", rel(Laplace(0.1), label={"x": 1}), InvalidTypeError, "label")
+case("dataset-int", rel(Laplace(0.1, sensitivity=1.0), dataset=3), InvalidTypeError, "dataset", "got an int")
+case("dataset-None", rel(Laplace(0.1, sensitivity=1.0), dataset=None), InvalidTypeError, "dataset", "None")
+case("dataset-empty", rel(Laplace(0.1, sensitivity=1.0), dataset=""), InvalidArgumentError, "dataset", "got a str")
+case("dataset-blank", rel(Laplace(0.1, sensitivity=1.0), dataset="   "), InvalidArgumentError, "dataset")
+case("dataset-too-long", rel(Laplace(0.1, sensitivity=1.0), dataset="a" * 300), InvalidArgumentError, "dataset")
+case("dataset-bytes", rel(Laplace(0.1, sensitivity=1.0), dataset=b"adult"), InvalidTypeError, "dataset", "got a bytes")
+case("analyst-int", rel(Laplace(0.1, sensitivity=1.0), analyst=5), InvalidTypeError, "analyst", "got an int")
+case("analyst-empty", rel(Laplace(0.1, sensitivity=1.0), analyst=""), InvalidArgumentError, "analyst", "got a str")
+case("analyst-list", rel(Laplace(0.1, sensitivity=1.0), analyst=["bob"]), InvalidTypeError, "analyst")
+case("label-float", rel(Laplace(0.1, sensitivity=1.0), label=1.5), InvalidTypeError, "label", "got a float")
+case("label-empty", rel(Laplace(0.1, sensitivity=1.0), label=""), InvalidArgumentError, "label", "got a str")
+case("label-dict", rel(Laplace(0.1, sensitivity=1.0), label={"x": 1}), InvalidTypeError, "label")
 # refusals
-case("over-epsilon", rel(Laplace(0.95)), BudgetExceededError)
-case("over-delta", rel(AnalyticGaussian(0.1, delta=2e-6)), BudgetExceededError)
-case("over-both", rel(AnalyticGaussian(5.0, delta=0.5)), BudgetExceededError)
-case("per-query-over-budget-other-dataset", rel(Laplace(2.5), dataset="census"),
+case("over-epsilon", rel(Laplace(0.95, sensitivity=1.0)), BudgetExceededError)
+case("over-delta", rel(AnalyticGaussian(0.1, delta=2e-6, sensitivity=1.0)), BudgetExceededError)
+case("over-both", rel(AnalyticGaussian(5.0, delta=0.5, sensitivity=1.0)), BudgetExceededError)
+case("per-query-over-budget-other-dataset", rel(Laplace(2.5, sensitivity=1.0), dataset="census"),
      BudgetExceededError)
 # can_afford validates too
 case("can-afford-bad-mechanism", lambda acc: acc.can_afford("x", dataset="adult"),
      InvalidTypeError, "mechanism")
-case("can-afford-unknown-dataset", lambda acc: acc.can_afford(Laplace(0.1), dataset="nope"),
+case("can-afford-unknown-dataset", lambda acc: acc.can_afford(Laplace(0.1, sensitivity=1.0), dataset="nope"),
      UnknownDatasetError, "dataset")
-case("can-afford-bad-analyst", lambda acc: acc.can_afford(Laplace(0.1), dataset="adult",
+case("can-afford-bad-analyst", lambda acc: acc.can_afford(Laplace(0.1, sensitivity=1.0), dataset="adult",
                                                           analyst=7), InvalidTypeError, "analyst")
 
 
@@ -304,8 +304,8 @@ def test_bad_input_and_refusals_change_nothing(embedded_ledger: Ledger, rng: np.
                                                argument: str | None, shown: Any) -> None:
     acc = Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)},
                      ledger=embedded_ledger, rng=rng, simulation=True)
-    acc.release(Laplace(0.1), 5.0, dataset="adult", analyst="ann", label="first")
-    acc.release(Laplace(0.1), 5.0, dataset="census")
+    acc.release(Laplace(0.1, sensitivity=1.0), 5.0, dataset="adult", analyst="ann", label="first")
+    acc.release(Laplace(0.1, sensitivity=1.0), 5.0, dataset="census")
     receipt = acc.last_receipt
     before = snapshot(acc.ledger, rng)
     spent = (acc.spent("adult"), acc.spent("census"))
@@ -326,7 +326,7 @@ def test_bad_input_and_refusals_change_nothing(embedded_ledger: Ledger, rng: np.
     assert (acc.spent("adult"), acc.spent("census")) == spent
     assert acc.last_receipt == receipt
     # ... and the accountant still works afterwards.
-    acc.release(Laplace(0.1), 5.0, dataset="adult")
+    acc.release(Laplace(0.1, sensitivity=1.0), 5.0, dataset="adult")
     assert assert_chain(acc.ledger) == 3
 
 
@@ -376,40 +376,40 @@ def test_refusals_change_nothing_on_every_backend(ledger: Ledger,
     """The matrix above runs on the embedded ledgers; this runs a refusal, a bad value and an
     unknown dataset on every registered backend."""
     acc = Accountant(limits={"adult": Budget(1.0)}, ledger=ledger, rng=rng, simulation=True)
-    acc.release(Laplace(0.5), 1.0, dataset="adult")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
     before = snapshot(acc.ledger, rng)
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.6), 1.0, dataset="adult")
+        acc.release(Laplace(0.6, sensitivity=1.0), 1.0, dataset="adult")
     with pytest.raises(InvalidArgumentError):
-        acc.release(Laplace(0.1), NAN, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), NAN, dataset="adult")
     with pytest.raises(UnknownDatasetError):
-        acc.release(Laplace(0.1), 1.0, dataset="census")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="census")
     assert snapshot(acc.ledger, rng) == before
 
 
 def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Generator) -> None:
     acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=rng, simulation=True)
-    acc.release(Laplace(0.5), 0.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 0.0)
     before = snapshot(acc.ledger, rng)
-    assert acc.can_afford(Laplace(0.5))
+    assert acc.can_afford(Laplace(0.5, sensitivity=1.0))
     # (A ledger that authenticates its analyst — PostgreSQL, the session's role — takes no other
     # name: tests/test_postgres_analysts.py.)
-    assert acc.can_afford(Laplace(0.5), analyst=ledger.authenticated_analyst or "bob")
-    assert not acc.can_afford(Laplace(0.6))
-    assert not acc.can_afford(AnalyticGaussian(0.1, delta=1e-5))
-    assert acc.can_afford(AnalyticGaussian(0.1, delta=1e-6))
+    assert acc.can_afford(Laplace(0.5, sensitivity=1.0), analyst=ledger.authenticated_analyst or "bob")
+    assert not acc.can_afford(Laplace(0.6, sensitivity=1.0))
+    assert not acc.can_afford(AnalyticGaussian(0.1, delta=1e-5, sensitivity=1.0))
+    assert acc.can_afford(AnalyticGaussian(0.1, delta=1e-6, sensitivity=1.0))
     for _ in range(5):
-        acc.can_afford(Laplace(0.5))
+        acc.can_afford(Laplace(0.5, sensitivity=1.0))
     assert snapshot(acc.ledger, rng) == before
     assert acc.spent() == Budget(0.5)
-    assert acc.can_afford(Laplace(0.5))  # still affordable: the dry runs spent nothing
+    assert acc.can_afford(Laplace(0.5, sensitivity=1.0))  # still affordable: the dry runs spent nothing
 
 
 def test_last_receipt(ledger: Ledger) -> None:
     acc = Accountant(Budget(1.0, 1e-6), ledger=ledger, rng=SEED, simulation=True)
     assert acc.last_receipt is None
     ann = ledger.authenticated_analyst or "ann"  # (on PostgreSQL, the session's role)
-    acc.release(Laplace(0.25), 3.0, dataset="adult", analyst=ann, label="q1")
+    acc.release(Laplace(0.25, sensitivity=1.0), 3.0, dataset="adult", analyst=ann, label="q1")
     r = acc.last_receipt
     assert isinstance(r, Receipt)
     first = release_entries(acc.ledger)[0]
@@ -420,13 +420,13 @@ def test_last_receipt(ledger: Ledger) -> None:
     d = r.as_dict()
     assert json.loads(json.dumps(d)) == d
     assert d["seq"] == first.seq and d["spent"] == {"epsilon": 0.25, "delta": 0.0}
-    acc.release(AnalyticGaussian(0.25, delta=5e-7), np.zeros(2), dataset="adult")
+    acc.release(AnalyticGaussian(0.25, delta=5e-7, sensitivity=1.0), np.zeros(2), dataset="adult")
     r2 = acc.last_receipt
     assert r2.seq == first.seq + 1 and r2.mechanism == "AnalyticGaussian" and r2.label is None
     assert r2.spent == Budget(0.5, 5e-7)
     # a refusal leaves the last successful receipt in place
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.9), 0.0, dataset="adult")
+        acc.release(Laplace(0.9, sensitivity=1.0), 0.0, dataset="adult")
     assert acc.last_receipt == r2
     # receipts are per thread
     seen: list[Any] = []
@@ -442,10 +442,10 @@ def test_true_value_never_in_ledger(tmp_path: Path) -> None:
     secrets = [98765.4321, 31337.0625, 271828.1828]
     path = tmp_path / "ledger.db"
     acc = Accountant(Budget(10.0, 1e-5), ledger=SqliteLedger(path), rng=SEED, simulation=True)
-    acc.release(Laplace(0.5), secrets[0], dataset="adult", analyst="ann", label="income sum")
-    acc.release(AnalyticGaussian(0.5, delta=1e-6), np.array(secrets[1:]), dataset="adult")
-    acc.release(Gaussian(0.5, delta=1e-6), int(secrets[0] * 10000), dataset="adult")
-    acc.release(Laplace(0.5), [secrets[1]] * 3, dataset="adult")
+    acc.release(Laplace(0.5, sensitivity=1.0), secrets[0], dataset="adult", analyst="ann", label="income sum")
+    acc.release(AnalyticGaussian(0.5, delta=1e-6, sensitivity=1.0), np.array(secrets[1:]), dataset="adult")
+    acc.release(Gaussian(0.5, delta=1e-6, sensitivity=1.0), int(secrets[0] * 10000), dataset="adult")
+    acc.release(Laplace(0.5, sensitivity=1.0), [secrets[1]] * 3, dataset="adult")
     texts = "\n".join(e.text for e in acc.ledger.entries())
     texts += json.dumps([(a.key, a.config, a.state) for a in acc.ledger.accounts()])
     acc.close()
@@ -465,8 +465,8 @@ def test_resume_from_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     url = f"sqlite:///{tmp_path / 'budget.db'}"
     first = Accountant(Budget(1.0, 1e-6), ledger=url)
     for _ in range(60):
-        first.release(Laplace(0.01), 1.0, dataset="adult")
-    first.release(Laplace(0.3), 1.0, dataset="census")
+        first.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult")
+    first.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="census")
     spent, head = first.spent("adult"), first.ledger.head()
     first.close()
 
@@ -479,9 +479,9 @@ def test_resume_from_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert second.spent("adult") == spent
     assert second.spent("census") == Budget(0.3)
     for _ in range(40):
-        second.release(Laplace(0.01), 1.0, dataset="adult")
+        second.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult")
     with pytest.raises(BudgetExceededError):
-        second.release(Laplace(0.01), 1.0, dataset="adult")
+        second.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult")
     assert second.last_receipt.seq == head[0] + 40
     monkeypatch.undo()
     entries = list(second.ledger.entries())
@@ -515,32 +515,32 @@ def test_rule_conflict_on_default_limit_refused_at_release(rng: np.random.Genera
     acc = Accountant(Budget(1.0), ledger=ledger, rng=rng, simulation=True)
     before = snapshot(ledger, rng)
     with pytest.raises(LedgerConflictError):
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     with pytest.raises(LedgerConflictError):
         acc.spent("adult")
     with pytest.raises(LedgerConflictError):
-        acc.can_afford(Laplace(0.1), dataset="adult")
+        acc.can_afford(Laplace(0.1, sensitivity=1.0), dataset="adult")
     assert snapshot(ledger, rng) == before
-    acc.release(Laplace(0.1), 1.0, dataset="census")  # other datasets are unaffected
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="census")  # other datasets are unaffected
 
 
 # -- per-query cap --------------------------------------------------------------------------------
 
 def test_per_query_cap(rng: np.random.Generator) -> None:
     acc = Accountant(Budget(1.0, 1e-6), per_query=Budget(0.1, 1e-7), rng=rng)
-    acc.release(Laplace(0.1), 1.0)
-    acc.release(AnalyticGaussian(0.1, delta=1e-7), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+    acc.release(AnalyticGaussian(0.1, delta=1e-7, sensitivity=1.0), 1.0)
     before = snapshot(acc.ledger, rng)
-    for m in (Laplace(0.2), AnalyticGaussian(0.05, delta=2e-7)):
+    for m in (Laplace(0.2, sensitivity=1.0), AnalyticGaussian(0.05, delta=2e-7, sensitivity=1.0)):
         assert not acc.can_afford(m)
         with pytest.raises((BudgetExceededError, MechanismNotAllowedError)) as info:
             acc.release(m, 1.0)
         assert "per-query" in str(info.value)
     assert snapshot(acc.ledger, rng) == before
     for _ in range(8):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
 
 def test_per_query_cap_is_not_silently_ignored_with_limits() -> None:
@@ -551,7 +551,7 @@ def test_per_query_cap_is_not_silently_ignored_with_limits() -> None:
     except InvalidArgumentError:
         return
     with pytest.raises((BudgetExceededError, MechanismNotAllowedError)):
-        acc.release(Laplace(0.5), 1.0, dataset="adult")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
 
 
 # -- threads --------------------------------------------------------------------------------------
@@ -559,7 +559,7 @@ def test_per_query_cap_is_not_silently_ignored_with_limits() -> None:
 def test_threads_never_overspend(ledger: Ledger) -> None:
     """8 threads × 50 releases against a limit admitting exactly 100: exactly 100 admitted."""
     acc = Accountant(Budget(1.0), ledger=ledger, rng=SEED, simulation=True)
-    m = Laplace(0.01)
+    m = Laplace(0.01, sensitivity=1.0)
     barrier = threading.Barrier(8)
     admitted, refused, errors = [0] * 8, [0] * 8, []
     # One analyst per thread, where the caller names them; on PostgreSQL, the session's role.
@@ -648,11 +648,11 @@ def test_a_mechanism_with_its_own_equality_is_charged_its_own_cost() -> None:
 
 def test_a_receipt_cannot_reach_the_gates_state_or_rule() -> None:
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Laplace(1.0), 1.0)
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0)
     receipt = acc.last_receipt
     assert receipt is not None and receipt.remaining == Budget(0.0)
     with pytest.raises(AttributeError):
         receipt.cost = Budget(0.0)  # type: ignore[misc]
     assert not hasattr(receipt, "state") and not hasattr(receipt, "rule")
     object.__getattribute__(receipt, "_state")["epsilon"] = 0.0  # even its private copy
-    assert acc.remaining() == Budget(0.0) and not acc.can_afford(Laplace(0.1))
+    assert acc.remaining() == Budget(0.0) and not acc.can_afford(Laplace(0.1, sensitivity=1.0))

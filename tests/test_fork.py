@@ -53,7 +53,7 @@ def _spend_all(acc: Accountant) -> int:
     n = 0
     try:
         while n < 40:
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
             n += 1
     except LedgerError:
         return 10 if n == 0 else 11
@@ -64,7 +64,7 @@ def _spend_all(acc: Accountant) -> int:
 
 def test_a_forked_child_cannot_spend_a_copy_of_an_in_memory_budget() -> None:
     acc = Accountant(Budget(1.0))
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert [_in_child(lambda: _spend_all(acc)) for _ in range(3)] == [10, 10, 10]
     assert acc.spent().epsilon == pytest.approx(0.1)
     assert _spend_all(acc) == 50 + 9  # the parent still spends what is left, and no more
@@ -74,7 +74,7 @@ def test_negative_control_an_in_memory_ledger_without_its_guard_spends_again_per
     """The guard bypassed (the child takes the ledger as its own): each child spends the whole
     remaining budget again, and the parent's ledger sees none of it."""
     acc = Accountant(Budget(1.0))
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
     def bypassed() -> int:
         acc.ledger._pid = os.getpid()  # type: ignore[attr-defined]
@@ -100,7 +100,7 @@ def _positives(session: object, limit: int = 200) -> int:
 
 def test_a_forked_child_gets_no_answer_from_its_parents_session(tmp_path: Path) -> None:
     acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1, simulation=True)
-    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
+    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0, sensitivity=1.0))
     records = acc.ledger.head()[0]
     assert _in_child(lambda: _positives(session)) == 10
     assert _in_child(lambda: (session.close(), 0)[1]) == 0
@@ -113,7 +113,7 @@ def test_a_forked_child_gets_no_answer_from_its_parents_session(tmp_path: Path) 
 def test_negative_control_a_session_without_its_guard_answers_again_in_each_child(
         tmp_path: Path) -> None:
     acc = Accountant(Budget(1.0), ledger=f"sqlite:///{tmp_path / 'l.db'}", rng=1, simulation=True)
-    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
+    session = acc.session(AboveThreshold(epsilon=0.5, threshold=0.0, sensitivity=1.0))
 
     def bypassed() -> int:
         session._pid = os.getpid()
@@ -155,7 +155,7 @@ def _held_by_another_thread(acc: Accountant, inside: bool) -> Callable[[], None]
 def _one_release(acc: Accountant) -> int:
     """0: released; 10: refused with a LedgerError."""
     try:
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     except LedgerError:
         return 10
     return 0
@@ -174,7 +174,7 @@ def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
         assert _in_child(lambda: _one_release(acc)) == 10
     finally:
         later.join()
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert acc.spent().epsilon == pytest.approx(0.1)
     acc.close()
 
@@ -221,7 +221,7 @@ def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
     def debit() -> None:
         holder.append(threading.get_ident())
         try:
-            outcome.append(acc.release(Laplace(0.1), 1.0))
+            outcome.append(acc.release(Laplace(0.1, sensitivity=1.0), 1.0))
         except BaseException as exc:
             outcome.append(exc)
 
@@ -237,7 +237,7 @@ def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
         thread.join(30)
     assert optimistic == [False]
     assert len(outcome) == 1 and isinstance(outcome[0], float), outcome
-    acc.release(Laplace(0.1), 1.0)  # the parent's session is intact
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # the parent's session is intact
     assert acc.spent().epsilon == pytest.approx(0.3)
     acc.close()
 
@@ -262,7 +262,7 @@ def _fork_during_the_debit() -> tuple[int, float]:
     log.setLevel(logging.INFO)
     try:
         try:
-            acc.release(Laplace(0.5), 0.0)
+            acc.release(Laplace(0.5, sensitivity=1.0), 0.0)
             code = 0
         except LedgerError:
             code = 10

@@ -29,7 +29,7 @@ def _open_and_release(url: str) -> int:
     """0: a new accountant on ``url`` released; 10: refused with a LedgerError."""
     try:
         acc = Accountant(Budget(10.0), ledger=url)
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     except LedgerError:
         return 10
     return 0
@@ -42,12 +42,12 @@ def test_a_child_of_a_process_that_opened_sqlite_is_refused_every_sqlite_ledger(
     parent goes on."""
     url, other, closed = (f"sqlite:///{tmp_path / n}" for n in ("l.db", "o.db", "c.db"))
     acc = Accountant(Budget(10.0), ledger=url)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     Accountant(Budget(10.0), ledger=closed).close()
     assert _in_child(lambda: _one_release(acc), seconds=10) == 10
     for each in (url, other, closed):
         assert _in_child(lambda: _open_and_release(each), seconds=10) == 10
-    acc.release(Laplace(0.1), 1.0)  # the parent goes on
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # the parent goes on
     assert acc.spent().epsilon == pytest.approx(0.2)
     acc.close()
 
@@ -73,7 +73,7 @@ def _released_and_recorded(tmp_path: Path, n: int) -> tuple[int, int]:
     db = tmp_path / f"l{n}.db"
     acc = Accountant(Budget(1e6), ledger=f"sqlite:///{db}")
     for _ in range(300):  # (frames for the parent's closing checkpoint to copy)
-        acc.release(Laplace(0.01), 1.0)
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     started, log = tmp_path / f"started{n}", tmp_path / f"released{n}"
 
     def child() -> int:
@@ -81,7 +81,7 @@ def _released_and_recorded(tmp_path: Path, n: int) -> tuple[int, int]:
         started.touch()
         for _ in range(2000):
             try:
-                acc.release(Laplace(0.01), 1.0)
+                acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
             except LedgerError:
                 break
             os.write(fd, b"x")  # (an answer returned: released)
@@ -141,7 +141,7 @@ def _release_after_replacing(tmp_path: Path, suffix: str) -> int:
 
     db = tmp_path / f"l{suffix}.db"
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{db}")
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     name = Path(f"{db}{suffix}")
     os.rename(name, f"{name}.old")
     shutil.copy(f"{name}.old", name)
@@ -190,7 +190,7 @@ def _child_during_a_statement(tmp_path: Path, seconds: float) -> int:
         return _in_child(lambda: _one_release(acc), seconds=seconds)
     finally:
         thread.join(60)
-        acc.release(Laplace(0.1), 1.0)  # the parent is unaffected
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # the parent is unaffected
         acc.close()
 
 
@@ -208,7 +208,7 @@ def test_negative_control_a_child_on_its_parents_connection_hangs(
 
 def test_a_read_begun_in_the_parent_does_not_go_on_in_the_child(tmp_path: Path) -> None:
     acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     reading = acc.ledger.entries()
     next(reading)
 

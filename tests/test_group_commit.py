@@ -63,7 +63,7 @@ def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, fl
     acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
     before = _wal_syncs(postgres_database)
     for _ in range(RELEASES):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     acc.close()  # (a session reports its statistics when it ends)
     time.sleep(0.2)
     synced = _wal_syncs(postgres_database) - before
@@ -83,7 +83,7 @@ def test_postgres_flush_rows_deleted_still_wait_for_the_disk(postgres_database: 
         conn.execute("DELETE FROM dpbudget_flush")
     before = _wal_syncs(postgres_database)
     for _ in range(RELEASES):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     acc.close()
     time.sleep(0.2)
     assert _wal_syncs(postgres_database) - before >= RELEASES
@@ -101,7 +101,7 @@ def test_postgres_a_failed_commit_is_not_reported_as_committed(postgres_database
         conn.execute("CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON dpbudget_entries "
                      "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse()")
         with pytest.raises(LedgerError, match="refused at commit") as caught:
-            acc.release(Laplace(0.25), 1.0)
+            acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
         assert "committed" not in str(caught.value)
         conn.execute("DROP TRIGGER refuse ON dpbudget_entries")
     assert acc.spent().epsilon == 0.0
@@ -127,10 +127,10 @@ def test_postgres_an_unconfirmed_commit_draws_nothing(postgres_database: str, bo
         conn.execute("CREATE TRIGGER flush_trap BEFORE INSERT OR UPDATE ON dpbudget_flush FOR "
                      "EACH ROW EXECUTE FUNCTION flush_trap()")
         with pytest.raises(LedgerError, match=message):
-            acc.release(Laplace(0.25), 1.0)
+            acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
         assert events == []
         conn.execute("DROP TRIGGER flush_trap ON dpbudget_flush")
     assert acc.spent().epsilon == 0.25  # the debit stands
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert audit(acc.ledger).ok
     acc.close()

@@ -1,6 +1,6 @@
 """The query helpers run wherever a release does: on an ``Accountant``, inside a pipeline, and
 inside a ``@acc.budgeted`` function (whose handle is a pipeline), through one protocol
-(``dpbudget.mechanisms.queries.Releaser``). Inside a pipeline they charge its allocation only, and a bad
+(``dpbudget.mechanisms.noisy.Releaser``). Inside a pipeline they charge its allocation only, and a bad
 argument debits nothing more: the allocation is spent once, when the pipeline opens (as
 documented: unused allocation is not refunded), and nothing else.
 
@@ -118,9 +118,9 @@ def test_a_pipeline_names_no_other_dataset_or_analyst() -> None:
         for kwargs in ({"dataset": "t"}, {"dataset": ["s", "t"]}, {"dataset": 3},
                        {"analyst": "eve"}, {"analyst": 3}):
             with pytest.raises(InvalidArgumentError):
-                p.release(dp.Laplace(0.1), 1.0, **kwargs)
+                p.release(dp.Laplace(0.1, sensitivity=1.0), 1.0, **kwargs)
         assert p.spent() == Budget(0.0)
-        p.release(dp.Laplace(0.1), 1.0, dataset="s", analyst="ann")  # its own: admitted
+        p.release(dp.Laplace(0.1, sensitivity=1.0), 1.0, dataset="s", analyst="ann")  # its own: admitted
         dp.noisy_mean(p, AGES, 0, 100, epsilon=0.1, analyst="ann")
     assert acc.spent("s") == ALLOCATION and acc.spent("t") == Budget(0.0)
 
@@ -128,7 +128,7 @@ def test_a_pipeline_names_no_other_dataset_or_analyst() -> None:
 def test_a_join_pipeline_admits_its_join_named_as_a_list() -> None:
     acc = _fresh()
     with acc.pipeline("j", dataset=("s", "t"), budget=ALLOCATION) as p:
-        p.release_many([(dp.Laplace(0.1), 1.0)], dataset=["s", "t"])
+        p.release_many([(dp.Laplace(0.1, sensitivity=1.0), 1.0)], dataset=["s", "t"])
         assert math.isclose(p.spent().epsilon, 0.1, rel_tol=1e-9)
 
 

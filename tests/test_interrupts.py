@@ -64,11 +64,11 @@ class _InterruptAt:
 def _lines_in_one_release(acc: Accountant) -> int:
     """Lines the traced files run in one steady-state release (after a first, which also
     creates the account)."""
-    acc.release(Laplace(0.01), 1.0, dataset="d")
+    acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     counter = _InterruptAt(-1)
     sys.settrace(counter)
     try:
-        acc.release(Laplace(0.01), 1.0, dataset="d")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     finally:
         sys.settrace(None)
     return counter.count
@@ -82,7 +82,7 @@ def _release_interrupted_at(acc: Accountant, n: int) -> bool:
     LAST[0] = ""
     sys.settrace(tracer)
     try:
-        acc.release(Laplace(0.01), 1.0, dataset="d")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     except KeyboardInterrupt:
         return True
     finally:
@@ -110,13 +110,13 @@ def test_an_interrupt_at_any_line_of_a_sqlite_debit_leaves_the_ledger_usable(tmp
         interrupted += _release_interrupted_at(acc, n)
         # Another thread on the same accountant gets the ledger's lock at once (a lock left held
         # by the interrupted thread would block it, though that thread could go on re-entering).
-        worker = threading.Thread(target=acc.release, args=(Laplace(0.01), 1.0),
+        worker = threading.Thread(target=acc.release, args=(Laplace(0.01, sensitivity=1.0), 1.0),
                                   kwargs={"dataset": "d"})
         worker.start()
         worker.join(5.0)
         assert not worker.is_alive(), f"the ledger's lock was left held after line {n}"
-        acc.release(Laplace(0.01), 1.0, dataset="d")  # the same accountant goes on at once
-        other_acc.release(Laplace(0.01), 1.0, dataset="d")  # and so does another writer
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")  # the same accountant goes on at once
+        other_acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")  # and so does another writer
     # Every position but the few that only some releases run (a new second's timestamp) fired.
     assert interrupted >= positions - 3
     _assert_consistent(acc, 1000.0)
@@ -130,7 +130,7 @@ def test_an_interrupt_at_any_line_of_a_memory_debit_never_hides_spend() -> None:
     positions = _lines_in_one_release(acc)
     for n in range(1, positions + 1):
         _release_interrupted_at(acc, n)
-        acc.release(Laplace(0.01), 1.0, dataset="d")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     # The in-memory ledger commits in two steps (accounts, then records): an interrupt between
     # them may over-state the spend, never under-state it.
     recorded = sum(e.record["cost"]["epsilon"] for e in acc.ledger.entries())
@@ -156,8 +156,8 @@ def test_an_interrupt_at_any_line_of_a_postgres_debit_leaves_the_ledger_usable(
             stuck = watcher.execute("SELECT pid, state, query FROM pg_stat_activity WHERE state "
                                     "LIKE 'idle in transaction%'").fetchall()
             assert stuck == [], f"a transaction was left open by an interrupt at {LAST[0]}"
-            other_acc.release(Laplace(0.01), 1.0, dataset="d")
-            acc.release(Laplace(0.01), 1.0, dataset="d")
+            other_acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     _assert_consistent(acc, 1000.0)
     acc.close()
     other_acc.close()
@@ -183,7 +183,7 @@ _CHILD = textwrap.dedent("""
     while True:
         try:
             state["armed"] = True
-            acc.release(Laplace(0.01), 1.0, dataset="d")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
             state["armed"] = False
         except KeyboardInterrupt:
             pass
@@ -220,7 +220,7 @@ def test_real_sigints_at_random_moments(tmp_path: Path) -> None:
             child.send_signal(signal.SIGINT)
             sent += 1
             try:
-                mine.release(Laplace(0.01), 1.0, dataset="d")  # never waits out the timeout
+                mine.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")  # never waits out the timeout
             except BudgetExceededError:
                 pass
         reader.join(timeout=120)
@@ -253,7 +253,7 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
         first = acc.ledger.head()[0] + 1
         for n in range(1, positions + 1):
             _release_interrupted_at(acc, n)
-            acc.release(Laplace(0.01), 1.0, dataset="d")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
     finally:
         handler.close()
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
@@ -357,11 +357,11 @@ def _deferred_debits_interrupted(postgres_database: str, monkeypatch: pytest.Mon
             held.append(LAST[0])
             release_fully(ledger._flush_lock)
         if not check:
-            acc.release(Laplace(0.01), 1.0, dataset="d")  # (the next one starts cached again)
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")  # (the next one starts cached again)
             continue
         assert not ledger._lock._is_owned(), f"object lock held after {LAST[0]}"
         flushes = ledger.flushes
-        worker = threading.Thread(target=acc.release, args=(Laplace(0.01), 1.0),
+        worker = threading.Thread(target=acc.release, args=(Laplace(0.01, sensitivity=1.0), 1.0),
                                   kwargs={"dataset": "d"})
         worker.start()
         worker.join(10.0)
@@ -444,18 +444,18 @@ def _interrupted_then_on(tmp_path: Path, join: float,
 
     def thread_1() -> None:
         try:
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
         except KeyboardInterrupt:
             pass  # caught: this thread goes on
         caught.set()
         entered.wait(60)  # thread 2 is logging its commit now
         for _ in range(3):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
         handler.release()  # (this thread holds the lock the interrupt left held)
 
     def thread_2() -> None:
         caught.wait(60)
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
     handler, log = Interrupted(), logging.getLogger(LOGGER_NAME)
     level = log.level

@@ -33,7 +33,7 @@ def _outcome(acc: Accountant, epsilon: float = 0.25) -> LedgerError:
     """The ledger error a release ends in (asserting that it returns no answer)."""
     answers: list[Any] = []
     with pytest.raises(LedgerError) as caught:
-        answers.append(acc.release(Laplace(epsilon), CANARY))
+        answers.append(acc.release(Laplace(epsilon, sensitivity=1.0), CANARY))
     assert answers == []
     assert str(CANARY) not in str(caught.value) and "987654" not in str(caught.value)
     return caught.value
@@ -76,7 +76,7 @@ def test_sqlite_a_refusal_before_the_commit_is_plain(tmp_path: Path) -> None:
     written, so a retry (on the restored file) pays once."""
     path = tmp_path / "l.db"
     acc = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=0, simulation=True)
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     events = _watched(acc)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -132,7 +132,7 @@ def test_postgres_a_commit_refused_by_the_server_is_plain(dsn: str) -> None:
         conn.execute("DROP TRIGGER refuse ON dpbudget_entries")
     assert type(error) is LedgerError
     assert events == [] and acc.spent().epsilon == 0.0  # nothing written: a retry pays once
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert acc.spent().epsilon == 0.25
     acc.close()
 

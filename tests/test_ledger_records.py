@@ -41,13 +41,13 @@ def _scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str,
     (tmp_path / "p.toml").write_text(POLICY)
     with Accountant.from_policy(tmp_path / "p.toml", ledger=tmp_path / "l.db", rng=0,
                                 simulation=True) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice", label='a \u00e9 "q"')
-        acc.release_many([(Laplace(0.1), 1.0), (Gaussian(0.1, delta=1e-7), 1.0)],
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice", label='a \u00e9 "q"')
+        acc.release_many([(Laplace(0.1, sensitivity=1.0), 1.0), (Gaussian(0.1, delta=1e-7, sensitivity=1.0), 1.0)],
                          dataset="adult")
-        with acc.session(AboveThreshold(0.2, threshold=1.0), dataset="adult") as session:
+        with acc.session(AboveThreshold(0.2, threshold=1.0, sensitivity=1.0), dataset="adult") as session:
             session.test(-50.0)
         with acc.pipeline("rep", dataset="adult", budget=Budget(0.5)) as pipeline:
-            pipeline.release(Laplace(0.1), 1.0)
+            pipeline.release(Laplace(0.1, sensitivity=1.0), 1.0)
     return seen
 
 

@@ -69,7 +69,7 @@ def test_cli_help_lists_every_audit_exit_bit_and_has_no_markup() -> None:
 def test_notebook_tables_show_spend_and_never_data(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with dp.Accountant(dp.Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
-        acc.release(dp.Laplace(0.25), 987654.321, dataset="people")
+        acc.release(dp.Laplace(0.25, sensitivity=1.0), 987654.321, dataset="people")
         for html in (acc._repr_html_(), acc.last_receipt._repr_html_(),
                      dp.Budget(0.5, 1e-6)._repr_html_(), dp.audit(url)._repr_html_()):
             assert html.startswith("<table>") and "987654" not in html
@@ -95,7 +95,7 @@ def test_signatures_and_types_reach_inspect_and_type_checkers(tmp_path: Path) ->
     script = tmp_path / "user.py"
     script.write_text("import dpbudget as dp\n\n"
                       "acc = dp.Accountant(dp.Budget(1.0))\n"
-                      "acc.release(dp.Laplace(0.1, sensitivty=2.0), 1.0, datset='x')\n")
+                      "acc.release(dp.Laplace(0.1, sensitivty=2.0, sensitivity=1.0), 1.0, datset='x')\n")
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",

@@ -34,13 +34,11 @@ from dpbudget.mechanisms import (
     SampleAndAggregate,
     SmoothSensitivity,
     Sparse,
-    clamped_sum,
-    count,
     group_by,
-    histogram,
     noisy_mean,
     noisy_quantiles,
 )
+from dpbudget.mechanisms.queries import true_clamped_sum, true_count, true_histogram
 
 CANARY = 987654.321
 TEXT = "CANARY-7f3a"
@@ -58,13 +56,13 @@ SCORES_BAD = [[CANARY, NAN], [CANARY], TEXT, [[CANARY], [1.0, 2.0]], np.array([C
 
 def _cases() -> list[Any]:
     cases: list[Any] = []
-    for mech in (Laplace(1.0), Gaussian(0.5, delta=1e-6), AnalyticGaussian(1.0, delta=1e-6)):
+    for mech in (Laplace(1.0, sensitivity=1.0), Gaussian(0.5, delta=1e-6, sensitivity=1.0), AnalyticGaussian(1.0, delta=1e-6, sensitivity=1.0)):
         for i, bad in enumerate(NUMERIC_BAD):
             cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
                                       id=f"{mech.name}-{i}"))
     integer_bad = [CANARY, [CANARY, 1], np.array([CANARY]), TEXT, [TEXT], True, [[1], [1, 2]],
                    np.array([987654 * 10 ** 13]), [987654 * 10 ** 13, 1], [HUGE]]
-    for mech in (DiscreteLaplace(1.0), DiscreteGaussian(1.0, delta=1e-6)):
+    for mech in (DiscreteLaplace(1.0, sensitivity=1), DiscreteGaussian(1.0, delta=1e-6, sensitivity=1)):
         for i, bad in enumerate(integer_bad):
             cases.append(pytest.param(lambda acc, m=mech, v=bad: acc.release(m, v),
                                       id=f"{mech.name}-{i}"))
@@ -84,7 +82,8 @@ def _cases() -> list[Any]:
     for cls in (Exponential, ReportNoisyMax, PermuteAndFlip):
         for i, bad in enumerate(SCORES_BAD):
             cases.append(pytest.param(
-                lambda acc, c=cls, v=bad: acc.release(c(1.0, candidates=["a", "b"]), v),
+                lambda acc, c=cls, v=bad: acc.release(c(1.0, candidates=["a", "b"],
+                                                        sensitivity=1.0), v),
                 id=f"{cls.__name__}-{i}"))
     # Mechanisms over rows (issue 13): a list of rows with a NaN, text, nesting or a scalar.
     rows_bad = [[CANARY, NAN], TEXT, [TEXT, CANARY], [[CANARY], [1.0, 2.0]], CANARY,
@@ -115,8 +114,9 @@ def _cases() -> list[Any]:
 
     def session(cls: Callable[..., Any], value: Any, numeric: bool = False) -> Callable[..., Any]:
         def run(acc: Accountant) -> Any:
-            with acc.session(cls(epsilon=0.5, threshold=0.0, **({} if cls is AboveThreshold
-                                                               else {"max_positives": 1}))) as s:
+            with acc.session(cls(epsilon=0.5, threshold=0.0, sensitivity=1.0,
+                                 **({} if cls is AboveThreshold
+                                    else {"max_positives": 1}))) as s:
                 return s.query(value) if numeric else s.test(value)
         return run
 
@@ -125,28 +125,28 @@ def _cases() -> list[Any]:
         cases.append(pytest.param(session(Sparse, bad), id=f"sparse-test-{i}"))
         cases.append(pytest.param(session(NumericSparse, bad, True), id=f"numeric-query-{i}"))
     helpers: list[Callable[[Accountant], Any]] = [
-        lambda acc: clamped_sum([CANARY, NAN], 0.0, 1.0),
-        lambda acc: clamped_sum(TEXT, 0.0, 1.0),
-        lambda acc: clamped_sum([[CANARY], [1.0, 2.0]], 0.0, 1.0),
-        lambda acc: clamped_sum(np.array([[CANARY, 1.0]]), 0.0, 1.0),
-        lambda acc: histogram([TEXT, "a"], ["a", "b"]),
-        lambda acc: histogram([CANARY], [1.0, 2.0]),
-        lambda acc: count(CANARY),
+        lambda acc: true_clamped_sum([CANARY, NAN], 0.0, 1.0),
+        lambda acc: true_clamped_sum(TEXT, 0.0, 1.0),
+        lambda acc: true_clamped_sum([[CANARY], [1.0, 2.0]], 0.0, 1.0),
+        lambda acc: true_clamped_sum(np.array([[CANARY, 1.0]]), 0.0, 1.0),
+        lambda acc: true_histogram([TEXT, "a"], ["a", "b"]),
+        lambda acc: true_histogram([CANARY], [1.0, 2.0]),
+        lambda acc: true_count(CANARY),
         lambda acc: noisy_mean(acc, [CANARY, NAN], 0.0, 1.0, epsilon=0.5),
-        lambda acc: acc.release_many([(Laplace(0.1), CANARY, TEXT)]),
-        lambda acc: acc.release_many([(Laplace(0.1), [CANARY, NAN])]),
+        lambda acc: acc.release_many([(Laplace(0.1, sensitivity=1.0), CANARY, TEXT)]),
+        lambda acc: acc.release_many([(Laplace(0.1, sensitivity=1.0), [CANARY, NAN])]),
         lambda acc: acc.release_many(TEXT),
-        lambda acc: acc.release(Laplace(5.0), CANARY),  # refused: over the budget
-        lambda acc: acc.release(Laplace(0.1), CANARY, dataset="unknown"),
+        lambda acc: acc.release(Laplace(5.0, sensitivity=1.0), CANARY),  # refused: over the budget
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), CANARY, dataset="unknown"),
         # Data passed where a name belongs (arguments swapped): described, never shown, and
         # never written to the refusal log.
-        lambda acc: acc.release(Laplace(0.1), "default", dataset=CANARY),
-        lambda acc: acc.release(Laplace(0.1), 1.0, analyst=CANARY),
-        lambda acc: acc.release(Laplace(0.1), 1.0, label=CANARY),
-        lambda acc: acc.release(Laplace(0.1), 1.0, label=TEXT * 40),
-        lambda acc: acc.release(Laplace(0.1), 1.0, dataset=["default", CANARY]),
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), "default", dataset=CANARY),
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), 1.0, analyst=CANARY),
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), 1.0, label=CANARY),
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), 1.0, label=TEXT * 40),
+        lambda acc: acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=["default", CANARY]),
         lambda acc: acc.pipeline("p", dataset=CANARY, budget=Budget(0.1)),
-        lambda acc: acc.session(Sparse(0.5, threshold=CANARY * 0 + 1.0, max_positives=1),
+        lambda acc: acc.session(Sparse(0.5, threshold=CANARY * 0 + 1.0, max_positives=1, sensitivity=1.0),
                                 dataset=np.array([CANARY])),
     ]
     for i, call in enumerate(helpers):
@@ -184,7 +184,7 @@ def test_the_canary_test_can_fail() -> None:
 def test_errors_still_say_where_the_problem_is() -> None:
     acc = Accountant(Budget(1.0), rng=0)
     with pytest.raises(PrivacyError, match=r"value\[1\] is not finite") as info:
-        acc.release(Laplace(0.5), [CANARY, NAN])
+        acc.release(Laplace(0.5, sensitivity=1.0), [CANARY, NAN])
     assert "a list of length 2" in str(info.value)
     with pytest.raises(PrivacyError, match=r"shape \(2, 2\) and dtype float64"):
-        acc.release(Laplace(0.5), np.array([[CANARY, 1.0], [NAN, 2.0]]))
+        acc.release(Laplace(0.5, sensitivity=1.0), np.array([[CANARY, 1.0], [NAN, 2.0]]))

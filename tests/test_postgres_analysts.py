@@ -90,7 +90,7 @@ def _take_everything(acc: Accountant, names: list[str | None]) -> float:
     for name in names:
         for _ in range(20):
             try:
-                acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=name)
+                acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=name)
             except (BudgetExceededError, UnknownAnalystError):  # (AnalystMismatchError is one)
                 break
             receipt = acc.last_receipt
@@ -115,7 +115,7 @@ def test_alice_cannot_spend_under_other_names(analysts: Analysts, tmp_path: Path
         assert _take_everything(acc, analysts.names()) == pytest.approx(0.3)
         for other in analysts.names()[1:3]:
             with pytest.raises(AnalystMismatchError, match="the role this ledger's session"):
-                acc.can_afford(Laplace(1e-6), dataset="adult", analyst=other)
+                acc.can_afford(Laplace(1e-6, sensitivity=1.0), dataset="adult", analyst=other)
     releases = [json.loads(r[2]) for r in analysts.rows()[0]]
     releases = [r for r in releases if r["kind"] == "release"]
     assert len(releases) == 3 and {r["analyst"] for r in releases} == {analysts.alice}
@@ -132,14 +132,14 @@ def test_another_name_is_refused_before_anything_is_drawn_or_debited(
                            simulation=True).close()
     rng = np.random.default_rng(0)
     with Accountant.open(analysts.dsn(analysts.alice), rng=rng, simulation=True) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")  # None names alice
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")  # None names alice
         receipt = acc.last_receipt
         assert receipt is not None and receipt.analyst == analysts.alice
         before = snapshot(acc.ledger, rng)
         with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
             for other in (analysts.bob, analysts.alice.upper(), analysts.writer):
                 with pytest.raises(AnalystMismatchError) as info:
-                    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+                    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=other)
                 assert info.value.authenticated == analysts.alice
                 with pytest.raises(AnalystMismatchError):
                     with acc.pipeline("p", dataset="adult", analyst=other, budget=Budget(0.1)):
@@ -165,18 +165,18 @@ def test_the_server_refuses_a_record_under_another_name(
     _client_check_bypassed(monkeypatch)
     # Negative control: with the client check bypassed, nothing else on the client stops it.
     with Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}") as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=other)
         assert acc.last_receipt is not None and acc.last_receipt.analyst == other
     Accountant.from_policy(policy, ledger=analysts.dsn(analysts.owner), simulation=True).close()
     rng = np.random.default_rng(0)
     with Accountant.open(analysts.dsn(analysts.alice), rng=rng, simulation=True) as acc:
         assert acc.ledger.authenticated_analyst is None  # (bypassed)
-        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=analysts.alice)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=analysts.alice)
         before = snapshot(acc.ledger, rng)
         with pytest.raises(LedgerError, match="its analyst is not the role that logged in"):
-            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=other)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=other)
         assert snapshot(acc.ledger, rng) == before
-        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=analysts.alice)  # still works
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=analysts.alice)  # still works
     assert audit(analysts.dsn(analysts.auditor)).ok
 
 
@@ -209,7 +209,7 @@ def test_raw_sql_under_another_name_is_refused_even_after_set_role(
     well formed), any other — the writer role she can SET ROLE to included — is not."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
     with Accountant.open(analysts.dsn(analysts.alice)) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     before = analysts.rows()
     insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
     for name in (analysts.bob, analysts.writer, None, analysts.alice):
@@ -231,7 +231,7 @@ def test_the_owner_may_write_others_records(analysts: Analysts) -> None:
     """An import (records of many analysts, written by the tables' owner) is the owner's."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
     with Accountant.open(analysts.dsn(analysts.alice)) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     with psycopg.connect(analysts.dsn(analysts.owner)) as conn:
         conn.execute("INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)",
                      _record_as(conn, analysts.bob))
@@ -246,7 +246,7 @@ def test_raw_sql_charging_another_analysts_quota_is_refused(analysts: Analysts) 
     import)."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
     with Accountant.open(analysts.dsn(analysts.alice)) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     before = analysts.rows()
     insert = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES (%s, %s, %s)"
     mine = f"dataset:adult/analyst:{analysts.alice}"
@@ -282,6 +282,6 @@ def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> N
         ledger.dsn = analysts.dsn(analysts.bob)  # (what a changed credential would do)
         ledger._conn.close()
         with pytest.raises(LedgerError, match="logged in as another role"):
-            acc.release(Laplace(0.1), 1.0, dataset="adult")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
         assert ledger.authenticated_analyst == analysts.alice
         assert analysts.rows() == before

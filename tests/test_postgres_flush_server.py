@@ -58,7 +58,7 @@ def test_a_flush_that_reaches_a_restarted_server_confirms_nothing(contended: Acc
     _flushing_on(ledger, earlier=True)
     answers = []
     with pytest.raises(LedgerError, match="another server or backend"):
-        answers.append(acc.release(Laplace(0.1), 1.0))
+        answers.append(acc.release(Laplace(0.1, sensitivity=1.0), 1.0))
     assert answers == [] and ledger.flushes == 0
     assert acc.spent().epsilon == pytest.approx(0.1)  # the debit stands: no refund
 
@@ -67,7 +67,7 @@ def test_control_a_flush_reports_the_server_its_session_recorded(contended: Acco
     ledger = contended.ledger
     _flushing_on(ledger, earlier=False)
     for _ in range(3):
-        contended.release(Laplace(0.1), 1.0)
+        contended.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert ledger.flushes == 3
     assert contended.spent().epsilon == pytest.approx(0.3)
 

@@ -59,15 +59,15 @@ def _holding(dsn: str, keys: list[str], shared: tuple[str, ...] = ()) -> Iterato
 
 def test_a_debit_on_another_dataset_does_not_wait(dsn: str) -> None:
     acc = _accountant(dsn)
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     with _holding(dsn, ["dataset:a"]):  # another writer in the middle of a debit on dataset a
         start = time.monotonic()
-        acc.release(Laplace(0.1), 1.0, dataset="b")  # no wait: a lane of its own
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")  # no wait: a lane of its own
         assert time.monotonic() - start < 0.5
         with pytest.raises(LedgerError, match="lock timeout"):  # the same account waits
-            acc.release(Laplace(0.1), 1.0, dataset="a")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     assert acc.spent("a").epsilon == pytest.approx(0.1)  # the refused one debited nothing
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     assert acc.spent("a").epsilon == pytest.approx(0.2)
     assert audit(acc.ledger).ok
     assert assert_chain(acc.ledger) == 3
@@ -76,20 +76,20 @@ def test_a_debit_on_another_dataset_does_not_wait(dsn: str) -> None:
 
 def test_a_global_limit_is_one_lane_that_every_debit_writes(dsn: str) -> None:
     acc = _accountant(dsn, {**TWO, "limit": {"epsilon": 5.0}})
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     with _holding(dsn, ["global"]):
         with pytest.raises(LedgerError, match="lock timeout"):
-            acc.release(Laplace(0.1), 1.0, dataset="b")
-    acc.release(Laplace(0.1), 1.0, dataset="b")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")
     assert acc.ledger.account("global").state["epsilon"] == pytest.approx(0.2)
     acc.close()
 
 
 def test_a_policy_change_waits_for_the_debits_in_flight(dsn: str) -> None:
     acc = _accountant(dsn)
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     with _holding(dsn, ["policy", "dataset:b"], ("policy",)):  # a debit in flight
-        acc.release(Laplace(0.1), 1.0, dataset="a")  # debits share the policy's lock
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")  # debits share the policy's lock
         owner = _accountant(dsn)
         lower = Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.5}},
                                                     "b": {"limit": {"epsilon": 0.5}}}})
@@ -105,10 +105,10 @@ def test_two_first_debits_on_variants_of_a_new_name_do_not_make_two_budgets(dsn:
     acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0, simulation=True)
     with _holding(dsn, ["fold:adult"]):  # another debit on a variant of "Adult", not yet committed
         with pytest.raises(LedgerError, match="lock timeout"):
-            acc.release(Laplace(0.1), 1.0, dataset="Adult")
-    acc.release(Laplace(0.1), 1.0, dataset="Adult")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="Adult")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="Adult")
     with pytest.raises(Exception, match="variant"):
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     acc.close()
 
 
@@ -120,7 +120,7 @@ def test_a_debit_that_waited_for_a_lane_reads_the_state_it_left(dsn: str) -> Non
     import threading
 
     earlier = _accountant(dsn)
-    earlier.release(Laplace(0.1), 1.0, dataset="a")  # the lane exists: the wait is for its lock
+    earlier.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")  # the lane exists: the wait is for its lock
     earlier.close()
     first, second = _accountant(dsn, timeout=10.0), _accountant(dsn, timeout=10.0)
     ledger = first.ledger
@@ -138,7 +138,7 @@ def test_a_debit_that_waited_for_a_lane_reads_the_state_it_left(dsn: str) -> Non
 
     def run(acc: Accountant, epsilon: float) -> None:
         try:
-            acc.release(Laplace(epsilon), 1.0, dataset="a")
+            acc.release(Laplace(epsilon, sensitivity=1.0), 1.0, dataset="a")
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -170,7 +170,7 @@ def test_ledger_objects_of_one_process_on_other_lanes_keep_their_own_counts(dsn:
     def run(acc: Accountant, dataset: str) -> None:
         try:
             for _ in range(40):
-                acc.release(Laplace(0.01), 1.0, dataset=dataset)
+                acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset=dataset)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -196,7 +196,7 @@ def _race(dsn: str, dataset: str, n: int, out: Any) -> None:
         admitted = 0
         for _ in range(n):
             try:
-                acc.release(Laplace(0.01), 1.0, dataset=dataset)
+                acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset=dataset)
                 admitted += 1
             except Exception as exc:  # noqa: BLE001 - only refusals are expected
                 if type(exc).__name__ != "BudgetExceededError":
@@ -232,7 +232,7 @@ def test_processes_on_shared_and_distinct_datasets_never_overspend(dsn: str) -> 
 def _export(dsn: str, tmp_path: Path) -> list[dict[str, Any]]:
     acc = _accountant(dsn)
     for dataset in ("a", "b", "a", "b", "a"):
-        acc.release(Laplace(0.1), 1.0, dataset=dataset)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=dataset)
     with acc.session(_sparse(), dataset="b") as session:
         session.test(0.0)
     acc.close()
@@ -247,7 +247,7 @@ def _export(dsn: str, tmp_path: Path) -> list[dict[str, Any]]:
 def _sparse() -> Any:
     from dpbudget.mechanisms import AboveThreshold
 
-    return AboveThreshold(epsilon=0.2, threshold=10.0)
+    return AboveThreshold(epsilon=0.2, threshold=10.0, sensitivity=1.0)
 
 
 def _write(tmp_path: Path, lines: list[dict[str, Any]]) -> str:
@@ -314,7 +314,7 @@ def test_the_untouched_export_audits_clean_and_imports(dsn: str, tmp_path: Path,
     target = PostgresLedger(_fresh_schema(postgres_database))
     assert import_jsonl(tmp_path / "full.jsonl", target) == len(lines)
     acc = Accountant.open(target, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0, dataset="b")  # continues every lane where it was
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")  # continues every lane where it was
     assert audit(target).ok
     assert assert_chain(target) == len(lines)  # (the policy record is not counted)
     acc.close()
@@ -337,14 +337,14 @@ def test_a_ledger_of_one_chain_continues_in_lanes(dsn: str, tmp_path: Path) -> N
     old = Accountant.from_policy(Policy.model_validate(TWO), ledger=SqliteLedger(
         tmp_path / "old.db"), rng=0, simulation=True)
     for dataset in ("a", "b", "a"):
-        old.release(Laplace(0.1), 1.0, dataset=dataset)
+        old.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=dataset)
     export_jsonl(old.ledger, tmp_path / "old.jsonl")
     old.close()
     ledger = PostgresLedger(dsn)
     import_jsonl(tmp_path / "old.jsonl", ledger)
     acc = Accountant.open(ledger, rng=0, simulation=True)
     for dataset in ("b", "a", "b"):
-        acc.release(Laplace(0.1), 1.0, dataset=dataset)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=dataset)
     records = [e.record for e in ledger.entries()]
     assert [r["v"] for r in records] == [1, 1, 1, 1, 2, 2, 2]
     assert records[4]["links"]["dataset:b"] == [3, list(ledger.entries())[2].hash]
@@ -366,7 +366,7 @@ def test_an_account_row_rewound_by_the_owner_is_refused_on_opening(dsn: str) -> 
     of its lane, with exactly the state that record wrote, is refused when a gate opens."""
     acc = _accountant(dsn)
     for _ in range(3):
-        acc.release(Laplace(0.3), 1.0, dataset="a")
+        acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="a")
     acc.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         seq = conn.execute("SELECT seq FROM dpbudget_accounts WHERE key = 'dataset:a'"
@@ -392,11 +392,11 @@ def test_an_audit_reads_the_records_and_the_rows_at_one_moment(dsn: str) -> None
     read in the records' snapshot, not after them (which would report the debits and policy
     changes made meanwhile as tampering)."""
     acc = _accountant(dsn)
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     ledger = PostgresLedger(dsn)
     records = ledger.entries()
     first = next(records)  # the snapshot is taken
-    acc.release(Laplace(0.1), 1.0, dataset="a")  # committed meanwhile
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")  # committed meanwhile
     acc.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
                                                          "b": {"limit": {"epsilon": 1.0}}}}),
                      by="owner", reason="lower a", owner_key=OWNER)
@@ -413,8 +413,8 @@ def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) ->
     """A lane ending in a session's close (which charges nothing): the row must still name the
     last record that charged the account, found by walking the lane back."""
     acc = _accountant(dsn)
-    acc.release(Laplace(0.2), 1.0, dataset="a")
-    acc.release(Laplace(0.2), 1.0, dataset="a")
+    acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="a")
+    acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="a")
     with acc.session(_sparse(), dataset="a") as session:
         session.test(0.0)
     acc.close()
@@ -442,9 +442,9 @@ def test_a_policy_change_comes_after_every_debit_that_read_the_policy_before_it(
     replaces, although this accountant holds a number taken before them: the change takes a new
     one once its lock is held (else the untouched ledger would fail its audit)."""
     a, b = _accountant(dsn), _accountant(dsn)
-    a.release(Laplace(0.1), 1.0, dataset="a")  # a now holds a number for its next record
-    b.release(Laplace(0.1), 1.0, dataset="b")
-    b.release(Laplace(0.1), 1.0, dataset="b")  # numbered after a's spare, reading the policy
+    a.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")  # a now holds a number for its next record
+    b.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")
+    b.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")  # numbered after a's spare, reading the policy
     a.apply_policy(Policy.model_validate({"datasets": {"a": {"limit": {"epsilon": 0.9}},
                                                        "b": {"limit": {"epsilon": 0.9}}}}),
                    by="owner", reason="lower", owner_key=OWNER)
@@ -459,9 +459,9 @@ def test_ledgers_in_one_database_do_not_share_lane_locks(postgres_database: str)
     first, second = _fresh_schema(postgres_database), _fresh_schema(postgres_database)
     one, two = _accountant(first), _accountant(second)
     with _holding(first, ["policy"]):  # a policy change in progress on the first ledger
-        two.release(Laplace(0.1), 1.0, dataset="a")  # the second ledger does not wait
+        two.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")  # the second ledger does not wait
         with pytest.raises(LedgerError, match="lock timeout"):
-            one.release(Laplace(0.1), 1.0, dataset="a")
+            one.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     one.close()
     two.close()
 
@@ -469,7 +469,7 @@ def test_ledgers_in_one_database_do_not_share_lane_locks(postgres_database: str)
 def test_an_account_row_deleted_by_the_owner_is_refused_on_opening(dsn: str) -> None:
     """A deleted row would start its limit again from zero: its lane, left without it, shows."""
     acc = _accountant(dsn)
-    acc.release(Laplace(0.9), 1.0, dataset="a")
+    acc.release(Laplace(0.9, sensitivity=1.0), 1.0, dataset="a")
     acc.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)

@@ -22,7 +22,7 @@ def test_hostile_labels_and_names_are_stored_verbatim(postgres_database: str) ->
     dsn = _fresh_schema(postgres_database)
     acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
     for i, text in enumerate(HOSTILE):
-        acc.release(Laplace(0.1), 1.0, dataset=f"d{i}", label=text)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=f"d{i}", label=text)
     labels = [e.record.get("label") for e in acc.ledger.entries()
               if e.record["kind"] == "release"]
     assert labels == HOSTILE
@@ -46,7 +46,7 @@ def test_the_session_speaks_utf8_whatever_the_environment_says(
     dsn = _fresh_schema(postgres_database)
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     for label in ["語\\u0041", "ünïcödé \\ back", "Ω\\\\"]:
-        acc.release(Laplace(0.1), 1.0, label=label)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, label=label)
     acc.close()
     again = Accountant.open(dsn, rng=0, simulation=True)  # the stored texts are the hashed ones
     labels = [e.record.get("label") for e in again.ledger.entries()

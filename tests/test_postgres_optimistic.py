@@ -32,10 +32,10 @@ def two(postgres_database: str) -> tuple[Accountant, Accountant]:
 @pytest.mark.postgres
 def test_a_lone_writer_debits_optimistically(two: tuple[Accountant, Accountant]) -> None:
     a, _ = two
-    a.release(Laplace(0.1), 1.0)
+    a.release(Laplace(0.1, sensitivity=1.0), 1.0)
     ledger = a.ledger
     assert isinstance(ledger, PostgresLedger)
-    a.release(Laplace(0.1), 1.0)
+    a.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert ledger.optimistic  # started from its own last commit: one round trip
     assert a.spent().epsilon == pytest.approx(0.2)
 
@@ -46,7 +46,7 @@ def test_writers_taking_turns_never_overspend(two: tuple[Accountant, Accountant]
     admitted = 0
     for i in range(30):
         try:
-            (a if i % 2 == 0 else b).release(Laplace(0.1), 1.0)
+            (a if i % 2 == 0 else b).release(Laplace(0.1, sensitivity=1.0), 1.0)
             admitted += 1
         except BudgetExceededError:
             pass
@@ -59,10 +59,10 @@ def test_writers_taking_turns_never_overspend(two: tuple[Accountant, Accountant]
 @pytest.mark.postgres
 def test_a_stale_cache_is_redone_on_fresh_reads(two: tuple[Accountant, Accountant]) -> None:
     a, b = two
-    a.release(Laplace(0.5), 1.0)  # a's cache: 0.5 spent
-    b.release(Laplace(0.5), 1.0)  # the ledger: 1.0 spent; a's cache is stale
+    a.release(Laplace(0.5, sensitivity=1.0), 1.0)  # a's cache: 0.5 spent
+    b.release(Laplace(0.5, sensitivity=1.0), 1.0)  # the ledger: 1.0 spent; a's cache is stale
     with pytest.raises(BudgetExceededError) as refused:
-        a.release(Laplace(0.1), 1.0)  # optimistic on 0.5 would admit; the server refuses it
+        a.release(Laplace(0.1, sensitivity=1.0), 1.0)  # optimistic on 0.5 would admit; the server refuses it
     assert refused.value.remaining.epsilon == pytest.approx(0.0)  # the fresh numbers
     ledger = a.ledger
     assert isinstance(ledger, PostgresLedger) and ledger._backoff > 0  # others are active
@@ -72,11 +72,11 @@ def test_a_stale_cache_is_redone_on_fresh_reads(two: tuple[Accountant, Accountan
 @pytest.mark.postgres
 def test_a_policy_change_is_seen_through_a_cache(two: tuple[Accountant, Accountant]) -> None:
     a, b = two
-    a.release(Laplace(0.1), 1.0)
+    a.release(Laplace(0.1, sensitivity=1.0), 1.0)
     b.apply_policy(Policy.model_validate({"datasets": {"default": {"limit": {"epsilon": 0.5}}}}),
                    by="owner", reason="lower the limit", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
-        a.release(Laplace(0.1), 1.0)
+        a.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
 
 @pytest.mark.postgres
@@ -84,10 +84,10 @@ def test_a_pipeline_opened_on_a_stale_cache_is_named_by_its_own_record(
         two: tuple[Accountant, Accountant]) -> None:
     """A redone debit gets a new seq: the pipeline's id must name the record that opened it."""
     a, b = two
-    a.release(Laplace(0.1), 1.0)
-    b.release(Laplace(0.1), 1.0)  # a's cache is now stale
+    a.release(Laplace(0.1, sensitivity=1.0), 1.0)
+    b.release(Laplace(0.1, sensitivity=1.0), 1.0)  # a's cache is now stale
     with a.pipeline("report", budget=Budget(0.2)) as p:
-        p.release(Laplace(0.1), 1.0)
+        p.release(Laplace(0.1, sensitivity=1.0), 1.0)
     opening = [e for e in a.ledger.entries() if e.record["kind"] == "pipeline"][0]
     assert p.id == f"report#{opening.seq}"
     assert audit(a.ledger).ok
@@ -112,6 +112,6 @@ def test_a_stale_debit_is_always_redone_whatever_the_flag_says(
         return real()
 
     monkeypatch.setattr(ledger, "_commit", stale_once)
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert len(calls) == 2 and acc.spent().epsilon == 0.25
     assert len([e for e in ledger.entries() if e.record["kind"] == "release"]) == 1

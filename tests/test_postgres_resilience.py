@@ -55,11 +55,11 @@ def sessions_killed_before_each_write(ledger: Any, database: str) -> Iterator[No
 
 def test_a_killed_session_is_replaced_on_the_next_call(dsn: str, postgres_database: str) -> None:
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     for _ in range(3):
         assert _kill_sessions(postgres_database) >= 1  # what a server restart does to clients
         time.sleep(0.05)
-        acc.release(Laplace(0.1), 1.0)  # no error: BEGIN found the session dead, nothing ran
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # no error: BEGIN found the session dead, nothing ran
     assert acc.spent().epsilon == pytest.approx(0.4)
     report = audit(acc.ledger)
     assert report.ok and report.records == 5  # record 1 states the ledger's policy
@@ -70,13 +70,13 @@ def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: s
     """A session that dies inside the transaction fails that release with a typed error and
     nothing drawn; the next release reconnects, and every answer has its debit."""
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
     with sessions_killed_before_each_write(ledger, postgres_database), \
             pytest.raises(LedgerError):
-        acc.release(Laplace(0.1), 1.0)
-    acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert audit(acc.ledger).ok
     assert acc.spent().epsilon == pytest.approx(0.2)
     acc.close()
@@ -84,15 +84,15 @@ def test_a_session_killed_mid_debit_loses_nothing(dsn: str, postgres_database: s
 
 def test_a_held_lock_ends_in_a_typed_error_not_a_hang(dsn: str) -> None:
     acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn, timeout=0.5), rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     with psycopg.connect(dsn) as holder:  # a transaction holding every lane's lock
         holder.execute("SELECT key FROM dpbudget_lanes FOR UPDATE")
         start = time.monotonic()
         with pytest.raises(LedgerError, match="lock timeout"):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
         assert time.monotonic() - start < 10
         holder.rollback()
-    acc.release(Laplace(0.1), 1.0)  # and goes on once the lock is free
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # and goes on once the lock is free
     assert acc.spent().epsilon == pytest.approx(0.2)
     acc.close()
 
@@ -100,7 +100,7 @@ def test_a_held_lock_ends_in_a_typed_error_not_a_hang(dsn: str) -> None:
 def _child_release(acc: Accountant, n: int, out: Any) -> None:
     try:
         for _ in range(n):
-            acc.release(Laplace(0.01), 1.0)
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
         out.put("ok")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         out.put(f"{type(exc).__name__}: {exc}")
@@ -108,14 +108,14 @@ def _child_release(acc: Accountant, n: int, out: Any) -> None:
 
 def test_forked_children_never_use_their_parents_session(dsn: str) -> None:
     acc = Accountant(Budget(10.0), ledger=dsn, rng=None)
-    acc.release(Laplace(0.01), 1.0)
+    acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     ctx = multiprocessing.get_context("fork")
     out = ctx.Queue()
     children = [ctx.Process(target=_child_release, args=(acc, 50, out)) for _ in range(4)]
     for c in children:
         c.start()
     for _ in range(50):
-        acc.release(Laplace(0.01), 1.0)  # the parent keeps using its own session meanwhile
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)  # the parent keeps using its own session meanwhile
     for c in children:
         c.join(60)
         assert c.exitcode == 0

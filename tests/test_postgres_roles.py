@@ -74,7 +74,7 @@ def deployment(postgres_database: str) -> Iterator[Deployment]:
     Accountant(Budget(10.0), ledger=made.dsn(made.owner), owner_key=OWNER).close()
     acc = Accountant(Budget(10.0), ledger=made.dsn(made.writer))
     for _ in range(3):
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
     try:
         yield made
@@ -243,7 +243,7 @@ def test_raw_sql_as_the_writer_is_refused(deployment: Deployment, attack: str,
     assert report.ok, [p.message for p in report.problems]
     # ... and the gate still works afterwards.
     acc = Accountant.open(deployment.dsn(deployment.writer))
-    acc.release(Laplace(0.5), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
     assert audit(deployment.dsn(deployment.auditor)).ok
 
@@ -256,7 +256,7 @@ def test_the_triggers_refuse_it_even_for_the_owner(deployment: Deployment, attac
 def test_the_gate_runs_as_the_writer(deployment: Deployment) -> None:
     acc = Accountant(Budget(10.0), ledger=deployment.dsn(deployment.writer))
     for _ in range(5):
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     assert acc.spent().epsilon == pytest.approx(4.0)
     acc.close()
     report = audit(deployment.dsn(deployment.auditor))
@@ -274,7 +274,7 @@ def test_the_auditor_reads_but_cannot_write(deployment: Deployment) -> None:
             _insert(conn, _forged(conn))
     acc = Accountant.open(deployment.dsn(deployment.auditor))
     with pytest.raises(LedgerError, match="permission denied"):
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
     assert deployment.rows() == before
 
@@ -294,7 +294,7 @@ def test_a_non_owner_refuses_a_ledger_without_its_triggers(deployment: Deploymen
     PostgresLedger(deployment.dsn(deployment.owner)).close()  # the owner brings it up to date
     test_raw_sql_as_the_writer_is_refused(deployment, "set-account-to-zero")
     acc = Accountant.open(deployment.dsn(deployment.writer))
-    acc.release(Laplace(0.5), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
 
 
@@ -336,7 +336,7 @@ def test_the_owner_applies_a_new_policy_and_writers_follow_it(deployment: Deploy
         with Accountant.open(deployment.dsn(deployment.owner)) as owner:
             owner.apply_policy(policy(2.0), by="owner", reason="lower", owner_key=OWNER)
         with pytest.raises(PolicyChangedError):
-            stale.release(Laplace(0.5), 1.0)
+            stale.release(Laplace(0.5, sensitivity=1.0), 1.0)
     with Accountant.open(deployment.dsn(deployment.writer)) as acc:
         assert acc.remaining("default") == Budget(0.5)  # 1.5 of 2.0 spent
         with pytest.raises(LedgerError, match="owner writes policy"):
@@ -353,6 +353,6 @@ def test_a_writer_without_the_lock_salt_is_refused_and_writes_nothing(
     before = deployment.rows()
     acc = Accountant.open(deployment.dsn(deployment.writer))
     with pytest.raises(LedgerError, match="lock salt"):
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
     assert deployment.rows() == before

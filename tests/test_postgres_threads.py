@@ -57,7 +57,7 @@ def test_threads_sharing_one_accountant_spend_exactly_the_limit(dsn: str) -> Non
         barrier.wait()
         for _ in range(15):
             try:
-                acc.release(Laplace(0.01), 1.0)
+                acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
                 admitted.append(1)
             except BudgetExceededError:
                 pass
@@ -93,7 +93,7 @@ def test_a_deferred_commit_is_on_disk_before_release_returns(
         ledger._sync = checked  # type: ignore[method-assign]
         before = ledger.flushes, ledger._commits  # (the policy record's commit)
         for _ in range(5):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert (ledger.flushes - before[0], ledger._commits - before[1]) == (5, 5)
     assert all(flushed >= committed for committed, flushed in seen), seen
     acc.close()
@@ -114,7 +114,7 @@ def test_negative_control_a_sync_that_skips_the_flush_is_seen_unflushed(
 
         ledger._sync = skipped  # type: ignore[method-assign]
         for _ in range(20):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
             if unflushed:
                 break
     assert unflushed, "a commit that nothing flushed was already on disk every time"
@@ -165,11 +165,11 @@ def _commit_during_a_flush(ledger: PostgresLedger) -> int:
     conn, server = ledger._open_session()
     held = _HeldFlusher(conn)
     _replace_flusher(ledger, held, server)
-    first = threading.Thread(target=acc.release, args=(Laplace(0.1), 1.0))
+    first = threading.Thread(target=acc.release, args=(Laplace(0.1, sensitivity=1.0), 1.0))
     first.start()
     assert held.started.wait(30)  # A committed and is flushing
     held.started.clear()
-    second = threading.Thread(target=acc.release, args=(Laplace(0.1), 1.0))
+    second = threading.Thread(target=acc.release, args=(Laplace(0.1, sensitivity=1.0), 1.0))
     original = ledger._commit
     committed = threading.Event()
 
@@ -223,15 +223,15 @@ def test_a_failed_flush_releases_nothing_and_keeps_the_debit(dsn: str,
     _replace_flusher(ledger, failing, server)
     answers: list[Any] = []
     with pytest.raises(LedgerError, match="did not confirm that it reached the disk"):
-        answers.append(acc.release(Laplace(0.25), 1.0))
+        answers.append(acc.release(Laplace(0.25, sensitivity=1.0), 1.0))
     assert answers == []
     assert acc.spent().epsilon == pytest.approx(0.25)  # the debit stands: no refund
     with pytest.raises(LedgerError, match="the session that was to flush it ended"):
         ledger._sync((ledger._numbered - 1, ledger._commits))  # (a session replaced since)
     _replace_flusher(ledger, None, "")  # its session broke: the next commit flushes alone
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert _flusher(ledger) is not None and _flusher(ledger) is not failing  # a new one
-    acc.release(Laplace(0.25), 1.0)  # deferred to it
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)  # deferred to it
     assert acc.spent().epsilon == pytest.approx(0.75)
     acc.close()
 
@@ -242,7 +242,7 @@ def _child(acc: Accountant, out: Any) -> None:
         assert isinstance(ledger, PostgresLedger)
         parents = id(_flusher(ledger))  # (kept alive by the child: the id is not reused)
         for _ in range(10):
-            acc.release(Laplace(0.01), 1.0)
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
         # (the child's first commit flushes in its round trip, then opens its own session)
         ok = _flusher(ledger) is not None and id(_flusher(ledger)) != parents and ledger.flushes == 9
         out.put("ok" if ok else f"flushes {ledger.flushes}")
@@ -255,7 +255,7 @@ def test_a_forked_child_flushes_through_its_own_session(dsn: str,
     acc = Accountant(Budget(10.0), ledger=PostgresLedger(dsn), rng=None)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
-    acc.release(Laplace(0.01), 1.0)
+    acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     assert _flusher(ledger) is not None
     before = ledger.flushes
     ctx = multiprocessing.get_context("fork")
@@ -266,7 +266,7 @@ def test_a_forked_child_flushes_through_its_own_session(dsn: str,
     assert child.exitcode == 0
     assert out.get(timeout=5) == "ok"
     for _ in range(5):  # the parent's flushing session was left alone
-        acc.release(Laplace(0.01), 1.0)
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     assert ledger.flushes == before + 5
     assert acc.spent().epsilon == pytest.approx(0.16)
     assert audit(ledger).ok
@@ -310,7 +310,7 @@ def test_a_server_restart_between_commit_and_flush_is_never_confirmed(
     url = _postgres.fresh_database(crashable)
     ledger = PostgresLedger(url, timeout=5)
     acc = Accountant(Budget(10.0), ledger=ledger, rng=None)
-    acc.release(Laplace(0.1), 1.0)  # deferred to the flushing session, and confirmed
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # deferred to the flushing session, and confirmed
     assert ledger.flushes == 1
     sync = ledger._sync
 
@@ -322,7 +322,7 @@ def test_a_server_restart_between_commit_and_flush_is_never_confirmed(
     ledger._sync = crash_first  # type: ignore[method-assign]
     answers: list[Any] = []
     with pytest.raises(LedgerError, match="did not confirm that it reached the disk"):
-        answers.append(acc.release(Laplace(0.1), 1.0))
+        answers.append(acc.release(Laplace(0.1, sensitivity=1.0), 1.0))
     assert answers == []
     acc.close()
     again = Accountant.open(url)
@@ -348,7 +348,7 @@ def test_negative_control_a_session_opened_after_the_crash_confirms_a_lost_commi
             ledger.close()
         debited = acc.ledger
         assert isinstance(debited, PostgresLedger)
-        acc.release(Laplace(0.1), 1.0)  # (opens the flushing session)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # (opens the flushing session)
         seen: list[Any] = []
 
         def naive(token: Any) -> None:
@@ -360,7 +360,7 @@ def test_negative_control_a_session_opened_after_the_crash_confirms_a_lost_commi
 
         debited._sync = naive  # type: ignore[method-assign]
         head = debited.head()[0]
-        receipt = acc.release(Laplace(0.1), 1.0)  # "confirmed" by the naive flush
+        receipt = acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # "confirmed" by the naive flush
         assert receipt is not None
         lost += seen[0][0] < head + 1  # the debit is not in the restarted server
         try:
@@ -379,7 +379,7 @@ def test_a_flushing_session_the_server_ended_is_not_deferred_to(
     acc = Accountant(Budget(10.0), ledger=PostgresLedger(dsn), rng=None)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     flusher = _flusher(ledger)
     assert flusher is not None
     with psycopg.connect(postgres_database, autocommit=True) as admin:
@@ -388,9 +388,9 @@ def test_a_flushing_session_the_server_ended_is_not_deferred_to(
         if ledger._defer_to() is None:
             break
         threading.Event().wait(0.01)
-    acc.release(Laplace(0.1), 1.0)  # not deferred to the dead session: no error
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # not deferred to the dead session: no error
     assert _flusher(ledger) is not flusher  # replaced after that commit
-    acc.release(Laplace(0.1), 1.0)  # deferred to the new one
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # deferred to the new one
     assert acc.spent().epsilon == pytest.approx(0.3)
     acc.close()
 
@@ -407,7 +407,7 @@ def test_a_flush_that_writes_no_row_confirms_nothing(dsn: str, always_contended:
     conn, server = ledger._open_session()
     _replace_flusher(ledger, Hidden(conn), server)
     with pytest.raises(LedgerError, match="the flush wrote no row"):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert acc.spent().epsilon == pytest.approx(0.1)
     acc.close()
 
@@ -417,7 +417,7 @@ def test_a_deferred_debit_keeps_the_next_one_to_one_round_trip(
     acc = Accountant(Budget(10.0), ledger=PostgresLedger(dsn), rng=None)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     optimistic = []
     commit = ledger._commit
 
@@ -427,7 +427,7 @@ def test_a_deferred_debit_keeps_the_next_one_to_one_round_trip(
 
     ledger._commit = noted  # type: ignore[method-assign]
     for _ in range(3):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert optimistic == [True, True, True] and ledger._commits >= 3
     acc.close()
 
@@ -461,7 +461,7 @@ def test_a_schema_whose_name_has_quotes_is_created_and_set_logged(
         owner.execute("ALTER TABLE dpbudget_entries SET UNLOGGED")
         assert not _current(owner)
     acc = Accountant(Budget(1.0), ledger=PostgresLedger(dsn), rng=None)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     acc.close()
     with psycopg.connect(dsn, autocommit=True) as owner:
         assert _current(owner)

@@ -39,11 +39,11 @@ def test_an_invalid_cost_is_refused_where_it_is_charged(epsilon: float, delta: f
     rng = np.random.default_rng(5)
     acc = Accountant(Budget(1.0, 1e-6), rng=rng)
     for _ in range(10):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     before = snapshot(acc.ledger, rng)
     if epsilon == 0.0 and delta == 0.0:  # -0.0 is 0: a free release is not a refund
         with pytest.raises(Exception):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
         return
     with pytest.raises(InvalidArgumentError) as info:
         acc.release(_Forged(epsilon, delta), 1.0)
@@ -52,7 +52,7 @@ def test_an_invalid_cost_is_refused_where_it_is_charged(epsilon: float, delta: f
     with pytest.raises(InvalidArgumentError):
         acc.can_afford(_Forged(epsilon, delta))
     with pytest.raises(InvalidArgumentError):  # inside a batch too
-        acc.release_many([(Laplace(0.01), 1.0), (_Forged(epsilon, delta), 1.0)])
+        acc.release_many([(Laplace(0.01, sensitivity=1.0), 1.0), (_Forged(epsilon, delta), 1.0)])
     assert snapshot(acc.ledger, rng) == before
 
 
@@ -61,17 +61,17 @@ def test_the_refund_attack_gets_nothing_back() -> None:
     that the refund would have paid for. All refused."""
     acc = Accountant(Budget(1.0), rng=0)
     for _ in range(10):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     with pytest.raises(InvalidArgumentError):
         acc.release(_Forged(-1.0), 1.0)
-    assert not acc.can_afford(Laplace(0.1))
+    assert not acc.can_afford(Laplace(0.1, sensitivity=1.0))
     assert acc.spent().epsilon >= 1.0 - 1e-9
 
 
 def test_a_forged_negative_cost_in_a_rehashed_export_fails_the_audit(tmp_path: Path) -> None:
     acc = Accountant(Budget(1.0), rng=0)
     for _ in range(3):
-        acc.release(Laplace(0.25), 1.0)
+        acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     out = tmp_path / "x.jsonl"
     export_jsonl(acc.ledger, out)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
@@ -97,7 +97,7 @@ def test_the_ledger_refuses_a_refund_appended_directly(tmp_path: Path) -> None:
     """Even code that bypasses the gate and appends through ``Ledger.transaction()`` cannot lower
     an account's running state."""
     acc = Accountant(Budget(1.0), ledger=tmp_path / "b.db", rng=0, simulation=True)
-    acc.release(Laplace(0.5), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     account = acc.ledger.account("dataset:default")
     assert account is not None
     before = snapshot(acc.ledger)
@@ -119,7 +119,7 @@ def test_running_totals_reset_by_hand_are_caught_when_the_ledger_opens(tmp_path:
     path = tmp_path / "b.db"
     with Accountant(Budget(1.0), ledger=path, rng=0, simulation=True) as acc:
         for _ in range(10):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     with sqlite3.connect(path) as conn:
         conn.execute("""UPDATE accounts SET state = '{"delta":0.0,"epsilon":0.0}'""")
     with pytest.raises(LedgerCorruptedError, match="dataset:default"):
@@ -133,22 +133,22 @@ def test_a_ledger_deleted_or_replaced_in_use_is_refused(tmp_path: Path) -> None:
 
     path = tmp_path / "b.db"
     acc = Accountant(Budget(1.0), ledger=path, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     backup = tmp_path / "backup.db"
     shutil.copy(path, backup)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     shutil.copy(backup, tmp_path / "restored.db")
     (tmp_path / "restored.db").replace(path)  # a backup restored over the live ledger
     with pytest.raises(LedgerError, match="deleted or replaced"):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     acc.close()
     acc = Accountant(Budget(1.0), ledger=tmp_path / "c.db", rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     (tmp_path / "c.db").unlink()  # deleted while in use
     for suffix in ("-wal", "-shm"):
         (tmp_path / f"c.db{suffix}").unlink(missing_ok=True)
     with pytest.raises(LedgerError, match="deleted or replaced"):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     acc.close()
 
 
@@ -157,8 +157,8 @@ def test_a_relative_ledger_path_survives_a_chdir(tmp_path: Path, monkeypatch: An
     relative path once the process changes directory (as notebooks do)."""
     monkeypatch.chdir(tmp_path)
     acc = Accountant(Budget(1.0), ledger="budget.db", rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     monkeypatch.chdir(tmp_path.parent)
-    acc.release(Laplace(0.1), 1.0)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert acc.spent().epsilon == pytest.approx(0.2)
     acc.close()

@@ -34,7 +34,7 @@ SEED = 2024
 
 def _noise_for(seed: Any) -> float:
     """What an attacker who knows the seed computes: the same draw on a zero."""
-    return float(Accountant(Budget(10.0), rng=seed).release(Laplace(1.0), 0.0))
+    return float(Accountant(Budget(10.0), rng=seed).release(Laplace(1.0, sensitivity=1.0), 0.0))
 
 
 def _old_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,9 +60,9 @@ def test_every_way_of_opening_refuses_a_seed_on_a_durable_ledger(ledger_opener: 
                                                                    tmp_path: Path) -> None:
     ledger: Ledger = ledger_opener()
     if not ledger.durable:
-        Accountant(Budget(1.0), ledger=ledger, rng=SEED).release(Laplace(1.0), 1.0)
+        Accountant(Budget(1.0), ledger=ledger, rng=SEED).release(Laplace(1.0, sensitivity=1.0), 1.0)
         return  # the in-memory ledger takes seeds, as before
-    Accountant(Budget(1.0), ledger=ledger).release(Laplace(1.0), 1.0)  # an honest ledger
+    Accountant(Budget(1.0), ledger=ledger).release(Laplace(1.0, sensitivity=1.0), 1.0)  # an honest ledger
     head = ledger.head()
     policy = tmp_path / "p.toml"
     policy.write_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n")
@@ -86,7 +86,7 @@ def test_negative_control_the_old_path_leaks_and_the_audit_flags_it(
     url = f"sqlite:///{tmp_path / 'budget.db'}"
     _old_path(monkeypatch)
     with Accountant(Budget(10.0), ledger=url, rng=SEED) as acc:
-        noisy = acc.release(Laplace(1.0), SECRET)
+        noisy = acc.release(Laplace(1.0, sensitivity=1.0), SECRET)
     monkeypatch.undo()
     assert abs((noisy - _noise_for(SEED)) - SECRET) < 1e-11  # the attack, as measured on main
     report = audit(url)
@@ -103,13 +103,13 @@ def test_a_simulation_ledger_takes_a_seed_audits_clean_and_says_so(
     if not ledger.durable:
         pytest.skip("the in-memory ledger needs no simulation flag")
     acc = Accountant(Budget(10.0), ledger=ledger, rng=SEED, simulation=True)
-    noisy = acc.release(Laplace(1.0), SECRET)
-    assert noisy == Accountant(Budget(10.0), rng=SEED).release(Laplace(1.0), SECRET)  # seeded
+    noisy = acc.release(Laplace(1.0, sensitivity=1.0), SECRET)
+    assert noisy == Accountant(Budget(10.0), rng=SEED).release(Laplace(1.0, sensitivity=1.0), SECRET)  # seeded
     first = json.loads(next(iter(ledger.entries())).text)
     assert first["kind"] == "policy" and first["simulation"] is True
     assert ledger.simulation
     # Reopened: a seed again takes the flag, which this ledger accepts.
-    Accountant.open(ledger, rng=SEED + 1, simulation=True).release(Laplace(1.0), 1.0)
+    Accountant.open(ledger, rng=SEED + 1, simulation=True).release(Laplace(1.0, sensitivity=1.0), 1.0)
     report = audit(ledger)
     assert report.ok and report.simulation and report.exit_status == 0
     assert report.by_noise["exact-seeded"].releases == 2
@@ -126,7 +126,7 @@ def test_a_ledger_never_stops_being_a_simulation_ledger(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'sim.db'}"
     Accountant(Budget(10.0), ledger=url, rng=SEED, simulation=True, owner_key=OWNER).close()
     with Accountant(Budget(10.0), ledger=url) as plain:  # opened without the flag or a seed
-        plain.release(Laplace(1.0), 1.0)
+        plain.release(Laplace(1.0, sensitivity=1.0), 1.0)
         plain.apply_policy(_policy(tmp_path), by="owner", reason="a later policy record",
                            owner_key=OWNER)
     with SqliteLedger(tmp_path / "sim.db") as ledger:
@@ -154,7 +154,7 @@ def test_a_forged_first_record_is_no_simulation_ledger(tmp_path: Path,
     breaks the chain and, unverified, the first record does not make it a simulation ledger."""
     path = tmp_path / "real.db"
     _old_path(monkeypatch)
-    Accountant(Budget(10.0), ledger=f"sqlite:///{path}", rng=SEED).release(Laplace(1.0), 1.0)
+    Accountant(Budget(10.0), ledger=f"sqlite:///{path}", rng=SEED).release(Laplace(1.0, sensitivity=1.0), 1.0)
     monkeypatch.undo()
     import sqlite3
 
@@ -173,10 +173,10 @@ def test_a_forged_first_record_is_no_simulation_ledger(tmp_path: Path,
 
 
 def test_the_in_memory_ledger_takes_seeds_as_before() -> None:
-    a = Accountant(Budget(10.0), rng=SEED).release(Laplace(1.0), SECRET)
-    b = Accountant(Budget(10.0), ledger=MemoryLedger(), rng=SEED).release(Laplace(1.0), SECRET)
+    a = Accountant(Budget(10.0), rng=SEED).release(Laplace(1.0, sensitivity=1.0), SECRET)
+    b = Accountant(Budget(10.0), ledger=MemoryLedger(), rng=SEED).release(Laplace(1.0, sensitivity=1.0), SECRET)
     c = Accountant(Budget(10.0), ledger="memory://", rng=SEED,
-                   simulation=True).release(Laplace(1.0), SECRET)
+                   simulation=True).release(Laplace(1.0, sensitivity=1.0), SECRET)
     assert a == b == c
     with pytest.raises(InvalidTypeError) as refused:
         Accountant(Budget(10.0), rng=SEED, simulation="yes")  # type: ignore[arg-type]
@@ -186,7 +186,7 @@ def test_the_in_memory_ledger_takes_seeds_as_before() -> None:
 def test_a_simulation_ledger_without_a_seed_is_created_by_the_flag_alone(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'sim.db'}"
     with Accountant(Budget(1.0), ledger=url, simulation=True) as acc:
-        acc.release(Laplace(1.0), 1.0)
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0)
         assert acc.ledger.simulation
     report = audit(url)
     assert report.ok and report.simulation

@@ -42,7 +42,7 @@ WORKER = textwrap.dedent("""
     admitted = refused = 0
     for _ in range(releases):
         try:
-            acc.release(Laplace(0.01), 1.0, dataset="adult")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult")
             admitted += 1
         except BudgetExceededError:
             refused += 1
@@ -86,7 +86,7 @@ def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
     path = tmp_path / "budget.db"
     parent = Accountant(Budget(1.0), ledger=f"sqlite:///{path}", rng=SEED, simulation=True)
     for _ in range(3):
-        parent.release(Laplace(0.1), 1.0, dataset="adult")
+        parent.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     child = textwrap.dedent("""
         import json, sys
         from dpbudget.accountant import Accountant, Budget, BudgetExceededError
@@ -94,12 +94,12 @@ def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
         acc = Accountant(Budget(1.0), ledger="sqlite:///" + sys.argv[1])
         out = {"spent": acc.spent("adult").epsilon, "seq": acc.ledger.head()[0]}
         try:
-            acc.release(Laplace(0.75), 1.0, dataset="adult")
+            acc.release(Laplace(0.75, sensitivity=1.0), 1.0, dataset="adult")
             out["big"] = "admitted"
         except BudgetExceededError as exc:
             out["big"] = "refused"
             out["remaining"] = exc.remaining.epsilon
-        acc.release(Laplace(0.7), 1.0, dataset="adult")
+        acc.release(Laplace(0.7, sensitivity=1.0), 1.0, dataset="adult")
         out["after"] = acc.spent("adult").epsilon
         print(json.dumps(out))
     """)
@@ -113,9 +113,9 @@ def test_second_process_sees_first_processes_debits(tmp_path: Path) -> None:
     assert seen["after"] == pytest.approx(1.0, rel=1e-12)
     # ... and the first process, on its still-open connection, sees the child's debit.
     assert parent.spent("adult").epsilon == seen["after"]
-    assert not parent.can_afford(Laplace(0.01), dataset="adult")
+    assert not parent.can_afford(Laplace(0.01, sensitivity=1.0), dataset="adult")
     with pytest.raises(BudgetExceededError):
-        parent.release(Laplace(0.01), 1.0, dataset="adult")
+        parent.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult")
     assert assert_chain(parent.ledger) == 4
     parent.close()
 
@@ -163,7 +163,7 @@ STEPPED = textwrap.dedent("""
     print("ready", flush=True)
     for line in sys.stdin:
         try:
-            acc.release(Laplace(1.0), 1.0)
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0)
             print("answer", flush=True)
         except (BudgetExceededError, LedgerError) as exc:
             print(type(exc).__name__, flush=True)
@@ -194,7 +194,7 @@ def _in_turn(acc: Accountant, db: Path, old: bool) -> tuple[int, int, str]:
         opened = worker.stdout.readline().strip()
         for _ in range(100):
             try:
-                acc.release(Laplace(1.0), 1.0)
+                acc.release(Laplace(1.0, sensitivity=1.0), 1.0)
                 answers += 1
             except (BudgetExceededError, LedgerError):
                 pass

@@ -30,7 +30,7 @@ def _loaded(code: str, watch: tuple[str, ...] = _HEAVY, cwd: Path | None = None)
 
 _FIRST_RELEASE = ("import dpbudget as dp\n"
                   "acc = dp.Accountant(dp.Budget(1.0), rng=0)\n"
-                  "acc.release(dp.Laplace(1.0), 1.0)\n")
+                  "acc.release(dp.Laplace(1.0, sensitivity=1.0), 1.0)\n")
 
 
 def test_import_dpbudget_loads_no_scipy() -> None:
@@ -44,7 +44,7 @@ def test_first_laplace_release_loads_nothing_heavy() -> None:
 def test_first_release_on_an_sqlite_ledger_loads_nothing_heavy(tmp_path: Path) -> None:
     code = ("import dpbudget as dp\n"
             "with dp.Accountant(dp.Budget(1.0), ledger='l.db') as acc:\n"
-            "    acc.release(dp.Laplace(1.0), 1.0, dataset='d')\n")
+            "    acc.release(dp.Laplace(1.0, sensitivity=1.0), 1.0, dataset='d')\n")
     assert _loaded(code, cwd=tmp_path) == []
 
 

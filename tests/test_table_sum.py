@@ -24,7 +24,7 @@ def _spent_ledger(tmp_path: Path) -> tuple[str, Path]:
     url = f"sqlite:///{path}"
     with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
         for _ in range(4):
-            acc.release(Laplace(0.25), 1.0, dataset="people")
+            acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="people")
     return url, path
 
 
@@ -137,8 +137,8 @@ def test_a_keyed_record_edited_with_its_row_is_refused(tmp_path: Path,
     url = f"sqlite:///{path}"
     with Accountant(limits={"people": Budget(1.0), "other": Budget(1.0)}, ledger=url,
                     rng=0, simulation=True) as acc:
-        acc.release(Laplace(1.0), 1.0, dataset="people")
-        acc.release(Laplace(0.5), 1.0, dataset="other")  # the head is not people's record
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="other")  # the head is not people's record
     with sqlite3.connect(path) as db:
         db.execute("DROP TRIGGER IF EXISTS entries_append_only_u")
         seq, text = db.execute("SELECT seq, record FROM entries WHERE record LIKE "
@@ -162,7 +162,7 @@ def test_opening_while_another_thread_writes_is_never_taken_for_tampering(
 
     def write() -> None:
         while not stop.is_set():
-            writer.release(Laplace(1.0), 1.0)
+            writer.release(Laplace(1.0, sensitivity=1.0), 1.0)
     thread = threading.Thread(target=write)
     thread.start()
     try:

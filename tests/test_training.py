@@ -33,13 +33,13 @@ def test_every_step_is_charged_and_the_first_refusal_ends_training(tmp_path: Pat
     location = f"sqlite:///{tmp_path / 'l.db'}"
     acc = Accountant(Budget(1.0, 1e-5), composition="renyi", ledger=location, rng=1,
                      simulation=True)
-    room = acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.1))
+    room = acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.1, sensitivity=1.0))
     result = dp_sgd(acc, X, Y, steps=room + 50, sampling_rate=0.1, noise_multiplier=1.0,
                         batch_size=20)
     assert result.refused and result.steps == room
     releases = [r for r in acc.ledger.entries() if '"kind":"release"' in r.text]
     assert len(releases) == room
-    assert acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.1)) == 0
+    assert acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.1, sensitivity=1.0)) == 0
     acc.close()
     assert audit(location).ok
 
@@ -58,12 +58,12 @@ def test_noise_for_steps_is_the_smallest_to_three_digits() -> None:
     for steps, q in [(100, 1.0), (1000, 0.01), (300, 0.2)]:
         z = noise_for_steps(LIMIT, steps, sampling_rate=q)
         rule = Accountant(LIMIT, composition="renyi")
-        assert rule.max_releases(SubsampledGaussian(z, sampling_rate=q)) >= steps
+        assert rule.max_releases(SubsampledGaussian(z, sampling_rate=q, sensitivity=1.0)) >= steps
         unit = 10.0 ** (np.floor(np.log10(z)) - 2)  # one in the third significant digit
-        assert rule.max_releases(SubsampledGaussian(z - unit, sampling_rate=q)) < steps
+        assert rule.max_releases(SubsampledGaussian(z - unit, sampling_rate=q, sensitivity=1.0)) < steps
     live = Accountant(LIMIT, composition="renyi", rng=0)
     before = noise_for_steps(live, 100)
-    live.release(SubsampledGaussian(5.0, sampling_rate=1.0), np.ones((5, 1)))
+    live.release(SubsampledGaussian(5.0, sampling_rate=1.0, sensitivity=1.0), np.ones((5, 1)))
     assert noise_for_steps(live, 100) > before  # planned on what is left now
 
 

@@ -30,10 +30,10 @@ def _acc(**kw) -> tuple[Accountant, np.random.Generator]:
 
 def test_the_issue_reproduction_is_refused() -> None:
     acc, rng = _acc()
-    acc.release(Laplace(0.9), 1.0, dataset="survey")
+    acc.release(Laplace(0.9, sensitivity=1.0), 1.0, dataset="survey")
     before = snapshot(acc.ledger, rng)
     with pytest.raises(InvalidArgumentError) as refused:
-        acc.release(Laplace(0.9), 1.0)
+        acc.release(Laplace(0.9, sensitivity=1.0), 1.0)
     assert refused.value.argument == "dataset" and "['survey']" in str(refused.value)
     assert snapshot(acc.ledger, rng) == before  # nothing drawn, nothing debited
 
@@ -47,23 +47,23 @@ def test_negative_control_the_old_default_lets_it_through(monkeypatch) -> None:
                         lambda dataset, known: "default" if dataset is NOT_GIVEN else dataset)
     monkeypatch.setattr(Gate, "_no_twin", lambda self, key: None)  # (the debit's own look)
     acc, _ = _acc()
-    acc.release(Laplace(0.9), 1.0, dataset="survey")
-    acc.release(Laplace(0.9), 1.0)
+    acc.release(Laplace(0.9, sensitivity=1.0), 1.0, dataset="survey")
+    acc.release(Laplace(0.9, sensitivity=1.0), 1.0)
     assert acc.spent("survey").epsilon + acc.spent("default").epsilon == pytest.approx(1.8)
 
 
 def test_every_entry_point_refuses_once_a_dataset_is_named() -> None:
     acc, rng = _acc()
-    acc.release(Laplace(0.1), 1.0, dataset="survey")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="survey")
     before = snapshot(acc.ledger, rng)
     calls = {
-        "release": lambda: acc.release(Laplace(0.1), 1.0),
-        "release_many": lambda: acc.release_many([(Laplace(0.1), 1.0)]),
-        "session": lambda: acc.session(AboveThreshold(epsilon=0.1, threshold=1.0)),
+        "release": lambda: acc.release(Laplace(0.1, sensitivity=1.0), 1.0),
+        "release_many": lambda: acc.release_many([(Laplace(0.1, sensitivity=1.0), 1.0)]),
+        "session": lambda: acc.session(AboveThreshold(epsilon=0.1, threshold=1.0, sensitivity=1.0)),
         "pipeline": lambda: acc.pipeline("p", budget=Budget(0.1)),
         "budgeted": lambda: acc.budgeted("b", budget=Budget(0.1))(lambda p: None)(),
-        "can_afford": lambda: acc.can_afford(Laplace(0.1)),
-        "max_releases": lambda: acc.max_releases(Laplace(0.1)),
+        "can_afford": lambda: acc.can_afford(Laplace(0.1, sensitivity=1.0)),
+        "max_releases": lambda: acc.max_releases(Laplace(0.1, sensitivity=1.0)),
         "spent": lambda: acc.spent(),
         "remaining": lambda: acc.remaining(),
         "limit": lambda: acc.limit(),
@@ -80,17 +80,17 @@ def test_every_entry_point_refuses_once_a_dataset_is_named() -> None:
     # Nor is a "default" budget opened beside "survey" when named: it is the budget of a ledger
     # with no named dataset, never a second one.
     with pytest.raises(InvalidArgumentError, match="beside which no 'default' opens"):
-        acc.release(Laplace(0.1), 1.0, dataset="default")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="default")
     assert snapshot(acc.ledger, rng) == before
 
 
 def test_honest_single_dataset_use_needs_no_dataset() -> None:
     acc, _ = _acc()
-    assert acc.can_afford(Laplace(0.25)) and acc.max_releases(Laplace(0.25)) == 4
-    acc.release(Laplace(0.25), 1.0)
-    acc.release_many([(Laplace(0.25), 1.0)])
+    assert acc.can_afford(Laplace(0.25, sensitivity=1.0)) and acc.max_releases(Laplace(0.25, sensitivity=1.0)) == 4
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
+    acc.release_many([(Laplace(0.25, sensitivity=1.0), 1.0)])
     with acc.pipeline("p", budget=Budget(0.25)) as p:
-        p.release(Laplace(0.25), 1.0)
+        p.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert acc.spent() == Budget(0.75) and acc.remaining() == Budget(0.25)
     noisy_mean(acc, [1.0, 2.0], 0.0, 3.0, epsilon=0.125)
     assert acc.spent() == Budget(0.875)
@@ -104,25 +104,25 @@ def test_declared_datasets_make_dataset_required() -> None:
     fresh "default" budget beside "adult"; now it is refused, listing "adult"."""
     acc = Accountant(Budget(1.0), limits={"adult": Budget(1.0)}, rng=0)
     with pytest.raises(InvalidArgumentError, match=r"\['adult'\]"):
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     only_default = Accountant(limits={"default": Budget(1.0)}, rng=0)
-    only_default.release(Laplace(0.5), 1.0)
+    only_default.release(Laplace(0.5, sensitivity=1.0), 1.0)
     assert only_default.spent() == Budget(0.5)
 
 
 def test_a_reopened_ledger_knows_the_datasets_it_charged(tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="survey")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="survey")
     with Accountant(Budget(1.0), ledger=url) as acc:
         with pytest.raises(InvalidArgumentError, match=r"\['survey'\]"):
-            acc.release(Laplace(0.5), 1.0)
+            acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     # Negative control: a ledger that only ever charged "default" still takes unnamed releases.
     plain = f"sqlite:///{tmp_path / 'p.db'}"
     with Accountant(Budget(1.0), ledger=plain) as acc:
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     with Accountant(Budget(1.0), ledger=plain) as acc:
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
         assert acc.spent() == Budget(1.0)
 
 
@@ -135,9 +135,9 @@ def test_status_and_audit_show_each_new_dataset(tmp_path, capsys) -> None:
                       "[other_datasets]\nlimit = { epsilon = 1.0 }\n")
     db = tmp_path / "l.db"
     with Accountant.from_policy(policy, ledger=f"sqlite:///{db}") as acc:
-        acc.release(Laplace(0.3), 1.0, dataset="survey")
-        acc.release(Laplace(0.3), 1.0, dataset="survy")
-        acc.release(Laplace(0.3), 1.0, dataset="survey")
+        acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="survey")
+        acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="survy")
+        acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="survey")
     capsys.readouterr()
     assert main(["status", str(db), "--json"]) == 0
     rows = {r["account"]: r for r in json.loads(capsys.readouterr().out)["accounts"]}
@@ -165,19 +165,19 @@ def test_a_second_accountant_on_the_ledger_opens_no_default_beside_a_named_one(
 
     url = f"sqlite:///{tmp_path / 'l.db'}"
     a, b = Accountant(Budget(1.0), ledger=url), Accountant(Budget(1.0), ledger=url)
-    a.release(Laplace(0.9), 1.0, dataset="survey")
+    a.release(Laplace(0.9, sensitivity=1.0), 1.0, dataset="survey")
     with pytest.raises(InvalidArgumentError) as refused:
-        b.release(Laplace(0.9), 1.0)
+        b.release(Laplace(0.9, sensitivity=1.0), 1.0)
     assert refused.value.argument == "dataset" and "'survey'" in str(refused.value)
     with pytest.raises(InvalidArgumentError):  # (and it now knows "survey")
-        b.release(Laplace(0.9), 1.0)
+        b.release(Laplace(0.9, sensitivity=1.0), 1.0)
     assert {k.key for k in b.ledger.accounts()} >= {"dataset:survey"}
     assert "dataset:default" not in {k.key for k in b.ledger.accounts()}
     # Negative control: without the debit's look (the twin check), the fresh budget opens.
     monkeypatch.setattr(Gate, "_no_twin", lambda self, key: None)
     c = Accountant(Budget(1.0), ledger=url)
     monkeypatch.setattr(c._gate.planner, "_known", set())  # (as if opened before "survey")
-    c.release(Laplace(0.9), 1.0)
+    c.release(Laplace(0.9, sensitivity=1.0), 1.0)
     assert c.spent("default").epsilon + a.spent("survey").epsilon == pytest.approx(1.8)
 
 
@@ -192,7 +192,7 @@ def test_the_marker_survives_copies_and_pickles() -> None:
 def test_a_pipeline_takes_the_marker_for_its_own_dataset() -> None:
     acc, _ = _acc()
     with acc.pipeline("p", dataset="survey", budget=Budget(0.5)) as p:
-        p.release(Laplace(0.1), 1.0, dataset=NOT_GIVEN)  # (what the training helpers pass)
+        p.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=NOT_GIVEN)  # (what the training helpers pass)
         assert p.spent().epsilon == pytest.approx(0.1)
 
 
@@ -200,5 +200,5 @@ def test_a_refused_unnamed_release_is_logged_under_default(caplog) -> None:
     acc, _ = _acc()
     with caplog.at_level("WARNING", logger="dpbudget.ledger.refusals"):
         with pytest.raises(Exception):
-            acc.release(Laplace(2.0), 1.0)
+            acc.release(Laplace(2.0, sensitivity=1.0), 1.0)
     assert caplog.records and "not given" not in caplog.text and "default" in caplog.text

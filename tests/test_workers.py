@@ -107,13 +107,13 @@ def _open(url: str) -> None:
 
 def _release(epsilon: float) -> float:
     assert _worker is not None
-    return float(_worker.release(Laplace(epsilon), 1.0, dataset="adult"))
+    return float(_worker.release(Laplace(epsilon, sensitivity=1.0), 1.0, dataset="adult"))
 
 
 def test_a_refusal_in_a_spawned_pool_reaches_the_parent_as_itself(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(0.75), 1.0, dataset="adult")
+        acc.release(Laplace(0.75, sensitivity=1.0), 1.0, dataset="adult")
     spawn = multiprocessing.get_context("spawn")
     with spawn.Pool(1, initializer=_open, initargs=(url,)) as pool:
         pending = pool.map_async(_release, [0.5])
@@ -137,7 +137,7 @@ def test_negative_control_an_unpicklable_refusal_never_reaches_the_parent(
     and ``Pool.map`` would wait for good (bounded here by the timeout)."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(0.75), 1.0, dataset="adult")
+        acc.release(Laplace(0.75, sensitivity=1.0), 1.0, dataset="adult")
     spawn = multiprocessing.get_context("spawn")
     before = set(multiprocessing.active_children())
     pool = spawn.Pool(1, initializer=_open_with_default_reduce, initargs=(url,))

@@ -28,7 +28,7 @@ def _ledger(path, n=6, **kw) -> str:
     with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)}, ledger=url,
                     rng=1, simulation=True, **kw) as acc:
         for i in range(n):
-            acc.release(Laplace(0.1), float(i), dataset="adult" if i % 2 else "census",
+            acc.release(Laplace(0.1, sensitivity=1.0), float(i), dataset="adult" if i % 2 else "census",
                         analyst="alice" if i % 3 else "bob", label=f"q{i}")
     return url
 
@@ -63,10 +63,10 @@ def test_clean_ledger_audits_clean_and_matches_accountant(tmp_path):
 
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_replay_reproduces_each_rules_spend(rule):
-    mech = AnalyticGaussian(0.05, delta=1e-8, noise="float" if rule == "gaussian" else "exact")
+    mech = AnalyticGaussian(0.05, delta=1e-8, noise="float" if rule == "gaussian" else "exact", sensitivity=1.0)
     value = 1.0
     if rule == "pld":  # the one step it admits, declared with the budget
-        mech, value = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), [[1.0], [0.5]]
+        mech, value = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0), [[1.0], [0.5]]
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=2,
                      **({"step": (0.05, 2.0)} if rule == "pld" else {"per_query": mech.cost}))
     for _ in range(7):
@@ -186,7 +186,7 @@ def test_release_beyond_its_limit_is_flagged():
     ledger = MemoryLedger()
     claimed, unchecked = BasicComposition(Budget(0.25)), BasicComposition(None)
     state = unchecked.initial_state()
-    mech = Laplace(0.1)
+    mech = Laplace(0.1, sensitivity=1.0)
     for _ in range(4):
         state = unchecked.debit(state, mech.charge)
         account = Account("dataset:d", "basic", claimed.describe(), state, 0)
@@ -200,7 +200,7 @@ def test_release_beyond_its_limit_is_flagged():
 
 def test_policy_limits_are_checked():
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Laplace(0.5), 1.0, dataset="d")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="d")
 
     class Policy:
         def limit_for(self, key):
@@ -214,7 +214,7 @@ def test_hmac_keyed_chain(tmp_path, monkeypatch):
     ledger = SqliteLedger(tmp_path / "k.db", hmac_key="k3y")
     with Accountant(Budget(1.0), ledger=ledger) as acc:
         for _ in range(3):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     url = f"sqlite:///{tmp_path / 'k.db'}"
     assert audit(url, key="k3y").ok
     assert audit(url, key="wrong").exit_status & EXIT_BITS["chain"]
@@ -250,9 +250,9 @@ def test_logs_audit_like_the_ledger(tmp_path):
     try:
         acc = Accountant(Budget(1.0))  # (no seed: a log shows no ledger's first record)
         for _ in range(5):
-            acc.release(Laplace(0.1), 1.0, dataset="d")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
         with pytest.raises(Exception):
-            acc.release(Laplace(5.0), 1.0, dataset="d")  # refused: not logged
+            acc.release(Laplace(5.0, sensitivity=1.0), 1.0, dataset="d")  # refused: not logged
     finally:
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
         handler.close()
@@ -264,7 +264,7 @@ def test_logs_audit_like_the_ledger(tmp_path):
 def test_since_until_windows_the_tallies():
     acc = Accountant(Budget(1.0), rng=0)
     for _ in range(4):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     times = [e.record["time"] for e in acc.ledger.entries()]
     report = audit(acc.ledger, since=times[1], until=times[2])
     assert report.by_mechanism["Laplace"].releases == 2
@@ -299,7 +299,7 @@ def test_policy_file_limits_are_checked(tmp_path):
                       '[datasets.adult.analysts.alice]\nlimit = { epsilon = 0.3 }\n')
     acc = Accountant.from_policy(policy, rng=0)
     for _ in range(3):
-        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     assert audit(acc.ledger, policy).ok
     policy.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\n'
                       '[datasets.adult.analysts.alice]\nlimit = { epsilon = 0.2 }\n')
@@ -311,8 +311,8 @@ def test_policy_file_limits_are_checked(tmp_path):
 def test_pipeline_records_replay_and_tally():
     acc = Accountant(Budget(1.0), rng=0)
     with acc.pipeline("report", dataset="d", budget=Budget(0.5)) as p:
-        p.release(Laplace(0.2), 1.0)
-        p.release(Laplace(0.2), 1.0)
+        p.release(Laplace(0.2, sensitivity=1.0), 1.0)
+        p.release(Laplace(0.2, sensitivity=1.0), 1.0)
     report = audit(acc.ledger)
     assert report.ok, report.problems
     # The allocation is what the dataset paid; the releases inside it are counted apart, so no
@@ -331,7 +331,7 @@ def test_sparse_vector_session_records_replay():
     from dpbudget.mechanisms import Sparse
 
     acc = Accountant(Budget(2.0), rng=4)
-    with acc.session(Sparse(1.0, threshold=50.0, max_positives=2), dataset="d") as svt:
+    with acc.session(Sparse(1.0, threshold=50.0, max_positives=2, sensitivity=1.0), dataset="d") as svt:
         for q in (1.0, 2.0, 3.0):
             svt.test(q)
     report = audit(acc.ledger)
@@ -344,12 +344,12 @@ def test_sparse_vector_session_records_replay():
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_batches_replay_under_each_rule(rule):
     noise = "float" if rule == "gaussian" else "exact"
-    items = [(AnalyticGaussian(0.05, delta=1e-9, noise=noise), 1.0),
-             (AnalyticGaussian(0.02, delta=1e-9, noise=noise), 2.0)] * 3
+    items = [(AnalyticGaussian(0.05, delta=1e-9, noise=noise, sensitivity=1.0), 1.0),
+             (AnalyticGaussian(0.02, delta=1e-9, noise=noise, sensitivity=1.0), 2.0)] * 3
     extra: dict = {"per_query": items[0][0].cost}
     if rule == "pld":  # the one step it admits (and a dominated one), declared with the budget
-        items = [(SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), [[1.0]]),
-                 (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float"), [[2.0]])] * 3
+        items = [(SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0), [[1.0]]),
+                 (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float", sensitivity=1.0), [[2.0]])] * 3
         extra = {"step": (0.05, 2.0)}
     acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=5, **extra)
     acc.release_many(items, dataset="d")
@@ -407,7 +407,7 @@ def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
 def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
     """1,500 garbled lines, then a forged limit: the limit bit is still in the exit status."""
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Laplace(0.5), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     out = tmp_path / "x.jsonl"
     from dpbudget.accountant.transfer import export_jsonl
 
@@ -439,7 +439,7 @@ def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
     assert main(["audit", str(corrupt)]) == 2
     acc_db = tmp_path / "ok.db"
     with Accountant(Budget(1.0), ledger=acc_db, rng=0, simulation=True) as acc:
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     assert main(["export", str(acc_db), str(tmp_path / "missing" / "out.jsonl")]) == 2
     capsys.readouterr()
 
@@ -455,7 +455,7 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
     ledger = MemoryLedger()
     for name in (first, second):
         rule = make_rule(name, Budget(1.0, 1e-6), Budget(0.1, 1e-8) if name == "optimal" else None)
-        mech = AnalyticGaussian(0.1, delta=1e-8, noise="float") if name in ("gaussian", "optimal") else Laplace(0.1)
+        mech = AnalyticGaussian(0.1, delta=1e-8, noise="float", sensitivity=1.0) if name in ("gaussian", "optimal") else Laplace(0.1, sensitivity=1.0)
         # Forged below the gate: the ledger itself would refuse a state whose shape changes.
         with ledger.transaction() as tx:
             prev = tx.account("dataset:d")
@@ -485,7 +485,7 @@ def test_progress_bars_on_audit_and_import(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     with Accountant(Budget(10.0), ledger=url, rng=0, simulation=True) as acc:
         for _ in range(30):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert audit(url, progress=True).ok
     out = tmp_path / "a.jsonl"
     with open_ledger(url) as ledger:

@@ -50,7 +50,7 @@ def _forge(acc: Accountant, keys: list[str]) -> None:
     assert genuine["analyst"] == "alice" and ALICE in genuine["accounts"]
     configs = {k: {m: v for m, v in a.items() if m != "state"}
                for k, a in genuine["accounts"].items()}
-    charge = Laplace(0.1).charge
+    charge = Laplace(0.1, sensitivity=1.0).charge
     assert genuine["cost"]["epsilon"] == pytest.approx(0.1)
     with acc.ledger.transaction() as tx:
         accounts, members = [], {}
@@ -69,7 +69,7 @@ def _forge(acc: Accountant, keys: list[str]) -> None:
 def _ledger(tmp_path: Path) -> Accountant:
     """An SQLite ledger under ``_policy`` with one genuine release by alice (ε = 0.1)."""
     acc = Accountant.from_policy(_policy(), ledger=f"sqlite:///{tmp_path / 'l.db'}")
-    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     return acc
 
 
@@ -86,7 +86,7 @@ def test_a_record_naming_alice_that_charges_bobs_quota_is_flagged(
             _forge(acc, ["dataset:adult", BOB])
         # The attack's effect: bob can no longer release; alice's quotas are untouched.
         with pytest.raises(BudgetExceededError):
-            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="bob")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="bob")
         assert acc.remaining("adult", analyst="alice").epsilon == pytest.approx(0.2)
         report = audit(acc.ledger)
         assert report.exit_status & EXIT_BITS["limit"]
@@ -119,15 +119,15 @@ def test_honest_records_of_every_kind_audit_clean(tmp_path: Path) -> None:
     """Negative control: releases, a batch, a session, a pipeline and one opened inside it (each
     charged to its parent's account only), with windowed and per-analyst accounts."""
     with _ledger(tmp_path) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")  # no analyst: the dataset's only
-        acc.release_many([(Laplace(0.01), 1.0), (Laplace(0.01), 2.0)], dataset="adult",
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")  # no analyst: the dataset's only
+        acc.release_many([(Laplace(0.01, sensitivity=1.0), 1.0), (Laplace(0.01, sensitivity=1.0), 2.0)], dataset="adult",
                          analyst="bob")
-        with acc.session(AboveThreshold(0.05, threshold=10.0), dataset="adult", analyst="alice") as svt:
+        with acc.session(AboveThreshold(0.05, threshold=10.0, sensitivity=1.0), dataset="adult", analyst="alice") as svt:
             svt.test(1.0)
         with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.1)) as p:
-            p.release(Laplace(0.01), 1.0)
+            p.release(Laplace(0.01, sensitivity=1.0), 1.0)
             with p.pipeline("q", budget=Budget(0.02)) as q:
-                q.release(Laplace(0.01), 1.0)
+                q.release(Laplace(0.01, sensitivity=1.0), 1.0)
         kinds = {json.loads(e.text).get("kind") for e in acc.ledger.entries()}
         assert {"release", "session", "pipeline"} <= kinds
         report = audit(acc.ledger)

@@ -33,7 +33,7 @@ def _releases(url: str, n: int) -> float:
     got = 0.0
     with Accountant.open(url) as acc:
         for _ in range(n):
-            acc.release(Laplace(1.0), 1.0, dataset="adult")
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
             receipt = acc.last_receipt
             assert receipt is not None
             got += receipt.cost.epsilon
@@ -57,7 +57,7 @@ def test_a_clock_pushed_a_day_per_release_is_flagged_once_with_the_count(
     set_ledger_clock(pushed, monkeypatch)
     with Accountant.open(url) as acc:
         for _ in range(30):  # ε = 30 in 30 releases under ε = 1 a day: each one admitted
-            acc.release(Laplace(1.0), 1.0, dataset="adult")
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
             released[0] += 1
     monkeypatch.undo()  # (the audit's clock is its own anyway: accountant.audit_time.time)
     report = audit(url)

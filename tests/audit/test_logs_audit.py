@@ -36,7 +36,7 @@ def _two_writers(tmp_path, n=6):
     writer_module._WRITERS.clear()
     b = Accountant.open(url)
     for i in range(n):
-        (a if i % 3 else b).release(Laplace(0.1), CANARY, dataset="people",
+        (a if i % 3 else b).release(Laplace(0.1, sensitivity=1.0), CANARY, dataset="people",
                                     analyst="alice" if i % 3 else "bob")
     a.close()
     b.close()
@@ -59,7 +59,7 @@ def _in_threads(accountants, releases):
     """One thread per accountant, each making ``releases`` releases on dataset "d"."""
     def work(acc):
         for _ in range(releases):
-            acc.release(Laplace(0.1), 1.0, dataset="d")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
     threads = [threading.Thread(target=work, args=(acc,)) for acc in accountants]
     for t in threads:
         t.start()
@@ -216,7 +216,7 @@ def _worker(url, path, analyst, n, barrier):
     acc = Accountant.open(url, rng=None)
     barrier.wait(30)
     for _ in range(n):
-        acc.release(Laplace(0.01), CANARY, dataset="people", analyst=analyst)
+        acc.release(Laplace(0.01, sensitivity=1.0), CANARY, dataset="people", analyst=analyst)
     acc.close()
     handler.close()
 
@@ -250,10 +250,10 @@ def test_refused_requests_are_logged_for_review_and_are_not_spend(tmp_path, capl
     handler = log_records_to(path)
     try:
         acc = Accountant(Budget(0.15))
-        acc.release(Laplace(0.1), CANARY, dataset="people", analyst="alice", label="count")
+        acc.release(Laplace(0.1, sensitivity=1.0), CANARY, dataset="people", analyst="alice", label="count")
         with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
             with pytest.raises(BudgetExceededError):
-                acc.release(Laplace(0.1), CANARY, dataset="people", analyst="alice",
+                acc.release(Laplace(0.1, sensitivity=1.0), CANARY, dataset="people", analyst="alice",
                             label="count again")
             with pytest.raises(BudgetExceededError):
                 with acc.pipeline("p", dataset="people", analyst="bob", budget=Budget(1.0)):
@@ -283,7 +283,7 @@ def test_refused_requests_are_logged_for_review_and_are_not_spend(tmp_path, capl
 def test_a_refusal_prints_nothing_when_logging_is_not_configured(capsys):
     acc = Accountant(Budget(0.05), rng=0)
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.1), 1.0, dataset="d")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
     assert capsys.readouterr().err == ""
 
 
@@ -304,7 +304,7 @@ def test_an_accountant_per_request_is_still_one_writer(tmp_path):
     try:
         for i in range(4):
             with Accountant.open(url) as acc:
-                acc.release(Laplace(0.1), 1.0, dataset="default", label=f"request {i}")
+                acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="default", label=f"request {i}")
     finally:
         handler.close()
         logging.getLogger(LOGGER_NAME).removeHandler(handler)
@@ -353,7 +353,7 @@ def test_a_logging_failure_neither_fails_the_release_nor_loses_the_line(tmp_path
     try:
         acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
         for _ in range(3):
-            acc.release(Laplace(0.1), 1.0)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
         acc.close()
     finally:
         handler.close()

@@ -17,13 +17,13 @@ from dpbudget.mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
 def _ledger(tmp_path: Path, rng: object) -> str:
     location = f"sqlite:///{tmp_path / 'l.db'}"
     with Accountant(Budget(10.0, 1e-3), ledger=location, rng=rng, simulation=True) as acc:
-        acc.release(Laplace(0.1), 1.0)
-        acc.release(Laplace(0.1), [1.0, 2.0])
-        acc.release(DiscreteLaplace(0.1), 3)
-        acc.release(Laplace(0.1, noise="float"), 1.0)
-        acc.release(AnalyticGaussian(0.1, delta=1e-6), 1.0)  # exact by default too
-        acc.release(AnalyticGaussian(0.1, delta=1e-6, noise="float"), 1.0)
-        acc.release_many([(Laplace(0.1), 1.0), (Laplace(0.1, noise="float"), 2.0)])
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), [1.0, 2.0])
+        acc.release(DiscreteLaplace(0.1, sensitivity=1), 3)
+        acc.release(Laplace(0.1, noise="float", sensitivity=1.0), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-6, sensitivity=1.0), 1.0)  # exact by default too
+        acc.release(AnalyticGaussian(0.1, delta=1e-6, noise="float", sensitivity=1.0), 1.0)
+        acc.release_many([(Laplace(0.1, sensitivity=1.0), 1.0), (Laplace(0.1, noise="float", sensitivity=1.0), 2.0)])
     return location
 
 

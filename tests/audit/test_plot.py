@@ -28,7 +28,7 @@ def _ledger(path: Path, releases: int = 6) -> str:
     with dp.Accountant(limits={"adult": dp.Budget(1.0, 1e-6), "census": dp.Budget(2.0)},
                        ledger=url, rng=1, simulation=True) as acc:
         for i in range(releases):
-            acc.release(dp.Laplace(0.1), float(i), dataset="adult" if i % 2 else "census",
+            acc.release(dp.Laplace(0.1, sensitivity=1.0), float(i), dataset="adult" if i % 2 else "census",
                         analyst="alice" if i % 3 else "bob")
     return url
 

@@ -52,9 +52,9 @@ def test_registry_and_errors():
 @pytest.mark.parametrize(("rule", "count"), [("basic", 100), ("advanced", 487), ("optimal", 562)])
 def test_theory_counts(rule, count):
     acc = Accountant(LIMIT, composition=rule, rng=0, simulation=True, **KW[rule])
-    assert acc.max_releases(Laplace(0.01)) == count
-    assert fill(acc, Laplace(0.01)) == count
-    assert acc.max_releases(Laplace(0.01)) == 0
+    assert acc.max_releases(Laplace(0.01, sensitivity=1.0)) == count
+    assert fill(acc, Laplace(0.01, sensitivity=1.0)) == count
+    assert acc.max_releases(Laplace(0.01, sensitivity=1.0)) == 0
     spent = acc.spent()
     assert spent <= Budget(1.0 + 1e-9, 1e-6)
     if rule != "basic":
@@ -63,15 +63,15 @@ def test_theory_counts(rule, count):
 
 def test_derived_constants_are_in_every_entry():
     acc = Accountant(LIMIT, composition="advanced", rng=0)
-    acc.release(Laplace(0.5), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     config = next(acc.ledger.entries()).record["accounts"]["dataset:default"]
     assert config["rho_budget"] == pytest.approx(0.024355970359538525, rel=1e-9)
     assert config["rule"] == "advanced"
     acc = Accountant(LIMIT, composition="optimal", per_query=Budget(0.01), rng=0)
-    acc.release(Laplace(0.01), 1.0)
+    acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     assert next(acc.ledger.entries()).record["accounts"]["dataset:default"]["k_max"] == 562
     acc = Accountant(LIMIT, composition="gaussian", rng=0)
-    acc.release(AnalyticGaussian(0.5, delta=1e-7, noise="float"), 1.0)
+    acc.release(AnalyticGaussian(0.5, delta=1e-7, noise="float", sensitivity=1.0), 1.0)
     entry = next(acc.ledger.entries()).record["accounts"]["dataset:default"]
     assert entry["mu_budget"] == pytest.approx(GaussianComposition(LIMIT).mu_budget)
 
@@ -106,27 +106,27 @@ def test_advanced_delta_allowance():
 
 def test_advanced_without_delta_is_basic_for_pure_steps():
     acc = Accountant(Budget(1.0), composition="advanced", rng=0)
-    assert acc.max_releases(Laplace(0.01)) == 100
+    assert acc.max_releases(Laplace(0.01, sensitivity=1.0)) == 100
     with pytest.raises(BudgetExceededError):
-        acc.release(AnalyticGaussian(0.1, delta=1e-9), 1.0)
-    acc.release(Laplace(0.5), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-9, sensitivity=1.0), 1.0)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     assert acc.spent() == Budget(0.5) and acc.remaining() == Budget(0.5)
 
 
 def test_gaussian_rule_refuses_laplace_and_changes_nothing():
     rng = np.random.default_rng(1)
     acc = Accountant(LIMIT, composition="gaussian", rng=rng)
-    acc.release(AnalyticGaussian(0.1, delta=1e-7, noise="float"), 1.0)
+    acc.release(AnalyticGaussian(0.1, delta=1e-7, noise="float", sensitivity=1.0), 1.0)
     before = snapshot(acc, rng)
     with pytest.raises(MechanismNotAllowedError, match="Laplace"):
-        acc.release(Laplace(0.01), 1.0)
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     with pytest.raises(MechanismNotAllowedError):
-        acc.max_releases(Laplace(0.01))
+        acc.max_releases(Laplace(0.01, sensitivity=1.0))
     assert snapshot(acc, rng) == before
 
 
 def test_gaussian_rule_is_exact_gdp():
-    g = AnalyticGaussian(0.1, delta=1e-7, noise="float")
+    g = AnalyticGaussian(0.1, delta=1e-7, noise="float", sensitivity=1.0)
     acc = Accountant(LIMIT, composition="gaussian", rng=0)
     n = fill(acc, g)
     mu_b = GaussianComposition(LIMIT).mu_budget
@@ -137,13 +137,13 @@ def test_gaussian_rule_is_exact_gdp():
 def test_optimal_refuses_costlier_and_charges_cheaper_at_fixed_cost():
     rng = np.random.default_rng(2)
     acc = Accountant(LIMIT, composition="optimal", per_query=Budget(0.01), rng=rng)
-    acc.release(Laplace(0.001), 1.0)  # cheaper: charged one full slot
-    assert acc.max_releases(Laplace(0.01)) == 561
+    acc.release(Laplace(0.001, sensitivity=1.0), 1.0)  # cheaper: charged one full slot
+    assert acc.max_releases(Laplace(0.01, sensitivity=1.0)) == 561
     before = snapshot(acc, rng)
     with pytest.raises(MechanismNotAllowedError, match="per-query cost"):
-        acc.release(Laplace(0.02), 1.0)
+        acc.release(Laplace(0.02, sensitivity=1.0), 1.0)
     with pytest.raises(MechanismNotAllowedError):
-        acc.release(AnalyticGaussian(0.005, delta=1e-9), 1.0)  # δ above δ₀ = 0
+        acc.release(AnalyticGaussian(0.005, delta=1e-9, sensitivity=1.0), 1.0)  # δ above δ₀ = 0
     assert snapshot(acc, rng) == before
 
 
@@ -155,7 +155,7 @@ SCALAR_RULES = sorted(set(RULES) - {"pld"})
 def test_refusal_leaves_ledger_and_rng_unchanged():
     for rule in SCALAR_RULES:
         rng = np.random.default_rng(3)
-        m = AnalyticGaussian(0.5, delta=1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
+        m = AnalyticGaussian(0.5, delta=1e-8, noise="float", sensitivity=1.0) if rule == "gaussian" else Laplace(0.01, sensitivity=1.0)
         acc = Accountant(LIMIT, composition=rule, rng=rng, simulation=True,
                          **({"per_query": Budget(0.5, 1e-8)} if rule == "optimal" else {}))
         fill(acc, m)
@@ -167,9 +167,9 @@ def test_refusal_leaves_ledger_and_rng_unchanged():
 
 @pytest.mark.parametrize("rule", SCALAR_RULES)
 def test_max_releases_agrees_with_counting(rule):
-    mechs = ([AnalyticGaussian(0.3, delta=1e-8, noise="float"), Gaussian(0.05, delta=1e-9, noise="float")]
+    mechs = ([AnalyticGaussian(0.3, delta=1e-8, noise="float", sensitivity=1.0), Gaussian(0.05, delta=1e-9, noise="float", sensitivity=1.0)]
              if rule == "gaussian" else
-             [Laplace(0.05), Laplace(0.003), AnalyticGaussian(0.2, delta=1e-9)])
+             [Laplace(0.05, sensitivity=1.0), Laplace(0.003, sensitivity=1.0), AnalyticGaussian(0.2, delta=1e-9, sensitivity=1.0)])
     for first in mechs:
         for then in mechs:
             kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
@@ -183,7 +183,7 @@ def test_unlimited_spend_is_tracked():
     for rule in SCALAR_RULES:  # ("pld" needs a limit: its k_max is computed from it)
         kw = {"per_query": Budget(0.5)} if rule == "optimal" else {}
         acc = Accountant(None, composition=rule, rng=0, simulation=True, **kw)
-        m = AnalyticGaussian(0.5, delta=1e-6, noise="float") if rule == "gaussian" else Laplace(0.5)
+        m = AnalyticGaussian(0.5, delta=1e-6, noise="float", sensitivity=1.0) if rule == "gaussian" else Laplace(0.5, sensitivity=1.0)
         for _ in range(4):
             acc.release(m, 1.0)
         assert acc.remaining() == Budget.unlimited()
@@ -194,7 +194,7 @@ def test_unlimited_spend_is_tracked():
 @pytest.mark.parametrize("rule", SCALAR_RULES)
 def test_state_resumes_from_sqlite(tmp_path, rule):
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    m = AnalyticGaussian(0.3, delta=1e-8, noise="float") if rule == "gaussian" else Laplace(0.01)
+    m = AnalyticGaussian(0.3, delta=1e-8, noise="float", sensitivity=1.0) if rule == "gaussian" else Laplace(0.01, sensitivity=1.0)
     kw = {"per_query": Budget(0.3, 1e-8)} if rule == "optimal" else {}
     with Accountant(LIMIT, composition=rule, ledger=url, rng=0, simulation=True, **kw) as acc:
         total = acc.max_releases(m)
@@ -242,7 +242,7 @@ def test_mixed_spend_is_monotone_and_within_limit(steps, name):
     rule = _rule(name)
     state, last = rule.initial_state(), Budget(0.0)
     for e, d in steps:
-        m = Laplace(e) if d == 0.0 else Gaussian(e, delta=d, noise="float")
+        m = Laplace(e, sensitivity=1.0) if d == 0.0 else Gaussian(e, delta=d, noise="float", sensitivity=1.0)
         try:
             state = rule.debit(state, m.charge)
         except (Refused, MechanismNotAllowedError):
@@ -295,10 +295,10 @@ def test_public_names_are_exported():
 def test_spent_semantics_documented_examples():
     acc = Accountant(LIMIT, composition="advanced", rng=0)
     for _ in range(3):
-        acc.release(Laplace(0.1), 1.0)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     assert acc.spent() == Budget(0.30000000000000004, 1e-6)
     acc = Accountant(LIMIT, per_query=Budget(0.1), rng=0)
-    assert acc.max_releases(Laplace(0.2)) == 0
+    assert acc.max_releases(Laplace(0.2, sensitivity=1.0)) == 0
 
 
 def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
@@ -310,8 +310,8 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     url = f"sqlite:///{tmp_path / 'o.db'}"
     with Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.1),
                     ledger=url, rng=0, simulation=True) as acc:
-        for _ in range(acc.max_releases(Laplace(0.1))):
-            acc.release(Laplace(0.1), 1.0)
+        for _ in range(acc.max_releases(Laplace(0.1, sensitivity=1.0))):
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
     with pytest.raises(LedgerConflictError, match="per_query"):
         Accountant(limits={"default": Budget(1.0, 1e-6)}, composition="optimal",
                    per_query=Budget(0.01), ledger=url)
@@ -326,7 +326,7 @@ def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     ledger = MemoryLedger()
     for eps0 in (0.1, 0.01):
         rule = OptimalComposition(Budget(1.0, 1e-6), Budget(eps0))
-        mech = Laplace(eps0)
+        mech = Laplace(eps0, sensitivity=1.0)
         with ledger.transaction() as tx:
             prev = tx.account("dataset:d")
             state = rule.debit(rule.initial_state() if prev is None else prev.state, mech.charge)
@@ -346,7 +346,7 @@ def test_advanced_conversion_share_cannot_change_mid_stream(tmp_path) -> None:
     url = tmp_path / "a.db"
     with Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced")},
                     ledger=url, rng=0, simulation=True) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="d")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
     with pytest.raises(LedgerConflictError, match="conversion_share"):
         Accountant(limits={"d": DatasetLimit(limit=Budget(1.0, 1e-6), composition="advanced",
                                              conversion_share=0.5)}, ledger=url, rng=0,

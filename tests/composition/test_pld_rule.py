@@ -36,7 +36,7 @@ def test_the_issues_figure_more_steps_than_renyi() -> None:
     """q = 0.01, z = 1 at (3, 1e-5): the issue measured 2,666 by dp-accounting's PLD and 2,195 by
     the renyi rule. Ours (connect-the-dots on a 1e-4 grid, with float margins) is 2,666 too, and
     never above dp-accounting's answer (the oracle test below)."""
-    step = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float")
+    step = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float", sensitivity=1.0)
     pld = Accountant(Budget(3.0, 1e-5), composition="pld", step=(0.01, 1.0)).max_releases(step)
     renyi = Accountant(Budget(3.0, 1e-5), composition="renyi").max_releases(step)
     assert 2655 <= pld <= 2666
@@ -170,14 +170,14 @@ def test_k_max_against_dp_accounting(q: float, z: float, eps: float, delta: floa
 # -- refusals ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mechanism", [
-    pytest.param(SubsampledGaussian(1.0, sampling_rate=0.01), id="exact-noise"),  # no PLD proven here
-    pytest.param(SubsampledGaussian(1.0, sampling_rate=0.02, noise="float"), id="higher-rate"),
-    pytest.param(SubsampledGaussian(0.9, sampling_rate=0.01, noise="float"), id="less-noise"),
-    pytest.param(Laplace(0.01), id="laplace"),
+    pytest.param(SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0), id="exact-noise"),  # no PLD proven here
+    pytest.param(SubsampledGaussian(1.0, sampling_rate=0.02, noise="float", sensitivity=1.0), id="higher-rate"),
+    pytest.param(SubsampledGaussian(0.9, sampling_rate=0.01, noise="float", sensitivity=1.0), id="less-noise"),
+    pytest.param(Laplace(0.01, sensitivity=1.0), id="laplace"),
 ])
 def test_any_other_step_is_refused_and_nothing_is_debited(mechanism: Any) -> None:
     acc = Accountant(Budget(3.0, 1e-5), composition="pld", step=(0.01, 1.0), rng=0)
-    declared = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float")
+    declared = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float", sensitivity=1.0)
     acc.release(declared, ROWS)
     before = snapshot(acc.ledger)
     value = 1.0 if isinstance(mechanism, Laplace) else ROWS
@@ -187,7 +187,7 @@ def test_any_other_step_is_refused_and_nothing_is_debited(mechanism: Any) -> Non
             attempt()
     assert snapshot(acc.ledger) == before
     assert acc.max_releases(declared) == acc.max_releases(
-        SubsampledGaussian(1.5, sampling_rate=0.005, noise="float")) == make_rule(
+        SubsampledGaussian(1.5, sampling_rate=0.005, noise="float", sensitivity=1.0)) == make_rule(
         "pld", Budget(3.0, 1e-5), step=(0.01, 1.0)).k_max - 1
 
 
@@ -204,7 +204,7 @@ def test_why_a_costlier_step_must_be_refused() -> None:
 def _forge(ledger: MemoryLedger, n: int, describe: dict[str, Any] | None = None) -> None:
     """``n`` debits of the declared step written below the gate (the gate would refuse some)."""
     rule = make_rule("pld", Budget(1.0, 1e-6), step=(0.05, 2.0))
-    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float")
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0)
     for _ in range(n):
         with ledger.transaction() as tx:
             prev = tx.account("dataset:d")
@@ -239,7 +239,7 @@ def test_the_audit_recomputes_k_max_rather_than_reading_it() -> None:
 
 def test_an_honest_accountant_audits_clean_and_records_the_step() -> None:
     acc = Accountant(Budget(1.0, 1e-6), composition="pld", step=(0.05, 2.0), rng=0)
-    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float")
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0)
     n = acc.max_releases(mech)
     for _ in range(n):
         acc.release(mech, ROWS)
@@ -258,10 +258,10 @@ def test_a_policy_file_declares_the_step(tmp_path: Any) -> None:
     path.write_text('[datasets.train]\ncomposition = "pld"\nstep = [0.05, 2.0]\n'
                     'limit = { epsilon = 1.0, delta = 1e-6 }\n')
     acc = Accountant.from_policy(path, rng=0)
-    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float")
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0)
     expected = make_rule("pld", Budget(1.0, 1e-6), step=(0.05, 2.0)).k_max
     assert acc.max_releases(mech, dataset="train") == expected
     acc.release(mech, ROWS, dataset="train")
     with pytest.raises(MechanismNotAllowedError):
-        acc.release(SubsampledGaussian(1.0, sampling_rate=0.05, noise="float"), ROWS, dataset="train")
+        acc.release(SubsampledGaussian(1.0, sampling_rate=0.05, noise="float", sensitivity=1.0), ROWS, dataset="train")
     assert acc.max_releases(mech, dataset="train") == expected - 1

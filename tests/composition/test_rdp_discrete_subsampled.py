@@ -177,13 +177,14 @@ def test_exact_noise_admits_at_least_99_percent_of_float_steps(q, z, eps, old_at
     noise (MTZ's fractional series), at q = 0.01, z = 1; Abadi's z = 4, q = 0.01 at (2, 1e-5);
     q = 0.05 and 0.1 with z = 2. The old curve, re-created, loses 9–45 % of them there."""
     limit = Budget(eps, 1e-5)
-    floating = _planned_steps(SubsampledGaussian(z, sampling_rate=q, noise="float"), limit)
-    assert _planned_steps(SubsampledGaussian(z, sampling_rate=q), limit) >= 0.99 * floating
-    assert _planned_steps(_OldCurve(z, sampling_rate=q), limit) <= old_at_most * floating
+    floating = _planned_steps(SubsampledGaussian(z, sampling_rate=q, noise="float", sensitivity=1.0), limit)
+    assert _planned_steps(SubsampledGaussian(z, sampling_rate=q, sensitivity=1.0), limit) >= 0.99 * floating
+    assert _planned_steps(_OldCurve(z, sampling_rate=q, sensitivity=1.0),
+                          limit) <= old_at_most * floating
 
 
 def test_the_kind_is_validated_and_charged() -> None:
     assert rdp.check_curve(("poisson-discrete-gaussian", 0.01, 1.0)) is None
     assert rdp.check_curve(("poisson-discrete-gaussian", 1.5, 1.0)) is not None
-    m = SubsampledGaussian(1.0, sampling_rate=0.01)
+    m = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)
     assert rdp.charge_rdp(m.charge, 7.0) == rdp.poisson_discrete_gaussian(0.01, 1.0, 7.0)

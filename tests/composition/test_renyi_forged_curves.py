@@ -25,7 +25,7 @@ def test_audit_of_forged_tiny_z_reports_not_crashes(tmp_path):
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with Accountant(Budget(3.0, 1e-5), composition="renyi", ledger=url, rng=1,
                     simulation=True) as acc:
-        acc.release(SubsampledGaussian(1.0, sampling_rate=0.01), np.ones((10, 2)))
+        acc.release(SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0), np.ones((10, 2)))
     out = tmp_path / "l.jsonl"
     with open_ledger(url) as ledger:
         export_jsonl(ledger, out)

@@ -30,7 +30,7 @@ from dpbudget.mechanisms import AnalyticGaussian, Laplace, NumericMechanism, Sub
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)
-SGM = SubsampledGaussian(1.0, sampling_rate=0.01)  # the documented DP-SGD case: q = 0.01, z = 1
+SGM = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)  # the documented DP-SGD case: q = 0.01, z = 1
 
 
 def old_default_orders(eps: float, delta: float) -> list[float]:
@@ -49,7 +49,7 @@ def test_no_plan_admits_95_percent_of_a_planned_order(z: float, noise: str) -> N
     """Issue 29, item 4: the unplanned accountant admits >= 95% of the planned one on the
     documented case (2,195 planned, float noise) and at z = 0.8 (-65% before); the six old
     orders at δ/6, re-created, fall short (the control)."""
-    sgm = SubsampledGaussian(z, sampling_rate=0.01, noise=noise)
+    sgm = SubsampledGaussian(z, sampling_rate=0.01, noise=noise, sensitivity=1.0)
     planned = admitted(sgm, order=plan_order(LIMIT, sgm))
     default = admitted(sgm)
     assert default >= 0.95 * planned, (default, planned)
@@ -87,8 +87,8 @@ def test_the_first_step_fixes_the_order_and_the_ledger_keeps_it(tmp_path) -> Non
     assert stored_state(path)["order"] == plan_order(LIMIT, SGM) == 7.0
     with Accountant(LIMIT, composition="renyi", ledger=path, rng=1, simulation=True) as acc:
         assert acc.max_releases(SGM) == left == 2184
-        acc.release(Laplace(0.05), 1.0)  # plans another order on a fresh account
-        assert plan_order(LIMIT, Laplace(0.05)) != 7.0
+        acc.release(Laplace(0.05, sensitivity=1.0), 1.0)  # plans another order on a fresh account
+        assert plan_order(LIMIT, Laplace(0.05, sensitivity=1.0)) != 7.0
     assert stored_state(path)["order"] == 7.0
     report = audit(f"sqlite:///{path}")
     assert report.ok, report.problems
@@ -116,7 +116,7 @@ def test_a_refused_first_step_fixes_nothing() -> None:
     acc = Accountant(LIMIT, composition="renyi", rng=rng)
     before = snapshot(acc.ledger, rng)
     with pytest.raises(BudgetExceededError):
-        acc.release(AnalyticGaussian(noise_multiplier=0.05, delta=1e-6), 1.0)
+        acc.release(AnalyticGaussian(noise_multiplier=0.05, delta=1e-6, sensitivity=1.0), 1.0)
     assert snapshot(acc.ledger, rng) == before
     acc.release(SGM, np.ones((4, 1)))
     assert acc.max_releases(SGM) == 2184
@@ -164,7 +164,7 @@ def test_spent_is_the_filters_guarantee_at_its_delta() -> None:
     orders (the old six, δ/6 each) after 500 float SGM steps: dp-accounting's conversion of its
     own curve at δ/6, 2.032, to 1e-9 (the full-δ figure, 1.747, was the old reading: control)."""
     orders = old_default_orders(3.0, 1e-5)
-    sgm = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float")
+    sgm = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float", sensitivity=1.0)
     rule = RenyiComposition(LIMIT, orders=orders)
     state = rule.initial_state()
     for _ in range(500):
@@ -233,7 +233,7 @@ def test_plan_order_never_returns_an_order_admitting_no_step() -> None:
     assert order == 4.12 and steps_at(order, step) >= 1
     for z in (0.8, 1.0, 4.0):
         for n in (None, 10, 10**4, 10**7):
-            sgm = SubsampledGaussian(z, sampling_rate=0.05)
+            sgm = SubsampledGaussian(z, sampling_rate=0.05, sensitivity=1.0)
             assert steps_at(plan_order(LIMIT, sgm, steps=n), sgm.charge) >= 1, (z, n)
 
 
@@ -255,7 +255,7 @@ def test_a_free_first_step_fixes_no_order() -> None:
     picked the smallest order, leaving a DP-SGD workload 27 steps instead of 2,185."""
     acc = Accountant(LIMIT, composition="renyi")
     acc.release(_Free(), 1.0)
-    step = SubsampledGaussian(1.0, sampling_rate=0.01)
+    step = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)
     assert acc.max_releases(step) == 2185
     # Negative control: the order a free step plans, and what it leaves the workload.
     alpha = renyi_module._first_step_order(LIMIT.epsilon, LIMIT.delta, (_Free().charge,))

@@ -26,7 +26,7 @@ from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, S
 from tests.support import snapshot
 
 LIMIT = Budget(3.0, 1e-5)
-SGM = SubsampledGaussian(1.0, sampling_rate=0.01)  # q = 0.01, σ = 1: the issue's workload
+SGM = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)  # q = 0.01, σ = 1: the issue's workload
 
 
 def steps(rule_name: str, mechanism: object, **kw: object) -> int:
@@ -38,7 +38,7 @@ def test_dp_sgd_targets() -> None:
     the order planned (continuous Gaussian: MTZ's fractional series with our tail bound; the
     exact discrete noise has the integer orders and the chord between them, 2,185), and as many
     with no plan (the order chosen from the first step; issue 29)."""
-    float_sgm = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float")
+    float_sgm = SubsampledGaussian(1.0, sampling_rate=0.01, noise="float", sensitivity=1.0)
     order = plan_order(LIMIT, float_sgm)
     assert abs(order - 6.73) < 0.05 and steps("renyi", float_sgm, order=order) >= 2195
     exact_order = plan_order(LIMIT, SGM)
@@ -49,7 +49,7 @@ def test_dp_sgd_targets() -> None:
 
 def test_full_batch_gaussian_is_within_one_percent_of_advanced() -> None:
     for z in (2.0, 5.0, 20.0):
-        mech = AnalyticGaussian(noise_multiplier=z, delta=1e-6)
+        mech = AnalyticGaussian(noise_multiplier=z, delta=1e-6, sensitivity=1.0)
         advanced = steps("advanced", mech)
         planned = steps("renyi", mech, order=plan_order(LIMIT, mech))
         assert planned >= 0.99 * advanced, (z, planned, advanced)
@@ -57,7 +57,7 @@ def test_full_batch_gaussian_is_within_one_percent_of_advanced() -> None:
 
 @pytest.mark.parametrize("eps", [0.01, 0.1, 0.5])
 def test_never_fewer_pure_steps_than_basic(eps: float) -> None:
-    for mech in (Laplace(eps), Laplace(eps, noise="float")):
+    for mech in (Laplace(eps, sensitivity=1.0), Laplace(eps, noise="float", sensitivity=1.0)):
         assert steps("renyi", mech) >= steps("basic", mech)
         assert steps("renyi", mech, order=8.0) >= steps("basic", mech)
 
@@ -65,13 +65,13 @@ def test_never_fewer_pure_steps_than_basic(eps: float) -> None:
 def test_refused_step_draws_and_debits_nothing() -> None:
     rng = np.random.default_rng(1)
     acc = Accountant(Budget(0.5, 1e-6), composition="renyi", rng=rng)
-    n = acc.max_releases(SubsampledGaussian(0.8, sampling_rate=0.05))
+    n = acc.max_releases(SubsampledGaussian(0.8, sampling_rate=0.05, sensitivity=1.0))
     rows = np.ones((100, 2))
     for _ in range(n):
-        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05), rows)
+        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05, sensitivity=1.0), rows)
     before = snapshot(acc.ledger, rng)
     with pytest.raises(BudgetExceededError, match="order its first step fixed"):
-        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05), rows)
+        acc.release(SubsampledGaussian(0.8, sampling_rate=0.05, sensitivity=1.0), rows)
     assert snapshot(acc.ledger, rng) == before
 
 
@@ -111,9 +111,9 @@ def test_audit_replays_renyi_records(tmp_path) -> None:
     location = f"sqlite:///{tmp_path / 'l.db'}"
     with Accountant(LIMIT, composition="renyi", ledger=location, rng=0, simulation=True) as acc:
         acc.release(SGM, np.ones((30, 2)))
-        acc.release(Laplace(0.1, noise="float"), 1.0)
-        acc.release(AnalyticGaussian(noise_multiplier=3.0, delta=1e-6), 1.0)
-        acc.release_many([(SGM, np.ones((5, 1))), (Laplace(0.2), 2.0)])
+        acc.release(Laplace(0.1, noise="float", sensitivity=1.0), 1.0)
+        acc.release(AnalyticGaussian(noise_multiplier=3.0, delta=1e-6, sensitivity=1.0), 1.0)
+        acc.release_many([(SGM, np.ones((5, 1))), (Laplace(0.2, sensitivity=1.0), 2.0)])
     report = audit(location)
     assert report.ok, report.problems
 

@@ -30,9 +30,9 @@ def test_every_rule_has_a_contract() -> None:
 class TestBasicRuleContract(CompositionRuleContract):
     rule = "basic"
     steps = [
-        (Laplace(0.07), 1.0),
-        (AnalyticGaussian(0.1, delta=1e-7), 1.0),
-        (Exponential(0.03, candidates=["a", "b", "c"]), [1.0, 2.0, 3.0]),
+        (Laplace(0.07, sensitivity=1.0), 1.0),
+        (AnalyticGaussian(0.1, delta=1e-7, sensitivity=1.0), 1.0),
+        (Exponential(0.03, candidates=["a", "b", "c"], sensitivity=1.0), [1.0, 2.0, 3.0]),
         (RandomizedResponse(0.011, categories=["yes", "no"]), "no"),
     ]
 
@@ -40,9 +40,9 @@ class TestBasicRuleContract(CompositionRuleContract):
 class TestAdvancedRuleContract(CompositionRuleContract):
     rule = "advanced"
     steps = [
-        (Laplace(0.05), 1.0),
-        (AnalyticGaussian(0.2, delta=1e-9), 1.0),
-        (Exponential(0.02, candidates=["a", "b"]), [0.0, 1.0]),
+        (Laplace(0.05, sensitivity=1.0), 1.0),
+        (AnalyticGaussian(0.2, delta=1e-9, sensitivity=1.0), 1.0),
+        (Exponential(0.02, candidates=["a", "b"], sensitivity=1.0), [0.0, 1.0]),
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {"conversion_share": 0.0}, InvalidArgumentError,
@@ -62,9 +62,9 @@ class TestOptimalRuleContract(CompositionRuleContract):
     rule = "optimal"
     per_query = Budget(0.05, 1e-9)
     steps = [
-        (Laplace(0.05), 1.0),
-        (Laplace(0.01), 1.0),  # cheaper: still one full slot
-        (AnalyticGaussian(0.04, delta=1e-10), 1.0),
+        (Laplace(0.05, sensitivity=1.0), 1.0),
+        (Laplace(0.01, sensitivity=1.0), 1.0),  # cheaper: still one full slot
+        (AnalyticGaussian(0.04, delta=1e-10, sensitivity=1.0), 1.0),
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {}, InvalidArgumentError, "per_query"),
@@ -77,18 +77,18 @@ class TestOptimalRuleContract(CompositionRuleContract):
 
     def test_every_step_is_charged_the_fixed_cost(self) -> None:
         acc = self.accountant()
-        k_max = acc.max_releases(Laplace(0.05))
+        k_max = acc.max_releases(Laplace(0.05, sensitivity=1.0))
         assert k_max > 20  # more than basic composition's 20
-        acc.release(Laplace(0.001), 1.0)
-        assert acc.max_releases(Laplace(0.05)) == acc.max_releases(Laplace(0.001)) == k_max - 1
+        acc.release(Laplace(0.001, sensitivity=1.0), 1.0)
+        assert acc.max_releases(Laplace(0.05, sensitivity=1.0)) == acc.max_releases(Laplace(0.001, sensitivity=1.0)) == k_max - 1
 
 
 class TestGaussianRuleContract(CompositionRuleContract):
     rule = "gaussian"
     steps = [
-        (AnalyticGaussian(0.3, delta=1e-8, noise="float"), 1.0),
+        (AnalyticGaussian(0.3, delta=1e-8, noise="float", sensitivity=1.0), 1.0),
         (AnalyticGaussian(0.05, delta=1e-9, sensitivity=0.5, noise="float"), 1.0),
-        (Gaussian(0.5, delta=1e-7, noise="float"), 1.0),
+        (Gaussian(0.5, delta=1e-7, noise="float", sensitivity=1.0), 1.0),
     ]
     bad_arguments = [
         (Budget(1.0), None, {}, InvalidArgumentError, "limit"),
@@ -101,10 +101,10 @@ class TestGaussianRuleContract(CompositionRuleContract):
 class TestRenyiRuleContract(CompositionRuleContract):
     rule = "renyi"
     steps = [
-        (Laplace(0.05), 1.0),
-        (AnalyticGaussian(0.2, delta=1e-9), 1.0),
-        (SubsampledGaussian(2.0, sampling_rate=0.05), np.ones((40, 3))),
-        (Exponential(0.02, candidates=["a", "b"]), [0.0, 1.0]),
+        (Laplace(0.05, sensitivity=1.0), 1.0),
+        (AnalyticGaussian(0.2, delta=1e-9, sensitivity=1.0), 1.0),
+        (SubsampledGaussian(2.0, sampling_rate=0.05, sensitivity=1.0), np.ones((40, 3))),
+        (Exponential(0.02, candidates=["a", "b"], sensitivity=1.0), [0.0, 1.0]),
     ]
     bad_arguments = [
         (Budget(1.0), None, {}, InvalidArgumentError, "limit"),
@@ -119,8 +119,8 @@ class TestPLDRuleContract(CompositionRuleContract):
     rule = "pld"
     step = (0.05, 2.0)
     steps = [
-        (SubsampledGaussian(2.0, sampling_rate=0.05, noise="float"), np.ones((40, 3))),
-        (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float"), np.ones((40, 3))),  # dominated: one slot
+        (SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0), np.ones((40, 3))),
+        (SubsampledGaussian(3.0, sampling_rate=0.02, noise="float", sensitivity=1.0), np.ones((40, 3))),  # dominated: one slot
     ]
     bad_arguments = [
         (Budget(1.0, 1e-6), None, {}, InvalidArgumentError, "step"),
@@ -157,8 +157,8 @@ class TestPLDRuleContract(CompositionRuleContract):
 ])
 def test_max_releases_is_exact_at_the_tolerance_edge(epsilon: float) -> None:
     acc = Accountant(Budget(1.0), rng=0)
-    predicted = acc.max_releases(Laplace(epsilon))
-    assert fill(acc, Laplace(epsilon), 1.0) == predicted
+    predicted = acc.max_releases(Laplace(epsilon, sensitivity=1.0))
+    assert fill(acc, Laplace(epsilon, sensitivity=1.0), 1.0) == predicted
 
 
 @pytest.mark.parametrize("rule", ["basic", "advanced", "gaussian"])
@@ -168,7 +168,7 @@ def test_max_releases_matches_release_on_a_grid_of_costs(rule: str) -> None:
 
     for k in (3, 7, 10, 33):
         for eps in np.nextafter(1.0 / k, [0.0, 1.0]).tolist() + [1.0 / k * (1 + 1e-9)]:
-            mech = Gaussian(eps, delta=1e-7, noise="float") if rule == "gaussian" else Laplace(eps)
+            mech = Gaussian(eps, delta=1e-7, noise="float", sensitivity=1.0) if rule == "gaussian" else Laplace(eps, sensitivity=1.0)
             acc = Accountant(Budget(1.0, 1e-6), composition=rule, rng=0)
             assert fill(acc, mech, 1.0) == Accountant(
                 Budget(1.0, 1e-6), composition=rule).max_releases(mech), (rule, k, eps)
@@ -178,12 +178,12 @@ def test_max_releases_matches_release_on_a_grid_of_costs(rule: str) -> None:
 
 def test_optimal_rule_under_a_pure_limit_admits_the_exact_count() -> None:
     acc = Accountant(Budget(1.0), composition="optimal", per_query=Budget(0.125), rng=0)
-    assert acc.max_releases(Laplace(0.125)) == 8
-    assert fill(acc, Laplace(0.125), 1.0) == 8
+    assert acc.max_releases(Laplace(0.125, sensitivity=1.0)) == 8
+    assert fill(acc, Laplace(0.125, sensitivity=1.0), 1.0) == 8
 
 
 def test_basic_rule_under_the_same_pure_limit_admits_the_exact_count() -> None:
     """The control for the test above: the same limit and steps under 'basic'."""
     acc = Accountant(Budget(1.0), composition="basic", rng=0)
-    assert acc.max_releases(Laplace(0.125)) == 8
-    assert fill(acc, Laplace(0.125), 1.0) == 8
+    assert acc.max_releases(Laplace(0.125, sensitivity=1.0)) == 8
+    assert fill(acc, Laplace(0.125, sensitivity=1.0), 1.0) == 8

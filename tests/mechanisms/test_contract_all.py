@@ -177,7 +177,7 @@ class TestAboveThresholdContract(StreamMechanismContract):
 
 class TestSparseContract(StreamMechanismContract):
     mechanism_class = Sparse
-    kwargs = {"epsilon": 0.5, "threshold": 10.0, "max_positives": 3}
+    kwargs = {"epsilon": 0.5, "threshold": 10.0, "max_positives": 3, "sensitivity": 1.0}
     expected_cost = Budget(0.5)
     max_positives = 3
 
@@ -192,7 +192,7 @@ class TestSparseMonotonicContract(StreamMechanismContract):
 
 class TestNumericSparseContract(StreamMechanismContract):
     mechanism_class = NumericSparse
-    kwargs = {"epsilon": 0.5, "threshold": 10.0, "max_positives": 2}
+    kwargs = {"epsilon": 0.5, "threshold": 10.0, "max_positives": 2, "sensitivity": 1.0}
     expected_cost = Budget(0.5)
     max_positives = 2
     split_length = 3
@@ -222,21 +222,21 @@ def _accepted_or_typed(build: Any) -> None:
 
 
 @pytest.mark.parametrize("build", [
-    pytest.param(lambda: Laplace(1e-310), id="laplace-subnormal-epsilon"),
+    pytest.param(lambda: Laplace(1e-310, sensitivity=1.0), id="laplace-subnormal-epsilon"),
     pytest.param(lambda: Laplace(1e-3, sensitivity=1e308), id="laplace-huge-sensitivity"),
     pytest.param(lambda: Exponential(1e-3, candidates=["a", "b"], sensitivity=1e308), id="exponential-huge-sensitivity"),
     pytest.param(lambda: Gaussian(0.5, delta=1e-6, sensitivity=1e308), id="gaussian-huge-sensitivity"),
     pytest.param(lambda: Sparse(1e-3, threshold=0.0, max_positives=1, sensitivity=1e308), id="sparse-huge-sensitivity"),
-    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(1e-320, 1.0)), id="sparse-subnormal-share"),
-    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(5e-324, 1.0)), id="sparse-share-rounds-to-zero"),
-    pytest.param(lambda: AboveThreshold(5e-324, threshold=0.0), id="above-threshold-smallest-epsilon"),
-    pytest.param(lambda: NumericSparse(1.0, threshold=0.0, max_positives=1, split=(1.0, 1.0, 5e-324)), id="numeric-sparse-answer-share-rounds-to-zero"),
+    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(1e-320, 1.0), sensitivity=1.0), id="sparse-subnormal-share"),
+    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(5e-324, 1.0), sensitivity=1.0), id="sparse-share-rounds-to-zero"),
+    pytest.param(lambda: AboveThreshold(5e-324, threshold=0.0, sensitivity=1.0), id="above-threshold-smallest-epsilon"),
+    pytest.param(lambda: NumericSparse(1.0, threshold=0.0, max_positives=1, split=(1.0, 1.0, 5e-324), sensitivity=1.0), id="numeric-sparse-answer-share-rounds-to-zero"),
     pytest.param(lambda: AnalyticGaussian(0.5, delta=1e-6, sensitivity=1e308), id="analytic-gaussian-huge-sensitivity"),
     # Controls: the same extremes where the library copes.
     pytest.param(lambda: RandomizedResponse(5e-324, categories=["a", "b"]), id="rr-smallest-epsilon"),
-    pytest.param(lambda: AnalyticGaussian(1e-300, delta=1e-6), id="analytic-gaussian-tiny-epsilon"),
-    pytest.param(lambda: Laplace(1e-300), id="laplace-tiny-epsilon"),
-    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(1e-300, 1.0)), id="sparse-tiny-share"),
+    pytest.param(lambda: AnalyticGaussian(1e-300, delta=1e-6, sensitivity=1.0), id="analytic-gaussian-tiny-epsilon"),
+    pytest.param(lambda: Laplace(1e-300, sensitivity=1.0), id="laplace-tiny-epsilon"),
+    pytest.param(lambda: Sparse(1.0, threshold=0.0, max_positives=1, split=(1e-300, 1.0), sensitivity=1.0), id="sparse-tiny-share"),
 ])
 def test_extreme_parameters_are_refused_or_storable(build: Any) -> None:
     _accepted_or_typed(build)

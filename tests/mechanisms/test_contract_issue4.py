@@ -20,9 +20,9 @@ from dpbudget.mechanisms import (
 )
 
 INSTANCES = [
-    AboveThreshold(0.5, threshold=10.0), Sparse(0.5, threshold=10.0, max_positives=3), Sparse(0.5, threshold=10.0, max_positives=3, monotonic=True),
-    NumericSparse(0.5, threshold=10.0, max_positives=3), Exponential(0.5, candidates=["a", "b"]), ReportNoisyMax(0.5, candidates=["a", "b"]),
-    PermuteAndFlip(0.5, candidates=["a", "b"]), RandomizedResponse(0.5, categories=["a", "b", "c"]),
+    AboveThreshold(0.5, threshold=10.0, sensitivity=1.0), Sparse(0.5, threshold=10.0, max_positives=3, sensitivity=1.0), Sparse(0.5, threshold=10.0, max_positives=3, monotonic=True, sensitivity=1.0),
+    NumericSparse(0.5, threshold=10.0, max_positives=3, sensitivity=1.0), Exponential(0.5, candidates=["a", "b"], sensitivity=1.0), ReportNoisyMax(0.5, candidates=["a", "b"], sensitivity=1.0),
+    PermuteAndFlip(0.5, candidates=["a", "b"], sensitivity=1.0), RandomizedResponse(0.5, categories=["a", "b", "c"]),
 ]
 
 
@@ -44,17 +44,18 @@ def test_contract(m):
 def _bigger(m):
     params = m.params()
     if isinstance(m, AboveThreshold):
-        return {"threshold": params["threshold"]}
+        return {"threshold": params["threshold"], "sensitivity": m.sensitivity}
     if isinstance(m, Sparse):
-        return {"threshold": params["threshold"], "max_positives": params["max_positives"]}
+        return {"threshold": params["threshold"], "max_positives": params["max_positives"],
+                "sensitivity": m.sensitivity}
     if isinstance(m, RandomizedResponse):
         return {"categories": m.categories}
-    return {"candidates": m.candidates}
+    return {"candidates": m.candidates, "sensitivity": m.sensitivity}
 
 
 def test_huge_integer_query_is_a_typed_error():
     acc = Accountant(Budget(1.0), rng=0)
-    with acc.session(AboveThreshold(0.5, threshold=0.0)) as s:
+    with acc.session(AboveThreshold(0.5, threshold=0.0, sensitivity=1.0)) as s:
         with pytest.raises(InvalidArgumentError):
             s.test(10 ** 400)
         assert s.answered == 0

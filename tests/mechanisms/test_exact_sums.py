@@ -23,7 +23,8 @@ from dpbudget.accountant.errors import InvalidDataError
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SampleAndAggregate
 from dpbudget.mechanisms.grid import LaplaceGrid
 from dpbudget.mechanisms.group_by import group_by
-from dpbudget.mechanisms.queries import clamped_sum, noisy_mean
+from dpbudget.mechanisms.noisy import noisy_mean
+from dpbudget.mechanisms.queries import true_clamped_sum
 from dpbudget.mechanisms.sums import exact_sum, exact_sums, integer_sum
 from tests.support import snapshot
 
@@ -111,9 +112,9 @@ def test_exact_sums_per_group() -> None:
 
 def test_clamped_sum_neighbours_stay_within_the_sensitivity() -> None:
     rows = adversarial_rows()
-    mech = Laplace(1.0, sensitivity=clamped_sum(rows, 0.0, U40).l1_sensitivity)
+    mech = Laplace(1.0, sensitivity=true_clamped_sum(rows, 0.0, U40).l1_sensitivity)
     assert mech.sensitivity == U40 and mech.grid is not None and mech.grid.granularity == 1.0
-    with_row, without = clamped_sum(rows, 0.0, U40).value, clamped_sum(rows[1:], 0.0, U40).value
+    with_row, without = true_clamped_sum(rows, 0.0, U40).value, true_clamped_sum(rows[1:], 0.0, U40).value
     assert with_row == rational_sum(rows) and without == rational_sum(rows[1:])
     assert with_row - without == U40
     assert grid_steps(with_row, without, mech) <= calibrated_steps(mech)
@@ -128,7 +129,7 @@ def test_a_centred_sum_is_exact_about_the_exact_midpoint() -> None:
     """lower + upper is not a double here: the old code's float midpoint was off by 0.5."""
     lo, hi = -1.0, 2.0 ** 53 + 2.0
     rows = np.array([hi, 3.0, hi])
-    q = clamped_sum(rows, lo, hi, centred=True)
+    q = true_clamped_sum(rows, lo, hi, centred=True)
     assert q.value == rational_sum(rows) - 3 * (Fraction(lo) + Fraction(hi)) / 2
     assert float(np.sum(rows - (lo + hi) / 2.0)) != q.value  # control: the float one is not
     assert q.l1_sensitivity == (hi - lo) / 2 >= (Fraction(hi) - Fraction(lo)) / 2
@@ -147,7 +148,7 @@ def test_noisy_mean_releases_the_exact_sum(spy: list[Any]) -> None:
 
 def test_clamped_sum_value_released_through_laplace_is_exact(spy: list[Any]) -> None:
     rows = adversarial_rows()
-    q = clamped_sum(rows, 0.0, U40)
+    q = true_clamped_sum(rows, 0.0, U40)
     Accountant(Budget(1.0), rng=3).release(Laplace(1.0, sensitivity=q.l1_sensitivity), q.value)
     assert spy == [rational_sum(rows)] and Fraction(float(np.sum(rows))) != spy[0]
 
@@ -295,7 +296,7 @@ def test_the_gaussian_grid_rounds_a_rational_exactly(monkeypatch: pytest.MonkeyP
     """The README's path: a clamped sum released with ``AnalyticGaussian``. With the noise set
     to 0 the output is round(x/g)·g of the exact sum, not of its nearest double."""
     rows = adversarial_rows()
-    q = clamped_sum(rows, 0.0, U40)
+    q = true_clamped_sum(rows, 0.0, U40)
     mech = AnalyticGaussian(1.0, delta=1e-7, sensitivity=q.l2_sensitivity)
     assert mech.grid is not None
     g = Fraction(mech.grid.granularity)
@@ -317,7 +318,7 @@ def test_an_array_subclass_of_rationals_gets_its_lengths_grid_limit() -> None:
     class Tagged(np.ndarray):
         pass
 
-    m = Laplace(1.0)
+    m = Laplace(1.0, sensitivity=1.0)
     big = Fraction(m.grid.limit_for(1)) * Fraction(9, 10)
     value = np.array([big, big], dtype=object).view(Tagged)
     acc = Accountant(Budget(10.0))

@@ -59,7 +59,7 @@ def measured_losses(release: Callable[[float], float]) -> dict[str, float]:
 
 def test_exact_laplace_leaks_no_more_than_its_epsilon() -> None:
     acc = Accountant(None, rng=20261122)
-    m = Laplace(EPSILON)
+    m = Laplace(EPSILON, sensitivity=1.0)
     losses = measured_losses(lambda x: acc.release(m, x))
     assert max(losses.values()) <= EPSILON, losses
     assert losses["below 0"] > 0.8, losses  # power: a true loss of exactly ε is seen
@@ -68,7 +68,7 @@ def test_exact_laplace_leaks_no_more_than_its_epsilon() -> None:
 def test_the_float_opt_out_is_caught() -> None:
     """Negative control: the textbook float sampler, released through the same API."""
     acc = Accountant(None, rng=20261122)
-    m = Laplace(EPSILON, noise="float")
+    m = Laplace(EPSILON, noise="float", sensitivity=1.0)
     losses = measured_losses(lambda x: acc.release(m, x))
     assert losses["in (0, 0.5), not a multiple of 2^-53"] > 4 * EPSILON, losses
 
@@ -77,7 +77,7 @@ def test_every_exact_output_is_on_the_grid() -> None:
     """Whatever the input, every output is a multiple of the grid step: the set of reachable
     doubles does not depend on the data."""
     acc = Accountant(None, rng=7)
-    m = Laplace(EPSILON)
+    m = Laplace(EPSILON, sensitivity=1.0)
     g, g_vector = m.grid.granularity, m.grid.granularity_for(2000)
     assert g_vector == g / 64
     for x in (0.0, 1.0, 0.1, -3.3, 1e6 + 0.123456789):
@@ -93,7 +93,7 @@ def test_a_long_vector_at_small_epsilon_gets_the_declared_scale() -> None:
     n·2^-40/ε = 9% to the noise; on the vector grid it adds 0.14%. The sample sd is √2·scale
     within 2% (1 s.e. of a Laplace sd at this n is 0.35%: α < 1e-8), and the test would catch
     the scalar grid's 9% (power)."""
-    m = Laplace(1e-6)
+    m = Laplace(1e-6, sensitivity=1.0)
     t = m.grid.noise_parameter(100_000, round(math.log2(m.grid.granularity_for(100_000))))
     widened = t * m.grid.granularity_for(100_000)
     assert widened / m.scale < 1.002
@@ -105,15 +105,15 @@ def test_a_long_vector_at_small_epsilon_gets_the_declared_scale() -> None:
 @pytest.mark.parametrize("value", [0, 1])
 def test_discrete_laplace_outputs_integers(value: int) -> None:
     acc = Accountant(None, rng=3)
-    out = acc.release(DiscreteLaplace(EPSILON), np.full(1000, value))
+    out = acc.release(DiscreteLaplace(EPSILON, sensitivity=1), np.full(1000, value))
     assert out.dtype == np.int64
-    assert type(acc.release(DiscreteLaplace(EPSILON), value)) is int
+    assert type(acc.release(DiscreteLaplace(EPSILON, sensitivity=1), value)) is int
 
 
 SELECTION = [
-    lambda noise: __import__("dpbudget.mechanisms").mechanisms.Exponential(1.0, candidates=["a", "b", "c"], noise=noise),
-    lambda noise: __import__("dpbudget.mechanisms").mechanisms.ReportNoisyMax(1.0, candidates=["a", "b", "c"], noise=noise),
-    lambda noise: __import__("dpbudget.mechanisms").mechanisms.PermuteAndFlip(1.0, candidates=["a", "b", "c"], noise=noise),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.Exponential(1.0, candidates=["a", "b", "c"], noise=noise, sensitivity=1.0),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.ReportNoisyMax(1.0, candidates=["a", "b", "c"], noise=noise, sensitivity=1.0),
+    lambda noise: __import__("dpbudget.mechanisms").mechanisms.PermuteAndFlip(1.0, candidates=["a", "b", "c"], noise=noise, sensitivity=1.0),
 ]
 
 
@@ -132,7 +132,7 @@ def test_selection_exact_by_default_and_float_only_on_request(make: Callable[[st
 def test_exponential_terminates_when_one_score_dominates() -> None:
     from dpbudget.mechanisms import Exponential
     acc = Accountant(None, rng=1)
-    m = Exponential(1.0, candidates=list(range(200)))
+    m = Exponential(1.0, candidates=list(range(200)), sensitivity=1.0)
     assert acc.release(m, [0.0] * 199 + [1e6]) == 199
 
 

@@ -222,7 +222,7 @@ def test_no_variance_as_scale_bug(epsilon: float, delta: float) -> None:
     ``np.random.normal`` as its scale). Cases with σ ≈ 36 and σ < 1 so σ² is far either way.
     Fixed seed; n = 40000, so the sample sd is within 0.36% of σ (1 s.e.); we allow 2.5% (7 s.e.,
     α < 1e-11)."""
-    m = AnalyticGaussian(epsilon, delta=delta)
+    m = AnalyticGaussian(epsilon, delta=delta, sensitivity=1.0)
     noise = Accountant(None, rng=SEED).release(m, np.zeros(40_000))
     sd = float(np.std(noise, ddof=1))
     assert sd == pytest.approx(m.sigma, rel=0.025)
@@ -235,7 +235,7 @@ def test_no_variance_as_scale_bug(epsilon: float, delta: float) -> None:
 @pytest.mark.parametrize("epsilon", [1.0, 1.5, 10.0, 1e6])
 def test_classic_refuses_epsilon_at_least_one(epsilon: float) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        Gaussian(epsilon, delta=1e-5)
+        Gaussian(epsilon, delta=1e-5, sensitivity=1.0)
     assert info.value.argument == "epsilon"
     assert "AnalyticGaussian" in str(info.value)
     assert repr(epsilon) in str(info.value)
@@ -256,9 +256,9 @@ def test_classic_sigma_formula(epsilon: float, delta: float, sensitivity: float)
 
 def test_classic_at_eps_below_one_is_valid_and_noisier_than_analytic() -> None:
     for eps in [0.05, 0.5, 0.9]:
-        classic = Gaussian(eps, delta=1e-5).sigma
+        classic = Gaussian(eps, delta=1e-5, sensitivity=1.0).sigma
         assert analytic_gaussian_delta(classic, eps) <= 1e-5
-        assert classic >= AnalyticGaussian(eps, delta=1e-5).sigma
+        assert classic >= AnalyticGaussian(eps, delta=1e-5, sensitivity=1.0).sigma
 
 
 def test_why_classic_is_refused_at_eps_ten() -> None:

@@ -57,22 +57,22 @@ def _delta_bw(sigma: mpmath.mpf, sens: mpmath.mpf, eps: float) -> mpmath.mpf:
 
 
 @pytest.mark.parametrize(("make", "n", "extra"), [
-    (lambda: AnalyticGaussian(1.0, delta=1e-5), 1, 1e-9),
-    (lambda: AnalyticGaussian(1.0, delta=1e-5), 1000, 1e-7),
+    (lambda: AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0), 1, 1e-9),
+    (lambda: AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0), 1000, 1e-7),
     (lambda: AnalyticGaussian(0.05, delta=1e-9, sensitivity=3.0), 10 ** 6, 1e-5),
     (lambda: AnalyticGaussian(8.0, delta=1e-3, sensitivity=0.01), 7, 1e-7),
-    (lambda: AnalyticGaussian(1.0, delta=1e-14), 10 ** 6, 1e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-14, sensitivity=1.0), 10 ** 6, 1e-5),
     # near the end of the range (the TV term is then ~half of δ): still safe, 0.07% noisier
-    (lambda: AnalyticGaussian(1.0, delta=1e-14), 10 ** 8, 1e-3),
+    (lambda: AnalyticGaussian(1.0, delta=1e-14, sensitivity=1.0), 10 ** 8, 1e-3),
     (lambda: Gaussian(0.5, delta=1e-6, sensitivity=2.0), 1, 1e-9),
-    (lambda: Gaussian(0.9, delta=1e-5), 4096, 1e-7),
+    (lambda: Gaussian(0.9, delta=1e-5, sensitivity=1.0), 4096, 1e-7),
     # extreme parameters take a finer grid: the extra noise stays small
-    (lambda: Gaussian(1e-12, delta=1e-5), 1, 2e-5),
-    (lambda: AnalyticGaussian(1e-9, delta=1e-10), 10 ** 6, 2e-5),
-    (lambda: AnalyticGaussian(1.0, delta=1e-23), 1, 2e-5),
-    (lambda: AnalyticGaussian(1.0, delta=1e-300), 1, 2e-5),
-    (lambda: AnalyticGaussian(45.0, delta=1e-5), 1, 2e-5),
-    (lambda: AnalyticGaussian(710.0, delta=0.4), 1, 1e-4),
+    (lambda: Gaussian(1e-12, delta=1e-5, sensitivity=1.0), 1, 2e-5),
+    (lambda: AnalyticGaussian(1e-9, delta=1e-10, sensitivity=1.0), 10 ** 6, 2e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-23, sensitivity=1.0), 1, 2e-5),
+    (lambda: AnalyticGaussian(1.0, delta=1e-300, sensitivity=1.0), 1, 2e-5),
+    (lambda: AnalyticGaussian(45.0, delta=1e-5, sensitivity=1.0), 1, 2e-5),
+    (lambda: AnalyticGaussian(710.0, delta=0.4, sensitivity=1.0), 1, 1e-4),
     (lambda: AnalyticGaussian(1.0, delta=1e-5, sensitivity=1e-200), 3, 2e-5),
 ])
 def test_calibration_keeps_the_declared_cost(make, n: int, extra: float) -> None:
@@ -116,7 +116,7 @@ def test_no_double_grid_is_refused_before_the_debit() -> None:
 
 def test_extreme_delta_still_releases_exactly() -> None:
     """δ = 1e-300 needs σ_g ~ 2^500 grid steps: the Python-integer sampler takes over."""
-    m = AnalyticGaussian(1.0, delta=1e-300)
+    m = AnalyticGaussian(1.0, delta=1e-300, sensitivity=1.0)
     out = Accountant(None, rng=2).release(m, np.zeros(3))
     g = m.grid.granularity_for(3)
     assert np.all(out / g == np.floor(out / g)) and np.all(np.abs(out) < 60 * m.sigma)
@@ -124,7 +124,7 @@ def test_extreme_delta_still_releases_exactly() -> None:
 
 def test_values_beyond_the_grid_are_refused_before_the_debit() -> None:
     acc = Accountant(Budget(10.0, 0.5), rng=1)
-    m = AnalyticGaussian(1.0, delta=1e-5)
+    m = AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0)
     big = m.grid.limit_for(2) * 2
     with pytest.raises(InvalidDataError) as info:
         acc.release(m, np.array([0.0, big]))
@@ -220,7 +220,7 @@ def test_wide_gaussian_at_grid_scale_has_the_right_spread() -> None:
 
 def test_exact_gaussian_outputs_stay_on_the_grid() -> None:
     acc = Accountant(None, rng=7)
-    m = AnalyticGaussian(1.0, delta=1e-5)
+    m = AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0)
     g = m.grid.granularity
     for x in (0.0, 1.0, 0.1, -3.3, 1e6 + 0.123456789):
         outs = acc.release(m, np.full(500, x))
@@ -233,7 +233,7 @@ def test_exact_gaussian_resists_the_float_attack() -> None:
     """The float-attack events of test_float_attack, on AnalyticGaussian(1, 1e-5): the bit events
     never fire; the only measurable loss is the honest one of "below 0" (true value 0.24)."""
     acc = Accountant(None, rng=20261122)
-    m = AnalyticGaussian(EPSILON, delta=1e-5)
+    m = AnalyticGaussian(EPSILON, delta=1e-5, sensitivity=1.0)
     losses = measured_losses(lambda x: acc.release(m, x))
     assert max(v for k, v in losses.items() if k != "below 0") == 0.0, losses
     assert 0.1 < losses["below 0"] <= 0.25, losses
@@ -242,7 +242,7 @@ def test_exact_gaussian_resists_the_float_attack() -> None:
 def test_the_float_gaussian_is_caught() -> None:
     """Negative control: the textbook float Gaussian through the same API leaks on bit events."""
     acc = Accountant(None, rng=20261122)
-    m = AnalyticGaussian(EPSILON, delta=1e-5, noise="float")
+    m = AnalyticGaussian(EPSILON, delta=1e-5, noise="float", sensitivity=1.0)
     losses = measured_losses(lambda x: acc.release(m, x))
     assert losses["in (0, 0.5), not a multiple of 2^-53"] > 4 * EPSILON, losses
 
@@ -250,10 +250,10 @@ def test_the_float_gaussian_is_caught() -> None:
 def test_gaussian_rule_refuses_exact_gaussians_and_says_what_to_do() -> None:
     acc = Accountant(Budget(1.0, 1e-6), composition="gaussian", rng=0)
     with pytest.raises(MechanismNotAllowedError, match="advanced"):
-        acc.release(AnalyticGaussian(0.1, delta=1e-8), 1.0)
+        acc.release(AnalyticGaussian(0.1, delta=1e-8, sensitivity=1.0), 1.0)
     assert acc.spent() == Budget(0.0)
     adv = Accountant(Budget(1.0, 1e-6), composition="advanced", rng=0)
-    exact, floating = AnalyticGaussian(0.1, delta=1e-8), AnalyticGaussian(0.1, delta=1e-8, noise="float")
+    exact, floating = AnalyticGaussian(0.1, delta=1e-8, sensitivity=1.0), AnalyticGaussian(0.1, delta=1e-8, noise="float", sensitivity=1.0)
     assert adv.max_releases(exact) == adv.max_releases(floating) > 10
 
 
@@ -276,7 +276,7 @@ def test_a_gradients_pooled_grid_noise_matches_the_discrete_gaussian() -> None:
     from dpbudget.mechanisms import SubsampledGaussian
     from tests.mechanisms.stat_checks import chi2_with_power
 
-    grid = SubsampledGaussian(2.0, sampling_rate=0.05).grid
+    grid = SubsampledGaussian(2.0, sampling_rate=0.05, sensitivity=1.0).grid
     assert grid is not None
     s = grid.noise_s(31)
     sigma = s / math.sqrt(2)

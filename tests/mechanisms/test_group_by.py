@@ -93,7 +93,7 @@ def test_undeclared_keys_are_dropped_silently() -> None:
 
 def test_means_are_one_batch_all_or_nothing() -> None:
     acc = Accountant(Budget(1.0), rng=2)
-    acc.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.6), 1.0)
+    acc.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.6, sensitivity=1.0), 1.0)
     with pytest.raises(BudgetExceededError):
         group_by(acc, KEYS, GROUPS, values=VALUES, statistic="mean", lower=0, upper=10,
                  epsilon=0.5)

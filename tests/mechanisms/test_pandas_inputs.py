@@ -10,12 +10,13 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant.errors import InvalidDataError, InvalidDataTypeError
-from dpbudget.mechanisms import AnalyticGaussian, Laplace, Median, clamped_sum, noisy_mean
+from dpbudget.mechanisms import AnalyticGaussian, Laplace, Median, noisy_mean
+from dpbudget.mechanisms.queries import true_clamped_sum
 
 pd = pytest.importorskip("pandas")
 
 
-@pytest.mark.parametrize("make", [lambda: Laplace(0.5), lambda: AnalyticGaussian(0.5, delta=1e-6)])
+@pytest.mark.parametrize("make", [lambda: Laplace(0.5, sensitivity=1.0), lambda: AnalyticGaussian(0.5, delta=1e-6, sensitivity=1.0)])
 def test_numeric_mechanisms_take_a_series_and_a_frame(make: object) -> None:
     acc = Accountant(Budget(10.0, 1e-3), rng=0)
     series = pd.Series([1.0, 2.0, 3.0], index=["a", "b", "c"])
@@ -28,9 +29,9 @@ def test_numeric_mechanisms_take_a_series_and_a_frame(make: object) -> None:
 def test_pandas_bad_values_are_typed_and_hidden() -> None:
     acc = Accountant(Budget(1.0), rng=0)
     with pytest.raises(InvalidDataTypeError):
-        acc.release(Laplace(0.1), pd.Series(["secret-a", "secret-b"]))
+        acc.release(Laplace(0.1, sensitivity=1.0), pd.Series(["secret-a", "secret-b"]))
     with pytest.raises(InvalidDataError) as caught:
-        acc.release(Laplace(0.1), pd.Series([424242.0, math.nan]))
+        acc.release(Laplace(0.1, sensitivity=1.0), pd.Series([424242.0, math.nan]))
     assert "424242" not in str(caught.value)
     assert acc.spent() == Budget(0.0)
 
@@ -38,7 +39,7 @@ def test_pandas_bad_values_are_typed_and_hidden() -> None:
 def test_helpers_and_selection_take_a_column() -> None:
     frame = pd.DataFrame({"age": np.arange(20.0, 80.0)})
     acc = Accountant(Budget(3.0), rng=1)
-    assert clamped_sum(frame["age"], 0, 100).value == float(np.arange(20.0, 80.0).sum())
+    assert true_clamped_sum(frame["age"], 0, 100).value == float(np.arange(20.0, 80.0).sum())
     assert 0 <= noisy_mean(acc, frame["age"], 0, 100, epsilon=1.0) <= 100
     assert 0 <= acc.release(Median(1.0, lower=0.0, upper=100.0), frame["age"]) <= 100
 
@@ -53,5 +54,5 @@ def test_a_complex_column_is_refused_not_truncated(make: object) -> None:
     with pytest.raises(InvalidDataTypeError):
         acc.release(make(), np.array([1 + 2j, 3 + 0j]))  # type: ignore[operator]
     with pytest.raises(InvalidDataTypeError):
-        clamped_sum(np.array([1 + 2j]), 0, 1)
+        true_clamped_sum(np.array([1 + 2j]), 0, 1)
     assert acc.spent() == Budget(0.0)

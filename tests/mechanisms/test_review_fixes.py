@@ -62,10 +62,10 @@ def test_randomized_response_law_after_relabelling() -> None:
 
 
 @pytest.mark.parametrize(("make", "value"), [
-    (lambda: Laplace(1.0), 2 ** 60 + 128),
-    (lambda: Laplace(1.0), np.array([1, 2 ** 60 + 128], dtype=np.int64)),
-    (lambda: Exponential(1.0, candidates=["a", "b"]), np.array([2 ** 60 + 128, 2 ** 60], dtype=np.int64)),
-    (lambda: ReportNoisyMax(1.0, candidates=["a", "b"]), [2 ** 60 + 129, 1]),
+    (lambda: Laplace(1.0, sensitivity=1.0), 2 ** 60 + 128),
+    (lambda: Laplace(1.0, sensitivity=1.0), np.array([1, 2 ** 60 + 128], dtype=np.int64)),
+    (lambda: Exponential(1.0, candidates=["a", "b"], sensitivity=1.0), np.array([2 ** 60 + 128, 2 ** 60], dtype=np.int64)),
+    (lambda: ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=1.0), [2 ** 60 + 129, 1]),
 ])
 def test_integers_that_are_not_doubles_are_refused_before_the_debit(make, value) -> None:
     """2^60 + 128 and 2^60 + 129 are neighbours (Δ = 1) that become doubles 256 apart: refused,
@@ -81,7 +81,7 @@ def test_integers_that_are_not_doubles_are_refused_before_the_debit(make, value)
 
 def test_sparse_vector_refuses_a_query_that_is_not_a_double() -> None:
     acc = Accountant(Budget(10.0), rng=0)
-    with acc.session(Sparse(1.0, threshold=0.0, max_positives=3)) as s:
+    with acc.session(Sparse(1.0, threshold=0.0, max_positives=3, sensitivity=1.0)) as s:
         with pytest.raises(InvalidDataError):
             s.test(2 ** 60 + 1)
         assert s.answered == 0
@@ -90,7 +90,7 @@ def test_sparse_vector_refuses_a_query_that_is_not_a_double() -> None:
 def test_grid_parameters_are_pinned() -> None:
     """The integer noise parameters the review derived by hand (so an off-by-one in the widening
     D = ⌊Δ/g⌋ + 1 or in t cannot pass unnoticed)."""
-    rnm = ReportNoisyMax(1.0, candidates=["a", "b"])
+    rnm = ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=1.0)
     assert rnm._g == 2.0 ** -39 and rnm._t == 2 ** 40 + 2
-    svt = Sparse(1.0, threshold=0.0, max_positives=3)
+    svt = Sparse(1.0, threshold=0.0, max_positives=3, sensitivity=1.0)
     assert (svt._t_threshold, svt._t_query) == (591252379006, 1074376873452)

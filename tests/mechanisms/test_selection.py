@@ -39,7 +39,7 @@ def test_cost_scale_and_choice(cls):
 ])
 def test_bad_candidates(cls, candidates, argument):
     with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
-        cls(epsilon=1.0, candidates=candidates)
+        cls(epsilon=1.0, candidates=candidates, sensitivity=1.0)
     assert info.value.argument == argument
 
 
@@ -54,10 +54,10 @@ def test_bad_candidates(cls, candidates, argument):
 def test_bad_scores_change_nothing(cls, scores, error):
     rng = np.random.default_rng(1)
     acc = Accountant(Budget(1.0), rng=rng)
-    acc.release(cls(0.1, candidates=["x", "y", "z"]), [1, 2, 3])
+    acc.release(cls(0.1, candidates=["x", "y", "z"], sensitivity=1.0), [1, 2, 3])
     before = snapshot(acc, rng)
     with pytest.raises(error) as info:
-        acc.release(cls(0.1, candidates=["x", "y", "z"]), scores)
+        acc.release(cls(0.1, candidates=["x", "y", "z"], sensitivity=1.0), scores)
     assert info.value.argument == "scores"
     assert snapshot(acc, rng) == before and acc.spent() == Budget(0.1)
 
@@ -68,12 +68,12 @@ def test_bad_epsilon_and_sensitivity(cls):
                              (dict(epsilon=1, sensitivity=0), "sensitivity"),
                              (dict(epsilon=1, monotonic="yes"), "monotonic")):
         with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
-            cls(candidates=["a", "b"], **kwargs)
+            cls(candidates=["a", "b"], **{"sensitivity": 1.0, **kwargs})
         assert info.value.argument == argument
 
 
 def test_selection_is_immutable():
-    m = Exponential(1.0, candidates=["a", "b"])
+    m = Exponential(1.0, candidates=["a", "b"], sensitivity=1.0)
     with pytest.raises(AttributeError):
         m.scale = 0.01
     assert isinstance(m.candidates, tuple)
@@ -113,7 +113,7 @@ def test_unordered_candidates_are_refused() -> None:
 
     for bad in ({"a", "b"}, frozenset({"a", "b"}), {"a": 1, "b": 2}, {"a": 1, "b": 2}.keys()):
         with pytest.raises(InvalidTypeError) as info:
-            Exponential(1.0, candidates=bad)
+            Exponential(1.0, candidates=bad, sensitivity=1.0)
         assert info.value.argument == "candidates"
         with pytest.raises(InvalidTypeError):
             RandomizedResponse(1.0, categories=bad)

@@ -47,7 +47,7 @@ def argmax_probs(scores: np.ndarray, dist) -> np.ndarray:
 
 
 def test_exponential_mechanism_law():
-    m = Exponential(epsilon=1.0, candidates=["a", "b", "c", "d"])  # scale 2Δ/ε = 2
+    m = Exponential(epsilon=1.0, candidates=["a", "b", "c", "d"], sensitivity=1.0)  # scale 2Δ/ε = 2
     assert m.scale == pytest.approx(2.0, rel=1e-9)
 
     def softmax(scale):
@@ -62,20 +62,20 @@ def test_exponential_mechanism_law():
 
 
 def test_exponential_monotonic_uses_epsilon_over_delta():
-    m = Exponential(epsilon=1.0, candidates=["a", "b", "c", "d"], monotonic=True)
+    m = Exponential(epsilon=1.0, candidates=["a", "b", "c", "d"], monotonic=True, sensitivity=1.0)
     assert m.scale == pytest.approx(1.0, rel=1e-9)
     chi2_with_power(counts_of(m, SCORES, seed=8),
                     lambda s: np.exp(SCORES / s) / np.exp(SCORES / s).sum(), 1.0)
 
 
 def test_report_noisy_max_law():
-    m = ReportNoisyMax(epsilon=1.0, candidates=["a", "b", "c", "d"])  # Lap(2Δ/ε)
+    m = ReportNoisyMax(epsilon=1.0, candidates=["a", "b", "c", "d"], sensitivity=1.0)  # Lap(2Δ/ε)
     chi2_with_power(counts_of(m, SCORES, seed=9),
                     lambda s: argmax_probs(SCORES, stats.laplace(scale=s)), 2.0)
 
 
 def test_permute_and_flip_law():
-    m = PermuteAndFlip(epsilon=1.0, candidates=["a", "b", "c", "d"])  # Exp(2Δ/ε)
+    m = PermuteAndFlip(epsilon=1.0, candidates=["a", "b", "c", "d"], sensitivity=1.0)  # Exp(2Δ/ε)
     chi2_with_power(counts_of(m, SCORES, seed=10),
                     lambda s: argmax_probs(SCORES, stats.expon(scale=s)), 2.0)
 

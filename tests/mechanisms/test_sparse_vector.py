@@ -58,7 +58,7 @@ def test_above_threshold_scales(eps, delta):
 @pytest.mark.parametrize("c", [1, 2, 3, 10, 100])
 @pytest.mark.parametrize("monotonic", [False, True])
 def test_default_split_lyu_su_li(c, monotonic):
-    m = Sparse(epsilon=1.0, threshold=5.0, max_positives=c, monotonic=monotonic)
+    m = Sparse(epsilon=1.0, threshold=5.0, max_positives=c, monotonic=monotonic, sensitivity=1.0)
     ratio = (c if monotonic else 2 * c) ** (2 / 3)
     assert m.epsilon_queries / m.epsilon_threshold == pytest.approx(ratio, rel=REL)
     assert m.epsilon_threshold + m.epsilon_queries <= 1.0
@@ -74,7 +74,7 @@ def test_explicit_split_and_numeric_shares():
     assert m.epsilon_threshold == pytest.approx(0.3, rel=REL)
     assert m.epsilon_queries == pytest.approx(0.6, rel=REL)
     assert m.query_scale == pytest.approx(2 * 4 * 2.0 / 0.6, rel=REL)
-    n = NumericSparse(epsilon=1.0, threshold=0.0, max_positives=3)
+    n = NumericSparse(epsilon=1.0, threshold=0.0, max_positives=3, sensitivity=1.0)
     assert n.epsilon_answers == pytest.approx(0.5, rel=REL)
     assert n.epsilon_queries / n.epsilon_threshold == pytest.approx(6 ** (2 / 3), rel=REL)
     assert n.epsilon_threshold + n.epsilon_queries + n.epsilon_answers <= 1.0
@@ -84,17 +84,17 @@ def test_explicit_split_and_numeric_shares():
 def test_shares_never_sum_above_epsilon():
     for eps in (0.1, 0.3, 1 / 3, 0.7, 1.1, 2.9):
         for split in ((1, 1), (1, 3), (0.1, 0.7), (1, 2 ** (2 / 3))):
-            m = Sparse(eps, threshold=0.0, max_positives=1, split=split)
+            m = Sparse(eps, threshold=0.0, max_positives=1, split=split, sensitivity=1.0)
             from fractions import Fraction
             assert Fraction(m.epsilon_threshold) + Fraction(m.epsilon_queries) <= Fraction(eps)
 
 
 def test_sparse_accuracy_bound():
-    at = AboveThreshold(epsilon=1.0, threshold=0.0)
+    at = AboveThreshold(epsilon=1.0, threshold=0.0, sensitivity=1.0)
     alpha = at.accuracy(1000, 0.05)
     assert alpha == pytest.approx((6 * math.log(40) + 4 * math.log(1000)), rel=REL)
     assert alpha <= above_threshold_accuracy(1000, 0.05, 1.0)
-    sp = Sparse(epsilon=1.0, threshold=0.0, max_positives=5)
+    sp = Sparse(epsilon=1.0, threshold=0.0, max_positives=5, sensitivity=1.0)
     assert sp.accuracy(100, 0.1) == pytest.approx(
         sp.threshold_scale * math.log(20) + sp.query_scale * math.log(2000), rel=REL)
 
@@ -104,15 +104,15 @@ def test_sparse_accuracy_bound():
 @pytest.mark.parametrize("bad", [None, 0, -1, 1.5, math.inf, math.nan, True, "3"])
 def test_no_cutoff_is_impossible(bad):
     with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
-        Sparse(epsilon=1.0, threshold=0.0, max_positives=bad)
+        Sparse(epsilon=1.0, threshold=0.0, max_positives=bad, sensitivity=1.0)
     assert info.value.argument == "max_positives"
 
 
 def test_query_noise_always_carries_c_and_cannot_be_changed():
-    m = Sparse(epsilon=1.0, threshold=0.0, max_positives=7, split=(1, 1))
+    m = Sparse(epsilon=1.0, threshold=0.0, max_positives=7, split=(1, 1), sensitivity=1.0)
     assert m.query_scale == pytest.approx(2 * 7 / 0.5, rel=REL)
     with pytest.raises(TypeError):
-        Sparse(epsilon=1.0, threshold=0.0, max_positives=7, query_scale=4.0)  # no such knob
+        Sparse(epsilon=1.0, threshold=0.0, max_positives=7, query_scale=4.0, sensitivity=1.0)  # no such knob
     for attr in ("query_scale", "max_positives", "threshold_scale", "epsilon"):
         with pytest.raises(AttributeError):
             setattr(m, attr, 1.0)
@@ -120,11 +120,11 @@ def test_query_noise_always_carries_c_and_cannot_be_changed():
 
 def test_non_numeric_session_cannot_release_a_value():
     acc = Accountant(Budget(1.0), rng=0)
-    with acc.session(Sparse(epsilon=0.5, threshold=-1e9, max_positives=3)) as s:
+    with acc.session(Sparse(epsilon=0.5, threshold=-1e9, max_positives=3, sensitivity=1.0)) as s:
         assert type(s) is Session and not hasattr(s, "query")
         assert s.test(1.0) is True
         assert not hasattr(s._stream, "query")
-    with acc.session(NumericSparse(epsilon=0.5, threshold=-1e9, max_positives=3)) as n:
+    with acc.session(NumericSparse(epsilon=0.5, threshold=-1e9, max_positives=3, sensitivity=1.0)) as n:
         assert isinstance(n, NumericSession)
         value = n.query(1.0)
         assert isinstance(value, float)
@@ -144,7 +144,7 @@ def test_non_numeric_session_cannot_release_a_value():
 ])
 def test_bad_arguments_name_the_argument(kwargs, argument):
     with pytest.raises((InvalidArgumentError, InvalidTypeError)) as info:
-        Sparse(**kwargs)
+        Sparse(**{"sensitivity": 1.0, **kwargs})
     assert info.value.argument == argument
     assert repr(kwargs.get(argument.split("[")[0])) in str(info.value) or "[" in argument
 
@@ -153,7 +153,7 @@ def test_bad_arguments_name_the_argument(kwargs, argument):
 
 def test_session_debits_once_however_many_queries():
     acc = Accountant(Budget(1.0), rng=0)
-    with acc.session(AboveThreshold(epsilon=0.25, threshold=1e9), dataset="adult",
+    with acc.session(AboveThreshold(epsilon=0.25, threshold=1e9, sensitivity=1.0), dataset="adult",
                      analyst="ann", label="bounds") as svt:
         assert acc.spent("adult") == Budget(0.25)
         assert [r["kind"] for r in records(acc)] == ["session"]
@@ -173,7 +173,7 @@ def test_session_debits_once_however_many_queries():
 
 def test_cutoff_after_c_positives_and_after_close():
     acc = Accountant(Budget(1.0), rng=3)
-    svt = acc.session(Sparse(epsilon=0.5, threshold=0.0, max_positives=2))
+    svt = acc.session(Sparse(epsilon=0.5, threshold=0.0, max_positives=2, sensitivity=1.0))
     assert svt.test(1e6) and svt.test(-1e6) is False and svt.test(1e6)
     with pytest.raises(MechanismExhaustedError, match="cutoff of 2") as info:
         svt.test(1e6)
@@ -190,7 +190,7 @@ def test_cutoff_after_c_positives_and_after_close():
 def test_error_in_block_still_closes_and_records():
     acc = Accountant(Budget(1.0), rng=0)
     with pytest.raises(ZeroDivisionError):
-        with acc.session(AboveThreshold(epsilon=0.5, threshold=1e9)) as svt:
+        with acc.session(AboveThreshold(epsilon=0.5, threshold=1e9, sensitivity=1.0)) as svt:
             svt.test(1.0)
             1 / 0
     assert svt.closed and records(acc)[-1]["answered"] == 1
@@ -198,11 +198,11 @@ def test_error_in_block_still_closes_and_records():
 
 def test_abandoned_session_keeps_its_cost():
     acc = Accountant(Budget(1.0), rng=0)
-    svt = acc.session(AboveThreshold(epsilon=0.75, threshold=0.0))
+    svt = acc.session(AboveThreshold(epsilon=0.75, threshold=0.0, sensitivity=1.0))
     del svt
     assert acc.spent() == Budget(0.75)
     with pytest.raises(BudgetExceededError):
-        acc.session(AboveThreshold(epsilon=0.5, threshold=0.0))
+        acc.session(AboveThreshold(epsilon=0.5, threshold=0.0, sensitivity=1.0))
     assert [r["kind"] for r in records(acc)] == ["session"]
 
 
@@ -212,7 +212,7 @@ def test_nan_query_is_refused_and_the_session_does_not_advance():
     def run(inject):
         acc = Accountant(Budget(1.0), rng=11)
         out = []
-        with acc.session(Sparse(epsilon=1.0, threshold=4.0, max_positives=8)) as s:
+        with acc.session(Sparse(epsilon=1.0, threshold=4.0, max_positives=8, sensitivity=1.0)) as s:
             for i, q in enumerate(queries):
                 if inject and i == 3:
                     for bad in (math.nan, math.inf, -math.inf, np.float64("nan")):
@@ -233,27 +233,27 @@ def test_nan_query_is_refused_and_the_session_does_not_advance():
 
 def test_accepts_real_numbers_of_any_type():
     acc = Accountant(Budget(1.0), rng=0)
-    with acc.session(Sparse(epsilon=1.0, threshold=-1e9, max_positives=10)) as s:
+    with acc.session(Sparse(epsilon=1.0, threshold=-1e9, max_positives=10, sensitivity=1.0)) as s:
         assert all(s.test(v) for v in (1, 2.5, np.float32(3), np.int64(4)))
 
 
 def test_refusals_change_nothing():
     rng = np.random.default_rng(5)
     acc = Accountant(Budget(1.0), rng=rng)
-    acc.session(AboveThreshold(epsilon=0.5, threshold=0.0)).close()
+    acc.session(AboveThreshold(epsilon=0.5, threshold=0.0, sensitivity=1.0)).close()
     before = snapshot(acc, rng)
     with pytest.raises(InvalidTypeError):
-        acc.release(AboveThreshold(epsilon=0.1, threshold=0.0), 3.0)  # not a one-shot mechanism
+        acc.release(AboveThreshold(epsilon=0.1, threshold=0.0, sensitivity=1.0), 3.0)  # not a one-shot mechanism
     with pytest.raises(InvalidTypeError):
-        acc.session(Laplace(epsilon=0.1))
+        acc.session(Laplace(epsilon=0.1, sensitivity=1.0))
     with pytest.raises(InvalidTypeError):
         acc.session("AboveThreshold")
     with pytest.raises(BudgetExceededError):
-        acc.session(AboveThreshold(epsilon=0.6, threshold=0.0))
+        acc.session(AboveThreshold(epsilon=0.6, threshold=0.0, sensitivity=1.0))
     with pytest.raises(InvalidTypeError):
-        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0), dataset=3)
+        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0, sensitivity=1.0), dataset=3)
     with pytest.raises(InvalidArgumentError):
-        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0), label="")
+        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0, sensitivity=1.0), label="")
     assert snapshot(acc, rng) == before
     assert acc.spent() == Budget(0.5)
 
@@ -261,19 +261,19 @@ def test_refusals_change_nothing():
 def test_unknown_dataset_is_refused_before_anything():
     acc = Accountant(limits={"adult": Budget(1.0)}, rng=0)
     with pytest.raises(InvalidArgumentError):
-        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0), dataset="census")
+        acc.session(AboveThreshold(epsilon=0.1, threshold=0.0, sensitivity=1.0), dataset="census")
     assert records(acc) == []
 
 
 def test_can_afford_a_session():
     acc = Accountant(Budget(1.0), rng=0)
-    assert acc.can_afford(AboveThreshold(epsilon=1.0, threshold=0.0))
-    assert not acc.can_afford(AboveThreshold(epsilon=1.5, threshold=0.0))
+    assert acc.can_afford(AboveThreshold(epsilon=1.0, threshold=0.0, sensitivity=1.0))
+    assert not acc.can_afford(AboveThreshold(epsilon=1.5, threshold=0.0, sensitivity=1.0))
 
 
 def test_numeric_session_releases_fresh_noisy_values():
     acc = Accountant(Budget(2.0), rng=2)
-    m = NumericSparse(epsilon=1.0, threshold=100.0, max_positives=2)
+    m = NumericSparse(epsilon=1.0, threshold=100.0, max_positives=2, sensitivity=1.0)
     with acc.session(m) as s:
         assert s.query(-1e6) is None
         v = s.query(1e6)
@@ -287,7 +287,7 @@ def test_numeric_session_releases_fresh_noisy_values():
 def test_session_on_sqlite_ledger(tmp_path):
     url = f"sqlite:///{tmp_path / 'budget.db'}"
     with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as acc:
-        with acc.session(AboveThreshold(epsilon=0.4, threshold=1e9)) as s:
+        with acc.session(AboveThreshold(epsilon=0.4, threshold=1e9, sensitivity=1.0)) as s:
             s.test(1.0)
     with Accountant(Budget(1.0), ledger=url, rng=0, simulation=True) as again:
         assert again.spent() == Budget(0.4)
@@ -297,7 +297,7 @@ def test_session_on_sqlite_ledger(tmp_path):
 def test_no_true_value_in_the_ledger():
     acc = Accountant(Budget(1.0), rng=0)
     secret = 123456.789
-    with acc.session(NumericSparse(epsilon=1.0, threshold=-1e9, max_positives=1)) as s:
+    with acc.session(NumericSparse(epsilon=1.0, threshold=-1e9, max_positives=1, sensitivity=1.0)) as s:
         s.query(secret)
     assert "123456" not in "".join(e.text for e in acc.ledger.entries())
 
@@ -326,7 +326,8 @@ def test_threads_racing_one_session_never_pass_the_cutoff(kind: str) -> None:
     cls = Sparse if kind == "Sparse" else NumericSparse
     acc = Accountant(Budget(1.0), rng=3)
     tops, exhausted, other = [], [], []
-    with acc.session(cls(epsilon=1.0, threshold=0.0, max_positives=2), dataset="d") as s:
+    with acc.session(cls(epsilon=1.0, threshold=0.0, max_positives=2, sensitivity=1.0),
+                     dataset="d") as s:
         ask = s.test if kind == "Sparse" else s.query
 
         def worker() -> None:

@@ -61,7 +61,7 @@ def hits_simulated(queries: np.ndarray, b_t: float, b_q: float, n: int, seed: in
 
 @pytest.fixture(scope="module")
 def ours():
-    return Sparse(epsilon=EPS, threshold=T, max_positives=C)
+    return Sparse(epsilon=EPS, threshold=T, max_positives=C, sensitivity=1.0)
 
 
 def test_our_sparse_stays_under_its_epsilon(ours):

@@ -37,8 +37,8 @@ def threshold_noise(stream, mechanism) -> float:
 
 @pytest.mark.parametrize("mechanism", [
     AboveThreshold(epsilon=0.5, threshold=10.0, sensitivity=2.0),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True),
+    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, sensitivity=1.0),
+    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True, sensitivity=1.0),
 ], ids=["above-threshold", "sparse", "sparse-monotonic"])
 def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
     s = sampler(101)
@@ -48,8 +48,8 @@ def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
 
 @pytest.mark.parametrize("mechanism", [
     AboveThreshold(epsilon=0.5, threshold=10.0, sensitivity=2.0),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True),
+    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, sensitivity=1.0),
+    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True, sensitivity=1.0),
 ], ids=["above-threshold", "sparse", "sparse-monotonic"])
 def test_query_noise_is_laplace_with_c(mechanism):
     stream = mechanism._open(sampler(202))
@@ -63,7 +63,7 @@ def test_query_noise_is_laplace_with_c(mechanism):
 
 
 def test_numeric_answers_carry_fresh_laplace_noise():
-    m = NumericSparse(epsilon=1.0, threshold=-1e12, max_positives=N)
+    m = NumericSparse(epsilon=1.0, threshold=-1e12, max_positives=N, sensitivity=1.0)
     stream = m._open(sampler(303))
     noise = np.array([stream.query(0.0) for _ in range(N)])
     ks_with_power(noise, laplace_cdf, m.answer_scale)
@@ -78,7 +78,7 @@ def _tail_of_laplace_difference(t: float, a: float, b: float) -> float:
 
 def test_first_answer_probability_end_to_end():
     """Through the public ``test``: P(⊤ on the first query) for AboveThreshold, exact binomial."""
-    m = AboveThreshold(epsilon=1.0, threshold=0.0)
+    m = AboveThreshold(epsilon=1.0, threshold=0.0, sensitivity=1.0)
     s, n, q = sampler(404), 100_000, -3.0
     hits = sum(m._open(s).test(q) for _ in range(n))
     binom_with_power(hits, n, lambda f: _tail_of_laplace_difference(-q, 4.0 * f, 2.0 * f), 1.0)
@@ -86,7 +86,7 @@ def test_first_answer_probability_end_to_end():
 
 def test_accuracy_bound_holds_empirically():
     """Sparse.accuracy(k, β): the noises exceed it with probability ≤ β (one-sided binomial)."""
-    m, k, beta, n = Sparse(epsilon=1.0, threshold=0.0, max_positives=3), 50, 0.2, 4_000
+    m, k, beta, n = Sparse(epsilon=1.0, threshold=0.0, max_positives=3, sensitivity=1.0), 50, 0.2, 4_000
     alpha, s = m.accuracy(k, beta), sampler(505)
     failures = 0
     for _ in range(n):

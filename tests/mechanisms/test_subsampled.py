@@ -93,7 +93,7 @@ def test_each_release_samples_afresh_after_the_debit(monkeypatch) -> None:
 
     monkeypatch.setattr(module, "poisson_sample", spy)
     acc = Accountant(Budget(1.0, 1e-6), composition="renyi", rng=5)
-    m = SubsampledGaussian(1.0, sampling_rate=0.5)
+    m = SubsampledGaussian(1.0, sampling_rate=0.5, sensitivity=1.0)
     n = acc.max_releases(m)
     for _ in range(n):
         acc.release(m, np.ones((64, 1)))
@@ -107,20 +107,20 @@ def test_declared_costs() -> None:
     m = SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=2.0, delta=1e-5)
     assert m.sigma == 2.0 and m.rho == pytest.approx(0.5) and m.mu is None
     assert m.rdp == ("poisson-discrete-gaussian", 0.01, 1.0)
-    assert SubsampledGaussian(1.0, sampling_rate=0.01, noise="float").rdp == ("poisson-gaussian", 0.01, 1.0)
+    assert SubsampledGaussian(1.0, sampling_rate=0.01, noise="float", sensitivity=1.0).rdp == ("poisson-gaussian", 0.01, 1.0)
     # The declared ε is a valid conversion of the step's own curve, below the unsubsampled one.
     assert m.epsilon < analytic_gaussian_epsilon(2.0, 1e-5, 2.0)
-    whole = SubsampledGaussian(1.0, sampling_rate=1.0, delta=1e-5)
+    whole = SubsampledGaussian(1.0, sampling_rate=1.0, delta=1e-5, sensitivity=1.0)
     assert whole.epsilon == pytest.approx(analytic_gaussian_epsilon(1.0, 1e-5), rel=1e-6)
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [
-    ({"noise_multiplier": 0.0, "sampling_rate": 0.1}, "noise_multiplier"),
-    ({"noise_multiplier": 1.0, "sampling_rate": 0.0}, "sampling_rate"),
-    ({"noise_multiplier": 1.0, "sampling_rate": 1.5}, "sampling_rate"),
-    ({"noise_multiplier": 1.0, "sampling_rate": math.nan}, "sampling_rate"),
+    ({"noise_multiplier": 0.0, "sampling_rate": 0.1, "sensitivity": 1.0}, "noise_multiplier"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 0.0, "sensitivity": 1.0}, "sampling_rate"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 1.5, "sensitivity": 1.0}, "sampling_rate"),
+    ({"noise_multiplier": 1.0, "sampling_rate": math.nan, "sensitivity": 1.0}, "sampling_rate"),
     ({"noise_multiplier": 1.0, "sampling_rate": 0.1, "sensitivity": -1.0}, "sensitivity"),
-    ({"noise_multiplier": 1.0, "sampling_rate": 0.1, "delta": 1.0}, "delta"),
+    ({"noise_multiplier": 1.0, "sampling_rate": 0.1, "sensitivity": 1.0, "delta": 1.0}, "delta"),
 ])
 def test_bad_parameters_are_named(kwargs: dict, name: str) -> None:
     with pytest.raises(InvalidArgumentError, match=f"'{name}'"):
@@ -129,7 +129,7 @@ def test_bad_parameters_are_named(kwargs: dict, name: str) -> None:
 
 def test_bad_rows_are_refused_without_data_and_without_debit() -> None:
     acc = Accountant(Budget(3.0, 1e-5), composition="renyi", rng=0)
-    m = SubsampledGaussian(1.0, sampling_rate=0.1)
+    m = SubsampledGaussian(1.0, sampling_rate=0.1, sensitivity=1.0)
     secret = 123456.789
     for bad in ([[1.0, math.nan], [secret, 1.0]], 3.0, np.ones((2, 2, 2)), [[secret, math.inf]]):
         with pytest.raises((InvalidDataError, InvalidArgumentError, TypeError)) as info:
@@ -148,7 +148,7 @@ def test_gaussian_from_its_noise() -> None:
     odd = AnalyticGaussian(noise_multiplier=0.1, delta=1e-5, sensitivity=0.3)
     assert Fraction(odd.sigma) >= Fraction(0.1) * Fraction(0.3)  # never less noise
     with pytest.raises(InvalidArgumentError, match="given alone"):
-        AnalyticGaussian(1.0, delta=1e-5, sigma=2.0)
+        AnalyticGaussian(1.0, delta=1e-5, sigma=2.0, sensitivity=1.0)
 
 
 # -- found by the independent review of issue 14 ------------------------------------------------
@@ -203,7 +203,7 @@ def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() 
     from dpbudget.accountant.errors import SamplerSpentError
     from dpbudget.mechanisms.sampling import Sampler
 
-    mech = SubsampledGaussian(2.0, sampling_rate=0.05)
+    mech = SubsampledGaussian(2.0, sampling_rate=0.05, sensitivity=1.0)
     assert mech.grid is not None
     key = ("wide_gaussian", mech.grid.noise_s(31))
     source = Sampler(5)

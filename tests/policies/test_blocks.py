@@ -38,8 +38,8 @@ DAILY = """
 
 def test_a_release_is_charged_to_every_block_it_reads(make) -> None:
     acc = make(DAILY)
-    acc.release(Laplace(0.5), 1.0, dataset="events", blocks=slice("2026-11-19", "2026-11-21"))
-    acc.release(Laplace(0.25), 1.0, dataset="events", blocks=["2026-11-21", "2026-11-16"])
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks=slice("2026-11-19", "2026-11-21"))
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=["2026-11-21", "2026-11-16"])
     spent = {b: acc.spent("events", block=b).epsilon
              for b in ("2026-11-16", "2026-11-19", "2026-11-20", "2026-11-21", "2026-11-18")}
     assert spent == {"2026-11-16": 0.25, "2026-11-19": 0.5, "2026-11-20": 0.5,
@@ -49,56 +49,56 @@ def test_a_release_is_charged_to_every_block_it_reads(make) -> None:
 
 def test_an_exhausted_block_refuses_the_whole_release_and_nothing_moves(make) -> None:
     acc = make(DAILY)
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     before = snapshot(acc.ledger)
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(0.1), 1.0, dataset="events",
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events",
                     blocks=slice("2026-11-18", "2026-11-21"))
     assert info.value.account == "dataset:events/block:2026-11-20"
     assert snapshot(acc.ledger) == before  # no other block was charged either
-    acc.release(Laplace(0.1), 1.0, dataset="events", blocks="2026-11-21")  # a fresh block
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-21")  # a fresh block
 
 
 def test_blocks_that_do_not_exist_are_refused(make, clock) -> None:
     acc = make(DAILY)
     with pytest.raises(InvalidArgumentError, match="begun"):  # tomorrow: no data yet
-        acc.release(Laplace(0.1), 1.0, dataset="events", blocks="2026-11-22")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-22")
     with pytest.raises(InvalidArgumentError, match="first block"):
-        acc.release(Laplace(0.1), 1.0, dataset="events", blocks="2026-11-14")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-14")
     with pytest.raises(InvalidArgumentError, match="real day"):
-        acc.release(Laplace(0.1), 1.0, dataset="events", blocks="2026-02-30")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks="2026-02-30")
     with pytest.raises(InvalidArgumentError, match="blocks the data came from"):
-        acc.release(Laplace(0.1), 1.0, dataset="events")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events")
     with pytest.raises(InvalidArgumentError, match="each block named once"):
-        acc.release(Laplace(0.1), 1.0, dataset="events", blocks=["2026-11-20", "2026-11-20"])
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks=["2026-11-20", "2026-11-20"])
     with pytest.raises(InvalidArgumentError, match="not before its first"):
-        acc.release(Laplace(0.1), 1.0, dataset="events",
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events",
                     blocks=slice("2026-11-20", "2026-11-19"))
     assert acc.spent("events") == Budget(0.0)
     clock.now += DAY  # the 22nd has begun: its block exists now, with a fresh budget
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-22")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-22")
 
 
 def test_analyst_and_dataset_quotas_apply_as_well(make) -> None:
     acc = make(DAILY)
     for day in ("2026-11-18", "2026-11-19"):
-        acc.release(Laplace(1.0), 1.0, dataset="events", analyst="alice", blocks=day)
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", analyst="alice", blocks=day)
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(0.5), 1.0, dataset="events", analyst="alice", blocks="2026-11-20")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", analyst="alice", blocks="2026-11-20")
     assert info.value.account == "dataset:events/analyst:alice"
 
 
 def test_sessions_pipelines_and_batches_name_blocks(make) -> None:
     acc = make(DAILY)
-    with acc.session(AboveThreshold(0.3, threshold=10.0), dataset="events", blocks="2026-11-17") as svt:
+    with acc.session(AboveThreshold(0.3, threshold=10.0, sensitivity=1.0), dataset="events", blocks="2026-11-17") as svt:
         svt.test(1.0)
     with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-17") as p:
-        p.release(Laplace(0.2), 1.0)
-    acc.release_many([(Laplace(0.1), 1.0), (Laplace(0.1), 2.0)], dataset="events",
+        p.release(Laplace(0.2, sensitivity=1.0), 1.0)
+    acc.release_many([(Laplace(0.1, sensitivity=1.0), 1.0), (Laplace(0.1, sensitivity=1.0), 2.0)], dataset="events",
                      blocks="2026-11-17")
     assert acc.spent("events", block="2026-11-17").epsilon == pytest.approx(0.9)
-    assert acc.max_releases(Laplace(0.1), dataset="events", blocks="2026-11-17") == 1
-    assert not acc.can_afford(Laplace(0.2), dataset="events", blocks="2026-11-17")
+    assert acc.max_releases(Laplace(0.1, sensitivity=1.0), dataset="events", blocks="2026-11-17") == 1
+    assert not acc.can_afford(Laplace(0.2, sensitivity=1.0), dataset="events", blocks="2026-11-17")
 
 
 def test_named_blocks_and_other_rules(make) -> None:
@@ -110,13 +110,13 @@ def test_named_blocks_and_other_rules(make) -> None:
         limit = { epsilon = 3.0, delta = 1e-5 }
     """)
     rows = np.ones((50, 2))
-    n = acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.01), dataset="cohorts", blocks="2019")
+    n = acc.max_releases(SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0), dataset="cohorts", blocks="2019")
     assert n > 1000
-    acc.release(SubsampledGaussian(1.0, sampling_rate=0.01), rows, dataset="cohorts", blocks=["2019", "2021"])
+    acc.release(SubsampledGaussian(1.0, sampling_rate=0.01, sensitivity=1.0), rows, dataset="cohorts", blocks=["2019", "2021"])
     with pytest.raises(InvalidArgumentError, match="declared blocks"):
-        acc.release(Laplace(0.1), 1.0, dataset="cohorts", blocks="2022")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="cohorts", blocks="2022")
     with pytest.raises(InvalidArgumentError, match="range of time blocks"):
-        acc.release(Laplace(0.1), 1.0, dataset="cohorts", blocks=slice("2019", "2021"))
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="cohorts", blocks=slice("2019", "2021"))
 
 
 def test_malformed_block_policies_name_the_key(write) -> None:
@@ -136,9 +136,9 @@ def test_malformed_block_policies_name_the_key(write) -> None:
 def test_a_join_or_a_dataset_without_blocks_cannot_name_them(make) -> None:
     acc = make(DAILY + '\n[datasets.plain]\nlimit = { epsilon = 1.0 }\n')
     with pytest.raises(InvalidArgumentError, match="not divided into blocks"):
-        acc.release(Laplace(0.1), 1.0, dataset="plain", blocks="2026-11-20")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="plain", blocks="2026-11-20")
     with pytest.raises(InvalidArgumentError, match="join"):
-        acc.release(Laplace(0.1), 1.0, dataset=("events", "plain"), blocks="2026-11-20")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=("events", "plain"), blocks="2026-11-20")
 
 
 def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock,
@@ -146,7 +146,7 @@ def test_changing_the_division_under_a_ledger_is_flagged(write, tmp_path, clock,
     db = tmp_path / "l.db"
     acc = Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True,
                                  owner_key=OWNER)
-    acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     weekly = DAILY.replace('by = "day"', 'by = "week"').replace('first = "2026-11-15"\n', '')
     change = acc.apply_policy(write(weekly), by="admin", reason="test", owner_key=OWNER)
     assert any("blocks.by" in r for r in change.raised)
@@ -158,7 +158,7 @@ def test_audit_replays_block_charges_and_catches_a_missing_one(write, tmp_path, 
     db = tmp_path / "l.db"
     with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
         for day in range(15, 22):
-            acc.release(Laplace(0.3), 1.0, dataset="events",
+            acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="events",
                         blocks=slice(f"2026-11-{day - 2 if day > 16 else 15}", f"2026-11-{day}"))
     report = audit(f"sqlite:///{db}")
     assert report.ok, report.problems
@@ -202,7 +202,7 @@ def _hammer(db: str, policy: str, seed: int, counts: "multiprocessing.Queue[int]
         first = int(rng.integers(15, 21))
         last = int(rng.integers(first, 22))
         try:
-            acc.release(Laplace(0.05), 1.0, dataset="events",
+            acc.release(Laplace(0.05, sensitivity=1.0), 1.0, dataset="events",
                         blocks=slice(f"2026-11-{first}", f"2026-11-{last}"))
             n += 1
         except BudgetExceededError:
@@ -257,7 +257,7 @@ def test_the_example_runs(capsys) -> None:
 def test_conflicting_rule_for_a_block_is_refused(write, tmp_path, clock, ledger_clock) -> None:
     db = tmp_path / "l.db"
     with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     renyi = DAILY.replace('limit = { epsilon = 1.0 }',
                           'composition = "advanced"\nlimit = { epsilon = 1.0, delta = 1e-6 }')
     with pytest.raises(LedgerConflictError, match="block:2026-11-20 cannot continue"):
@@ -273,15 +273,15 @@ def test_an_unlocking_schedule_releases_a_block_gradually(make, clock) -> None:
         unlock = { every = "1d", fraction = 0.25 }
     """)
     clock.now = block_start("2026-11-20", "day") + 3600  # an hour into the 20th: 25% unlocked
-    acc.release(Laplace(0.25), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     with pytest.raises(BudgetExceededError, match="unlocked 25%"):
-        acc.release(Laplace(0.01), 1.0, dataset="events", blocks="2026-11-20")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     clock.now += 2 * DAY  # 75% unlocked
-    acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     clock.now += 30 * DAY  # all of it, never more
-    acc.release(Laplace(0.25), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(0.01), 1.0, dataset="events", blocks="2026-11-20")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
 
 
 def test_unlocking_needs_time_blocks(write) -> None:

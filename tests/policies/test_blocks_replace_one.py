@@ -55,12 +55,12 @@ def moved_record_delta(b: tuple, b2: tuple) -> mp.mpf:
 
 def test_the_issue_counterexample_exceeds_the_old_statement_and_meets_the_new(make) -> None:
     acc = make(TWO_BLOCKS)
-    release = AnalyticGaussian(1.0, delta=1e-5)  # a sum of values in [−1, 1]: add/remove Δ = 1
+    release = AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0)  # a sum of values in [−1, 1]: add/remove Δ = 1
     acc.release(release, 0.0, dataset="cohorts", blocks=["b", "b2"])
     spent = {name: acc.spent("cohorts", block=name) for name in ("b", "b2")}
     assert spent == {"b": Budget(1.0, 1e-5), "b2": Budget(1.0, 1e-5)}
     with pytest.raises(BudgetExceededError):  # each block's own limit is what is enforced
-        acc.release(AnalyticGaussian(0.01, delta=1e-9), 0.0, dataset="cohorts", blocks="b")
+        acc.release(AnalyticGaussian(0.01, delta=1e-9, sensitivity=1.0), 0.0, dataset="cohorts", blocks="b")
 
     # A record valued −1 in b moves to b′ with value +1: the sum moves by 2 = 2Δ.
     sigma, eps = mp.mpf(release.sigma), mp.mpf(2)

@@ -32,9 +32,9 @@ DAILY = """
 # 1. Privacy violation: a week name with non-ASCII digits is a second account for the same week.
 def test_a_week_has_one_name_only(make) -> None:
     acc = make(WEEKLY)
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-W46")  # week 46 exhausted
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-W46")  # week 46 exhausted
     with pytest.raises((BudgetExceededError, PrivacyError)):
-        acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-W\u0664\u0666")  # "٤٦"
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-W\u0664\u0666")  # "٤٦"
     assert block_names(Blocks(by="week", limit=Budget(1.0)), "2026-W46") == ("2026-W46",)
 
 
@@ -56,7 +56,7 @@ def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock, ledger_clock)
     db = tmp_path / "l.db"
     with Accountant.from_policy(write(DAILY), ledger=db, rng=0, simulation=True) as acc:
         with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-20") as p:
-            p.release(Laplace(0.2), 1.0)
+            p.release(Laplace(0.2, sensitivity=1.0), 1.0)
     report = audit(f"sqlite:///{db}")
     assert report.ok, report.problems
 
@@ -65,10 +65,10 @@ def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock, ledger_clock)
 def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock, ledger_clock) -> None:
     acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", rng=0,
                                  simulation=True, owner_key=OWNER)
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
     plain = "[datasets.events]\nlimit = { epsilon = 100.0 }\n"
     change = acc.apply_policy(write(plain), by="admin", reason="test", owner_key=OWNER)
-    acc.release(Laplace(1.0), 1.0, dataset="events")  # reads 2026-11-20 again, unflagged
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events")  # reads 2026-11-20 again, unflagged
     assert change.raised, "per-block limits removed without a raise being reported"
     acc.close()
 
@@ -78,7 +78,7 @@ def test_a_block_rule_change_under_recorded_spend_is_refused_by_apply_policy(
         write, tmp_path, clock, ledger_clock) -> None:
     acc = Accountant.from_policy(write(DAILY), ledger=tmp_path / "l.db", rng=0,
                                  simulation=True, owner_key=OWNER)
-    acc.release(Laplace(0.5), 1.0, dataset="events", blocks="2026-11-20")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     advanced = DAILY.replace('by = "day"\n    limit = { epsilon = 1.0 }',
                              'by = "day"\n    composition = "advanced"\n'
                              '    limit = { epsilon = 1.0, delta = 1e-6 }')
@@ -107,7 +107,7 @@ def test_blocks_errors_never_show_data(make) -> None:
     secret = pd.Series(pd.to_datetime(["2026-11-20 13:45:12.123456"], utc=True))
     for bad in (secret, secret.to_numpy(), secret.iloc[0]):
         with pytest.raises(PrivacyError) as info:
-            acc.release(Laplace(0.1), 1.0, dataset="events", blocks=bad)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks=bad)
         assert "13:45:12" not in str(info.value)
         with pytest.raises(PrivacyError) as info:
             acc.spent("events", block=bad)
@@ -118,9 +118,9 @@ def test_blocks_errors_never_show_data(make) -> None:
 def test_blocks_refusals_are_typed(make) -> None:
     acc = make(DAILY)
     with pytest.raises(PrivacyError):  # raw TypeError: unhashable plan-cache key
-        acc.release(Laplace(0.1), 1.0, dataset="events", analyst=["alice"], blocks="2026-11-20")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", analyst=["alice"], blocks="2026-11-20")
     with pytest.raises(PrivacyError):  # raw OverflowError in _between
-        acc.release(Laplace(0.1), 1.0, dataset="events",
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events",
                     blocks=slice("9999-12-31", "9999-12-31"))
 
 
@@ -133,7 +133,7 @@ def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock)
             'limit = { epsilon = 1.0 }\n')
     with Accountant.from_policy(write(text), ledger=tmp_path / "l.db",
                                 rng=0, simulation=True) as acc:
-        acc.release(Laplace(0.1), 1.0, dataset="logs", blocks="2026-11-20")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="logs", blocks="2026-11-20")
         rows = budget_rows(acc.ledger, acc.policy)
     note = next(r["note"] for r in rows if "/block:" in r["account"])
     assert note != "not in the policy"

@@ -82,7 +82,7 @@ def test_a_clock_with_a_durable_ledger_is_refused_and_nothing_is_opened(
     # In memory (tests, simulations) a clock is still the ledger's time.
     memory = MemoryLedger()
     Accountant.from_policy(write(DAILY), ledger=memory, clock=advancing, rng=0).release(
-        Laplace(1.0), 1.0, dataset="adult")
+        Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     assert memory.clock is advancing
 
 
@@ -98,7 +98,7 @@ def test_365_epsilon_in_seconds_is_refused_and_the_old_path_let_it_through(
         for _ in range(365):
             days.now += DAY
             try:
-                acc_of().release(Laplace(1.0), 1.0, dataset="adult")
+                acc_of().release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
                 released += 1.0
             except (BudgetExceededError, InvalidArgumentError):
                 pass
@@ -131,11 +131,11 @@ def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(
     ledger_clock.now = AN_HOUR_IN
     url = _url(tmp_path)
     acc = Accountant.from_policy(write(UNLOCKING), ledger=url)
-    acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=BLOCK)
     with SqliteLedger(tmp_path / "l.db") as ledger:
         before = snapshot(ledger)
     with pytest.raises(BudgetExceededError, match="unlocked 25%"):
-        acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
+        acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=BLOCK)
     with SqliteLedger(tmp_path / "l.db") as ledger:
         assert snapshot(ledger) == before  # refused: nothing written
     pushed = Clock(AN_HOUR_IN + 30 * DAY)
@@ -150,7 +150,7 @@ def test_a_block_a_quarter_unlocked_cannot_be_spent_in_full(
         _old_behaviour(m, pushed)
         with Accountant.from_policy(write(UNLOCKING), ledger=old) as acc:
             for _ in range(4):
-                acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
+                acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=BLOCK)
     report = audit(old)
     assert [p.kind for p in report.problems] == ["time"] * 3  # the 2nd, 3rd and 4th quarters
     assert "unlocked 25%" in report.problems[0].message
@@ -163,14 +163,14 @@ def test_a_block_that_has_not_begun_by_the_ledgers_time_is_refused(
     url = _url(tmp_path)
     with Accountant.from_policy(write(UNLOCKING), ledger=url) as acc:
         with pytest.raises(InvalidArgumentError, match="have begun"):
-            acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
+            acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=BLOCK)
         assert acc.ledger.head()[0] == 1  # only the policy record
     # Negative control: charged by the old path (the block's start by the caller's clock), the
     # record's time precedes the block, which the audit flags.
     with monkeypatch.context() as m:
         _old_behaviour(m, Clock(AN_HOUR_IN))
         with Accountant.open(url) as acc:
-            acc.release(Laplace(0.25), 1.0, dataset="events", blocks=BLOCK)
+            acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="events", blocks=BLOCK)
     report = audit(url)
     assert [p.kind for p in report.problems] == ["time"]
     assert "before the block begins" in report.problems[0].message
@@ -183,12 +183,12 @@ def test_sqlite_time_never_runs_earlier_than_the_head_record(
     ledger_clock.now = T0 - 10 * 3600 + DAY + 60  # 00:01 on the 22nd
     url = _url(tmp_path)
     with Accountant.from_policy(write(DAILY), ledger=url) as acc:
-        acc.release(Laplace(1.0), 1.0, dataset="adult")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
         ledger_clock.now -= DAY  # back to the 21st, whose budget is untouched
         with pytest.raises(BudgetExceededError):
-            acc.release(Laplace(1.0), 1.0, dataset="adult")
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
         ledger_clock.now -= 3600
-        acc.release(Laplace(1e-9), 1.0, dataset="adult")  # (fits; charged to the 22nd again)
+        acc.release(Laplace(1e-9, sensitivity=1.0), 1.0, dataset="adult")  # (fits; charged to the 22nd again)
     first, last = _records(url)[1], _records(url)[-1]
     assert last["time"] == first["time"]
     assert list(last["accounts"]) == list(first["accounts"]) == ["dataset:adult@2026-11-22+1d"]
@@ -200,12 +200,12 @@ def test_record_times_running_backwards_are_flagged(
     url = _url(tmp_path)
     acc = Accountant.from_policy(write("[datasets.adult]\nlimit = { epsilon = 10.0 }"),
                                  ledger=url)
-    acc.release(Laplace(1.0), 1.0, dataset="adult")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     # Negative control: the process's wall clock without the head's floor (the old utc_now).
     monkeypatch.setattr(SqliteLedger, "_tx_micros", lambda self, head: round(
         ledger_clock() * 1e6))
     ledger_clock.now -= 60
-    acc.release(Laplace(1.0), 1.0, dataset="adult")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     acc.close()
     report = audit(url)
     assert [(p.kind, p.seq) for p in report.problems] == [("time", 3)]
@@ -214,9 +214,9 @@ def test_record_times_running_backwards_are_flagged(
     # An in-memory ledger's records carry its clock as given: set back, the audit says so.
     clock = Clock()
     memory = Accountant.from_policy(write(DAILY), clock=clock, rng=0)
-    memory.release(Laplace(0.1), 1.0, dataset="adult")
+    memory.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     clock.now -= 1.0
-    memory.release(Laplace(0.1), 1.0, dataset="adult")
+    memory.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     assert [p.kind for p in audit(memory.ledger).problems] == ["time"]
 
 
@@ -252,7 +252,7 @@ def test_postgres_uses_the_servers_clock_not_the_clients(
     with Accountant.from_policy(write(lifetime), ledger=dsn) as acc:
         before = server_now()
         for dataset in ("adult", "adult", "people", "people", "people", "adult"):
-            acc.release(Laplace(0.1), 1.0, dataset=dataset)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=dataset)
         after = server_now()
         records = [json.loads(e.text) for e in acc.ledger.entries()][1:]
     assert len(records) == 6

@@ -26,14 +26,14 @@ allowed_mechanisms = ["Laplace", "Gaussian"]
 """
 
 ROWS: list[tuple[str, Callable[[], list[Any]], bool]] = [
-    ("allowed, within the caps", lambda: [Laplace(0.5)], False),
-    ("at both caps", lambda: [Gaussian(0.5, delta=1e-6)], False),
-    ("a mechanism not allowed", lambda: [DiscreteLaplace(0.1)], True),
-    ("above the epsilon cap", lambda: [Laplace(0.6)], True),
-    ("above the delta cap", lambda: [Gaussian(0.1, delta=1e-5)], True),
-    ("a batch within both checks", lambda: [Laplace(0.1), Gaussian(0.2, delta=1e-7)], False),
-    ("a batch item not allowed", lambda: [Laplace(0.1), DiscreteLaplace(0.1)], True),
-    ("a batch item above a cap", lambda: [Laplace(0.1), Laplace(0.7)], True),
+    ("allowed, within the caps", lambda: [Laplace(0.5, sensitivity=1.0)], False),
+    ("at both caps", lambda: [Gaussian(0.5, delta=1e-6, sensitivity=1.0)], False),
+    ("a mechanism not allowed", lambda: [DiscreteLaplace(0.1, sensitivity=1)], True),
+    ("above the epsilon cap", lambda: [Laplace(0.6, sensitivity=1.0)], True),
+    ("above the delta cap", lambda: [Gaussian(0.1, delta=1e-5, sensitivity=1.0)], True),
+    ("a batch within both checks", lambda: [Laplace(0.1, sensitivity=1.0), Gaussian(0.2, delta=1e-7, sensitivity=1.0)], False),
+    ("a batch item not allowed", lambda: [Laplace(0.1, sensitivity=1.0), DiscreteLaplace(0.1, sensitivity=1)], True),
+    ("a batch item above a cap", lambda: [Laplace(0.1, sensitivity=1.0), Laplace(0.7, sensitivity=1.0)], True),
 ]
 
 
@@ -75,7 +75,7 @@ def test_the_audit_flags_exactly_what_the_gate_refuses(
 def test_negative_control_an_audit_without_the_check_passes_the_broken_writers_record(
         write: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     db = tmp_path / "l.db"
-    assert _record(db, write, lambda: [Laplace(0.1), DiscreteLaplace(0.1)], monkeypatch)
+    assert _record(db, write, lambda: [Laplace(0.1, sensitivity=1.0), DiscreteLaplace(0.1, sensitivity=1)], monkeypatch)
     assert not audit(f"sqlite:///{db}").ok
     monkeypatch.setattr(dpbudget.accountant.audit_policy, "refusal", lambda *args: None)
     assert audit(f"sqlite:///{db}").ok  # the test above fails against such an audit

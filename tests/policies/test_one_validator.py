@@ -66,7 +66,7 @@ def test_negative_control_without_the_check_it_loads_and_fails_at_release(write,
     monkeypatch.setattr(policy_limits, "mechanism_problem", lambda name: None)
     acc = Accountant.from_policy(write(MISSPELT), rng=0)
     with pytest.raises(MechanismNotAllowedError):
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
 
 
 def test_a_valid_policy_loads_everywhere(write, capsys) -> None:
@@ -74,7 +74,7 @@ def test_a_valid_policy_loads_everywhere(write, capsys) -> None:
                  'allowed_mechanisms = ["Laplace", "AnalyticGaussian"]\n')
     policy = load_policy(path)
     for acc in (Accountant.from_policy(path, rng=0), Accountant.from_policy(policy, rng=0)):
-        acc.release(Laplace(0.25), 1.0, dataset="adult")
+        acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="adult")
         assert acc.spent("adult") == Budget(0.25)
     assert main(["policy", "check", str(path)]) == 0
 
@@ -94,7 +94,7 @@ def test_a_custom_name_whose_module_is_absent_loads_and_admits_nothing_else(writ
                  'allowed_mechanisms = ["no_such_pkg_q.mech.Clipped"]\n')
     acc = Accountant.from_policy(load_policy(path), rng=0)
     with pytest.raises(MechanismNotAllowedError):
-        acc.release(Laplace(0.1), 1.0, dataset="a")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     assert main(["policy", "check", str(path)]) == 3
     assert "allowed_mechanisms.0: 'no_such_pkg_q.mech.Clipped' not checked" in \
         capsys.readouterr().out

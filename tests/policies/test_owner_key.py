@@ -44,7 +44,7 @@ def _keyed(tmp_path: Path, name: str = "l.db") -> str:
     """A ledger the owner created with ε = 1, on which the analyst spent it all."""
     url = _url(tmp_path, name)
     with Accountant.from_policy(ONE, ledger=url, owner_key=OWNER) as acc:
-        acc.release(Laplace(1.0), 1.0, dataset="people")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     return url
 
 
@@ -87,13 +87,13 @@ def test_apply_policy_without_the_owners_key_is_refused_and_changes_nothing(
                 analyst.apply_policy(HUNDRED, by="owner", reason="more", owner_key=key)
         assert snapshot(analyst.ledger) == before
         with pytest.raises(BudgetExceededError):  # ε = 1 spent: still refused
-            analyst.release(Laplace(1.0), 1.0, dataset="people")
+            analyst.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     assert audit(url).ok
     # Negative control: the owner's key makes the same change, recorded as granting more.
     with Accountant.open(url) as owner:
         change = owner.apply_policy(HUNDRED, by="owner", reason="more", owner_key=OWNER)
         assert change.raised == ["policy.datasets.people.limit.epsilon: 1.0 -> 100.0"]
-        owner.release(Laplace(1.0), 1.0, dataset="people")
+        owner.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     assert audit(url).ok
 
 
@@ -153,7 +153,7 @@ def test_a_forged_policy_record_is_refused_at_open_and_flagged_by_the_audit(
 def test_the_keyless_ledgers_policy_cannot_change(tmp_path: Path) -> None:
     url = _url(tmp_path)
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(1.0), 1.0, dataset="people")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
         before = snapshot(acc.ledger)
         for key in (None, OWNER):
             with pytest.raises(OwnerKeyError):
@@ -223,13 +223,13 @@ def test_a_new_block_length_re_opens_spent_blocks_only_with_the_owners_key_and_i
     now = 1_795_255_200.0  # 2026-11-21T10:00Z: a fixed instant
     set_ledger_clock(lambda: now, monkeypatch)  # (the SQLite ledger's wall clock)
     acc = Accountant.from_policy(daily, ledger=url, owner_key=OWNER)
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")  # the day: spent
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")  # the day: spent
     with pytest.raises(OwnerKeyError):
         acc.apply_policy(hourly, by="analyst", reason="finer blocks")
     with pytest.raises(BudgetExceededError):
-        acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
     change = acc.apply_policy(hourly, by="owner", reason="finer blocks", owner_key=OWNER)
-    acc.release(Laplace(1.0), 1.0, dataset="events", blocks="2026-11-20T05")  # the owner's grant
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20T05")  # the owner's grant
     acc.close()
     listed = audit(url).policies[-1]
     assert listed.raised == change.raised and any("blocks.by" in r and "budget again" in r
@@ -263,7 +263,7 @@ def test_a_keyed_ledger_without_cryptography_says_what_to_install(
         Accountant.open(url)
     plain = _url(tmp_path, "plain.db")
     with Accountant(Budget(1.0), ledger=plain) as acc:  # a keyless ledger needs no cryptography
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     with Accountant.open(plain) as acc:
         assert acc.remaining() == Budget(0.5)
 
@@ -291,7 +291,7 @@ def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_pat
     from dpbudget.accountant.transfer import export_jsonl, import_jsonl
 
     memory = Accountant(Budget(1.0))  # records no policy: like a ledger from before them
-    memory.release(Laplace(0.5), 1.0, dataset="people")
+    memory.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
     jsonl = tmp_path / "old.jsonl"
     export_jsonl(memory.ledger, jsonl)
     url = _url(tmp_path)

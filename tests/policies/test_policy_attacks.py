@@ -60,12 +60,12 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
     p10 = _policy(tmp_path, "p10.toml", "[datasets.people]\nlimit = { epsilon = 10.0 }\n")
     p1 = _policy(tmp_path, "p1.toml", "[datasets.people]\nlimit = { epsilon = 1.0 }\n")
     stale = Accountant.from_policy(p10, ledger=url, owner_key=OWNER)
-    stale.release(Laplace(0.5), 1.0, dataset="people")
+    stale.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
     with Accountant.open(url) as owner:
         owner.apply_policy(p1, by="owner", reason="lower it", owner_key=OWNER)
     before = audit(url).records
     with pytest.raises(PolicyChangedError, match="Accountant.open"):
-        stale.release(Laplace(1.0), 1.0, dataset="people")
+        stale.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     assert audit(url).records == before  # nothing debited
     with pytest.raises(PolicyChangedError):
         with stale.pipeline("p", dataset="people", budget=Budget(0.1)):
@@ -73,7 +73,7 @@ def test_an_accountant_opened_before_a_lowered_policy_is_refused(tmp_path: Path)
     stale.close()
     with Accountant.open(url) as fresh:  # the policy in force: 0.5 of 1.0 left
         assert fresh.remaining("people") == Budget(0.5)
-        fresh.release(Laplace(0.5), 1.0, dataset="people")
+        fresh.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
     assert audit(url).ok
 
 
@@ -82,14 +82,14 @@ def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
     acc = Accountant(Budget(2.0), ledger=url, owner_key=OWNER)
     acc.apply_policy(Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}}),
                      by="owner", reason="declare it", owner_key=OWNER)
-    acc.release(Laplace(0.5), 1.0, dataset="people")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
     assert acc.remaining("people") == Budget(0.5)
     acc.close()
 
 
 def test_a_ledger_without_a_policy_record_does_not_adopt_higher_limits(tmp_path: Path) -> None:
     memory = Accountant(Budget(1.0))  # an in-memory ledger stores no policy record
-    memory.release(Laplace(1.0), 1.0, dataset="people")
+    memory.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     jsonl = tmp_path / "old.jsonl"
     export_jsonl(memory.ledger, jsonl)
     url = _url(tmp_path)
@@ -166,7 +166,7 @@ def test_a_memory_ledger_with_a_policy_record_is_held_to_it() -> None:
     owner.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.5 }\n"),
                        by="o", reason="lower it", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
-        other.release(Laplace(0.1), 1.0, dataset="people")
+        other.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="people")
 
 
 def load_policy_text(text: str) -> Policy:
@@ -179,7 +179,7 @@ def load_policy_text(text: str) -> Policy:
 def test_data_passed_as_a_name_is_described_never_shown(where: str) -> None:
     acc = Accountant(Budget(1.0))
     with pytest.raises(InvalidTypeError) as info:
-        acc.release(Laplace(0.1), 1.0, **{where: CANARY})
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, **{where: CANARY})
     assert str(CANARY) not in str(info.value) and str(CANARY) not in repr(info.value)
     assert "a float" in str(info.value)
 
@@ -207,12 +207,12 @@ def test_case_only_twins_are_refused_across_accountants_open_at_once(tmp_path: P
     url = _url(tmp_path)
     a = Accountant(Budget(1.0), ledger=url)
     b = Accountant(Budget(1.0), ledger=url)  # opened before "people" was charged
-    a.release(Laplace(1.0), 1.0, dataset="people")
+    a.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
     before = audit(url).records
     with pytest.raises(InvalidArgumentError, match="variant"):
-        b.release(Laplace(1.0), 1.0, dataset="People")
+        b.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="People")
     assert audit(url).records == before
-    assert not b.can_afford(Laplace(1.0), dataset="people")
+    assert not b.can_afford(Laplace(1.0, sensitivity=1.0), dataset="people")
     a.close()
     b.close()
 
@@ -249,10 +249,10 @@ def _stale_gate(url: str) -> Iterator[Gate]:
 
 
 @pytest.mark.parametrize(("dataset", "analyst", "mechanism", "why"), [
-    ("secret", None, Laplace(0.1), "secret"),                          # no longer declared
-    ("people", "mallory", Laplace(0.1), "other_analysts"),            # analyst denied
-    ("people", "alice", Laplace(1.0), "max_per_query"),               # above the cap
-    ("people", "alice", DiscreteLaplace(0.1), "allowed_mechanisms"),
+    ("secret", None, Laplace(0.1, sensitivity=1.0), "secret"),                          # no longer declared
+    ("people", "mallory", Laplace(0.1, sensitivity=1.0), "other_analysts"),            # analyst denied
+    ("people", "alice", Laplace(1.0, sensitivity=1.0), "max_per_query"),               # above the cap
+    ("people", "alice", DiscreteLaplace(0.1, sensitivity=1), "allowed_mechanisms"),
 ])
 def test_the_audit_holds_a_stale_writers_release_to_the_policy_in_force(
         tmp_path: Path, dataset, analyst, mechanism, why) -> None:
@@ -269,9 +269,9 @@ def test_the_audit_passes_releases_the_policy_in_force_admits(tmp_path: Path) ->
     url = _url(tmp_path)
     Accountant.from_policy(load_policy_text(IN_FORCE), ledger=url).close()
     with Accountant.open(url) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people", analyst="alice")
         with acc.pipeline("p", dataset="people", analyst="alice", budget=Budget(2.0)) as p:
-            p.release(Laplace(0.5), 1.0)  # inside: paid by the allocation
+            p.release(Laplace(0.5, sensitivity=1.0), 1.0)  # inside: paid by the allocation
     assert audit(url).ok
 
 
@@ -281,7 +281,7 @@ def test_status_reports_against_the_policy_in_force(tmp_path: Path,
 
     url = _url(tmp_path)
     with Accountant(Budget(10.0), ledger=url, owner_key=OWNER) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="people")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
         acc.apply_policy(load_policy_text("[datasets.people]\nlimit = { epsilon = 0.4 }\n"),
                          by="o", reason="lower it below the spend", owner_key=OWNER)
     capsys.readouterr()
@@ -300,7 +300,7 @@ def test_status_applies_a_stored_default_limit(tmp_path: Path,
 
     url = _url(tmp_path)
     with Accountant(Budget(2.0), ledger=url) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="sales")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="sales")
     capsys.readouterr()
     assert cli(["status", url, "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["accounts"]
@@ -322,12 +322,12 @@ def test_a_policy_file_admits_new_datasets_only_through_other_datasets(tmp_path:
     closed = _policy(tmp_path, "closed.toml", "[datasets.people]\nlimit = { epsilon = 2.0 }\n")
     with Accountant.from_policy(closed, ledger=f"sqlite:///{tmp_path / 'c.db'}") as acc:
         with pytest.raises(UnknownDatasetError):
-            acc.release(Laplace(0.1), 1.0, dataset="sales")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="sales")
     with Accountant.from_policy(_policy(tmp_path, "open.toml", OTHER), ledger=url) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="sales")   # a budget of its own: 0.5
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="sales")   # a budget of its own: 0.5
         assert acc.remaining("sales") == Budget(0.0)
         with pytest.raises(InvalidArgumentError, match="variant"):
-            acc.release(Laplace(0.1), 1.0, dataset="Sales")
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="Sales")
     with Accountant.open(url) as again:                     # the stored policy keeps it
         assert again.remaining("orders") == Budget(0.5)
     report = audit(url)
@@ -350,7 +350,7 @@ def test_a_policy_applied_to_a_shared_memory_ledger_stops_the_other_accountant()
     b.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
                    by="o", reason="r", owner_key=OWNER)
     with pytest.raises(PolicyChangedError):
-        a.release(Laplace(2.0), 1.0)
+        a.release(Laplace(2.0, sensitivity=1.0), 1.0)
     assert audit(ledger).records == 2  # the policy records only
 
 
@@ -361,7 +361,7 @@ def test_reads_of_what_is_left_say_the_policy_changed(tmp_path: Path) -> None:
         owner.apply_policy(load_policy_text("[datasets.default]\nlimit = { epsilon = 1.0 }\n"),
                            by="o", reason="r", owner_key=OWNER)
     for read in (lambda: stale.remaining(), lambda: stale.spent(),
-                 lambda: stale.can_afford(Laplace(0.5)), lambda: stale.max_releases(Laplace(0.5))):
+                 lambda: stale.can_afford(Laplace(0.5, sensitivity=1.0)), lambda: stale.max_releases(Laplace(0.5, sensitivity=1.0))):
         with pytest.raises(PolicyChangedError):
             read()
     stale.close()
@@ -371,10 +371,10 @@ def test_the_audit_checks_each_item_of_a_stale_writers_batch_against_the_cap(
         tmp_path: Path) -> None:
     url = _url(tmp_path)
     with _stale_gate(url) as stale:
-        stale.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], None, ("people", "alice"))
+        stale.release_many([(Laplace(0.1, sensitivity=1.0), 1.0), (Laplace(1.0, sensitivity=1.0), 1.0)], None, ("people", "alice"))
     report = audit(url)
     assert any("max_per_query" in p.message for p in report.problems), report.problems
     with Accountant.open(url) as acc:  # the gate refuses the same batch
         with pytest.raises(BudgetExceededError):
-            acc.release_many([(Laplace(0.1), 1.0), (Laplace(1.0), 1.0)], dataset="people",
+            acc.release_many([(Laplace(0.1, sensitivity=1.0), 1.0), (Laplace(1.0, sensitivity=1.0), 1.0)], dataset="people",
                              analyst="alice")

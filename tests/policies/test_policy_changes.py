@@ -30,8 +30,8 @@ def used(write, tmp_path):
     db = tmp_path / "budget.db"
     with Accountant.from_policy(write(ORIGINAL), ledger=db, rng=0, simulation=True,
                                 owner_key=OWNER) as acc:
-        acc.release(Laplace(0.8), 1.0, dataset="adult", analyst="alice")
-        acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="bob")
+        acc.release(Laplace(0.8, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
+        acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="adult", analyst="bob")
     return db
 
 
@@ -48,7 +48,7 @@ def test_lowering_a_limit_below_spend_refuses_everything(write, used, untouched)
     assert acc.remaining("adult") == Budget(0.0)
     for who in ("alice", "bob", "carol", None):
         with untouched(acc), pytest.raises(BudgetExceededError) as info:
-            acc.release(Laplace(1e-6), 1.0, dataset="adult", analyst=who)
+            acc.release(Laplace(1e-6, sensitivity=1.0), 1.0, dataset="adult", analyst=who)
         assert info.value.account == "dataset:adult"
     rows = {r["account"]: r for r in budget_rows(acc.ledger, load_policy(lowered))}
     assert rows["dataset:adult"]["over_limit"] and "OVER LIMIT" in rows["dataset:adult"]["note"]
@@ -63,9 +63,9 @@ def test_lowering_an_analyst_limit(write, used):
     with Accountant.open(used, rng=0, simulation=True) as acc:
         acc.apply_policy(lowered, by="test", reason="lower alice", owner_key=OWNER)
         with pytest.raises(BudgetExceededError) as info:
-            acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="alice")
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
         assert info.value.account == "dataset:adult/analyst:alice"
-        acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="bob")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult", analyst="bob")
 
 
 def test_raising_a_limit_resumes_from_the_recorded_spend(write, used):

@@ -56,8 +56,8 @@ def test_status_with_policy_marks_over_limit_accounts(write, tmp_path, capsys):
     db = tmp_path / "b.db"
     with Accountant.from_policy(write(GOOD.replace('period = "1d"', "")), ledger=db, rng=0,
                                 simulation=True) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
-        acc.release(Laplace(0.3), 1.0, dataset="adult")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
+        acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="adult")
     lowered = write(GOOD.replace('period = "1d"', "").replace("epsilon = 1.0,", "epsilon = 0.6,"))
     assert main(["status", str(db), "--policy", str(lowered)]) == 0
     out = capsys.readouterr().out

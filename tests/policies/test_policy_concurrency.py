@@ -28,7 +28,7 @@ def test_threads_on_two_accountants_share_one_analyst_limit(write, tmp_path):
         n = 0
         while True:
             try:
-                acc.release(Laplace(0.01), 1.0, dataset="adult", analyst="alice")
+                acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
             except BudgetExceededError as e:
                 assert e.account == "dataset:adult/analyst:alice"
                 break

@@ -257,7 +257,7 @@ def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule
     """Rules registered after import (the other composition rules) are accepted by name."""
     p = load_policy(write(f'[datasets.adult]\ncomposition = "{other_rule}"'))
     acc = Accountant.from_policy(p)
-    acc.release(Laplace(0.1), 1.0, dataset="adult")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     record = list(acc.ledger.entries())[-1].record
     assert record["accounts"]["dataset:adult"]["rule"] == other_rule
 
@@ -295,7 +295,7 @@ def test_conversion_share_reaches_the_advanced_rule(tmp_path):
     acc = Accountant.from_policy(path, rng=0)
     # Half of delta is left for non-Gaussian approximate steps, such as a pipeline allocation.
     with acc.pipeline("p", dataset="adult", budget=Budget(0.2, 4e-7)) as p:
-        p.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.1), 1.0)
+        p.release(__import__("dpbudget.mechanisms").mechanisms.Laplace(0.1, sensitivity=1.0), 1.0)
     with pytest.raises(BudgetExceededError):
         acc.pipeline("q", dataset="adult", budget=Budget(0.2, 2e-7)).__enter__()
     path.write_text('[datasets.adult]\nlimit = { epsilon = 1.0 }\nconversion_share = 0.5\n')

@@ -53,7 +53,7 @@ def test_targets_of_each_kind_of_release(make):
 
 def test_one_release_debits_every_applicable_limit_in_one_record(make):
     acc = make(POLICY)
-    acc.release(Laplace(0.25), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     (entry,) = acc.ledger.entries()
     record = entry.record
     assert set(record["accounts"]) == {"dataset:adult", "dataset:adult/analyst:alice", "global"}
@@ -71,60 +71,60 @@ def refusal(acc, untouched, mechanism, **where):
 
 def test_dataset_analyst_limit_refuses(make, untouched):
     acc = make(POLICY)
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
-    err = refusal(acc, untouched, Laplace(0.2), dataset="adult", analyst="alice")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
+    err = refusal(acc, untouched, Laplace(0.2, sensitivity=1.0), dataset="adult", analyst="alice")
     assert err.account == "dataset:adult/analyst:alice" and err.dataset == "adult"
     assert err.remaining.epsilon == pytest.approx(0.1)
     assert "dataset:adult/analyst:alice" in str(err)
-    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="carol")  # carol: dataset only
+    acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="adult", analyst="carol")  # carol: dataset only
 
 
 def test_dataset_limit_refuses(make, untouched):
     acc = make(POLICY)
     for _ in range(3):
-        acc.release(Laplace(0.5), 1.0, dataset="adult")
-    err = refusal(acc, untouched, Laplace(0.1), dataset="adult", analyst="carol")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
+    err = refusal(acc, untouched, Laplace(0.1, sensitivity=1.0), dataset="adult", analyst="carol")
     assert err.account == "dataset:adult"
 
 
 def test_analyst_limit_across_datasets_refuses(make, untouched):
     acc = make(POLICY)
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="bob")
-    acc.release(Laplace(0.3), 1.0, dataset="census", analyst="bob")
-    err = refusal(acc, untouched, Laplace(0.2), dataset="adult", analyst="bob")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="bob")
+    acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="census", analyst="bob")
+    err = refusal(acc, untouched, Laplace(0.2, sensitivity=1.0), dataset="adult", analyst="bob")
     assert err.account == "analyst:bob"
-    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="alice")  # not bob's limit
+    acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")  # not bob's limit
 
 
 def test_global_limit_refuses(make, untouched):
     acc = make(POLICY)
     for _ in range(3):
-        acc.release(Laplace(0.5), 1.0, dataset="adult")
-    acc.release(Laplace(0.4), 1.0, dataset="census", analyst="bob")
-    err = refusal(acc, untouched, Laplace(0.2), dataset="census", analyst="bob")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
+    acc.release(Laplace(0.4, sensitivity=1.0), 1.0, dataset="census", analyst="bob")
+    err = refusal(acc, untouched, Laplace(0.2, sensitivity=1.0), dataset="census", analyst="bob")
     assert err.account == "global" and err.dataset == "census"
 
 
 def test_per_query_cap_refuses(make, untouched):
     acc = make(POLICY)
-    err = refusal(acc, untouched, Laplace(0.6), dataset="adult")
+    err = refusal(acc, untouched, Laplace(0.6, sensitivity=1.0), dataset="adult")
     assert err.account == "dataset:adult" and "max_per_query" in str(err)
-    err = refusal(acc, untouched, AnalyticGaussian(0.4, delta=1e-6), dataset="adult")  # δ above cap
+    err = refusal(acc, untouched, AnalyticGaussian(0.4, delta=1e-6, sensitivity=1.0), dataset="adult")  # δ above cap
     assert "max_per_query" in str(err)
-    acc.release(AnalyticGaussian(0.5, delta=1e-7), 1.0, dataset="adult")  # exactly the cap
+    acc.release(AnalyticGaussian(0.5, delta=1e-7, sensitivity=1.0), 1.0, dataset="adult")  # exactly the cap
     with untouched(acc):
-        assert not acc.can_afford(Laplace(0.6), dataset="adult")
-        assert acc.can_afford(Laplace(0.5), dataset="adult")
+        assert not acc.can_afford(Laplace(0.6, sensitivity=1.0), dataset="adult")
+        assert acc.can_afford(Laplace(0.5, sensitivity=1.0), dataset="adult")
 
 
 def test_allowed_mechanisms(make, untouched):
     acc = make(POLICY)
     with untouched(acc), pytest.raises(MechanismNotAllowedError, match="allowed_mechanisms"):
-        acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset="adult")
+        acc.release(Gaussian(0.3, delta=1e-7, sensitivity=1.0), 1.0, dataset="adult")
     with untouched(acc), pytest.raises(MechanismNotAllowedError):
-        acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset=("census", "adult"), analyst="bob")
-    assert not _can(acc, Gaussian(0.3, delta=1e-7), "adult")
-    acc.release(Gaussian(0.3, delta=1e-7), 1.0, dataset="census", analyst="bob")  # census: any
+        acc.release(Gaussian(0.3, delta=1e-7, sensitivity=1.0), 1.0, dataset=("census", "adult"), analyst="bob")
+    assert not _can(acc, Gaussian(0.3, delta=1e-7, sensitivity=1.0), "adult")
+    acc.release(Gaussian(0.3, delta=1e-7, sensitivity=1.0), 1.0, dataset="census", analyst="bob")  # census: any
 
 
 def _can(acc, mechanism, dataset, analyst=None):
@@ -137,13 +137,13 @@ def _can(acc, mechanism, dataset, analyst=None):
 def test_unlisted_analysts_and_anonymous_releases(make, untouched):
     acc = make(POLICY)
     # adult allows others: only the dataset-level (and global) limits apply to them
-    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="carol")
-    acc.release(Laplace(0.1), 1.0, dataset="adult")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="carol")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     assert set(accounts(acc)) == {"dataset:adult", "global"}
     # census denies others, and anonymous releases
     for who in ("carol", None):
         with untouched(acc), pytest.raises(UnknownAnalystError) as info:
-            acc.release(Laplace(0.1), 1.0, dataset="census", analyst=who)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="census", analyst=who)
         assert info.value.argument == "analyst" and info.value.value == who
         assert "datasets.census" in str(info.value)
     assert isinstance(info.value, InvalidArgumentError)
@@ -156,22 +156,22 @@ def test_policy_wide_deny(make, untouched):
         [analysts.alice]
         limit = { epsilon = 1.0 }
     """)
-    acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     with untouched(acc), pytest.raises(UnknownAnalystError, match=r"\[analysts\]"):
-        acc.release(Laplace(0.1), 1.0, dataset="adult", analyst="bob")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst="bob")
 
 
 def test_unknown_dataset_is_refused(make, untouched):
     acc = make(POLICY)
     with untouched(acc), pytest.raises(UnknownDatasetError):
-        acc.release(Laplace(0.1), 1.0, dataset="other")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="other")
     with untouched(acc), pytest.raises(UnknownDatasetError):
-        acc.release(Laplace(0.1), 1.0, dataset=("adult", "other"))
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=("adult", "other"))
 
 
 def test_join_debits_all_datasets_in_one_record(make):
     acc = make(POLICY)
-    acc.release(Laplace(0.3), 1.0, dataset=["adult", "census"], analyst="bob")
+    acc.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset=["adult", "census"], analyst="bob")
     (entry,) = acc.ledger.entries()
     rec = entry.record
     assert rec["dataset"] == "adult" and rec["datasets"] == ["adult", "census"]
@@ -182,9 +182,9 @@ def test_join_debits_all_datasets_in_one_record(make):
 
 def test_join_is_all_or_nothing(make, untouched):
     acc = make(POLICY)
-    acc.release(Laplace(0.7), 1.0, dataset="census", analyst="bob")  # census/bob: 0.1 left
+    acc.release(Laplace(0.7, sensitivity=1.0), 1.0, dataset="census", analyst="bob")  # census/bob: 0.1 left
     with untouched(acc), pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(0.2), 1.0, dataset=("adult", "census"), analyst="bob")
+        acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset=("adult", "census"), analyst="bob")
     assert info.value.account == "dataset:census/analyst:bob"
     assert info.value.dataset == "census"
     assert acc.spent("adult") == Budget(0.0)
@@ -194,27 +194,27 @@ def test_bad_join_arguments(make, untouched):
     acc = make(POLICY)
     with untouched(acc):
         with pytest.raises(InvalidArgumentError, match="distinct"):
-            acc.release(Laplace(0.1), 1.0, dataset=("adult", "adult"))
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=("adult", "adult"))
         with pytest.raises(InvalidArgumentError, match="non-empty"):
-            acc.release(Laplace(0.1), 1.0, dataset=())
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=())
         with pytest.raises(InvalidTypeError):
-            acc.release(Laplace(0.1), 1.0, dataset=("adult", 3))
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=("adult", 3))
         with pytest.raises(InvalidTypeError):
-            acc.release(Laplace(0.1), 1.0, dataset="adult", analyst=3)
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult", analyst=3)
 
 
 def test_joins_work_without_a_policy_too():
     acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Laplace(0.4), 1.0, dataset=("a", "b"))
+    acc.release(Laplace(0.4, sensitivity=1.0), 1.0, dataset=("a", "b"))
     assert acc.spent("a") == acc.spent("b") == Budget(0.4)
 
 
 def test_can_afford_checks_every_limit_and_debits_nothing(make, untouched):
     acc = make(POLICY)
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     with untouched(acc):
-        assert not acc.can_afford(Laplace(0.2), dataset="adult", analyst="alice")
-        assert acc.can_afford(Laplace(0.2), dataset="adult", analyst="carol")
+        assert not acc.can_afford(Laplace(0.2, sensitivity=1.0), dataset="adult", analyst="alice")
+        assert acc.can_afford(Laplace(0.2, sensitivity=1.0), dataset="adult", analyst="carol")
 
 
 def test_analyst_reading_needs_an_analyst_limit(make):
@@ -237,12 +237,12 @@ def test_record_invariant_every_account_debited_with_the_records_cost(make):
     """Replays each record: for EVERY account it lists, rule.debit(previous state, cost) is the
     state it records. (The auditor relies on exactly this.)"""
     acc = make(POLICY)
-    acc.release(Laplace(0.2), 1.0, dataset="adult", analyst="alice")
-    acc.release(AnalyticGaussian(0.3, delta=1e-7), 1.0, dataset=("adult", "census"), analyst="bob")
+    acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
+    acc.release(AnalyticGaussian(0.3, delta=1e-7, sensitivity=1.0), 1.0, dataset=("adult", "census"), analyst="bob")
     with acc.pipeline("p", dataset="adult", analyst="alice", budget=Budget(0.3, 1e-8)) as p:
-        p.release(Laplace(0.1), 1.0)
+        p.release(Laplace(0.1, sensitivity=1.0), 1.0)
         with p.pipeline("q", budget=Budget(0.1)) as q:
-            q.release(Laplace(0.05), 1.0)
+            q.release(Laplace(0.05, sensitivity=1.0), 1.0)
     replay_ledger(acc.ledger)
 
 

@@ -32,14 +32,14 @@ DAILY = """
 
 def test_each_window_is_its_own_account(make, clock, untouched):
     acc = make(DAILY)
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
-    acc.release(Laplace(0.5), 1.0, dataset="adult")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult")
     with untouched(acc), pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(0.1), 1.0, dataset="adult")
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
     assert info.value.account == "dataset:adult@2026-11-21+1d"
     clock.now += DAY  # the next day: a fresh window
     assert acc.remaining("adult") == Budget(1.0)
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="alice")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
     assert sorted(a.key for a in acc.ledger.accounts()) == [
         "dataset:adult/analyst:alice@2026-11-21+1d", "dataset:adult/analyst:alice@2026-11-22+1d",
         "dataset:adult@2026-11-21+1d", "dataset:adult@2026-11-22+1d"]
@@ -57,12 +57,12 @@ def test_analysts_inherit_or_override_the_period(make, clock):
     acc = make(DAILY)
     keys = charged_accounts(acc, "adult", "carol")
     assert keys == ["dataset:adult/analyst:carol@2026-11-21T10+1h", "dataset:adult@2026-11-21+1d"]
-    acc.release(Laplace(0.4), 1.0, dataset="adult", analyst="carol")
+    acc.release(Laplace(0.4, sensitivity=1.0), 1.0, dataset="adult", analyst="carol")
     clock.now += 3600
-    acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="carol")  # a new hour for carol
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="carol")  # a new hour for carol
     with pytest.raises(BudgetExceededError) as info:
         clock.now += 3600
-        acc.release(Laplace(0.5), 1.0, dataset="adult", analyst="carol")  # the day is full
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="adult", analyst="carol")  # the day is full
     assert info.value.account == "dataset:adult@2026-11-21+1d"
 
 
@@ -73,10 +73,10 @@ def test_lifetime_limits_beside_windows(make, clock):
         limit = { epsilon = 1.0 }
         period = "1d"
     """)
-    acc.release(Laplace(1.0), 1.0, dataset="adult")
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     clock.now += DAY
     with pytest.raises(BudgetExceededError) as info:
-        acc.release(Laplace(1.0), 1.0, dataset="adult")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
     assert info.value.account == "global"
 
 
@@ -87,7 +87,7 @@ def test_a_pipeline_ends_with_its_window(make, clock):
     with acc.pipeline("r", dataset="adult", budget=Budget(0.5)) as p:
         clock.now += DAY
         with pytest.raises(WindowEndedError):
-            p.release(Laplace(0.5), 1.0)
+            p.release(Laplace(0.5, sensitivity=1.0), 1.0)
         assert p.spent() == Budget(0.0)
     assert acc.spent("adult") == Budget(0.0)  # today's window is untouched
     clock.now -= DAY
@@ -97,13 +97,13 @@ def test_a_pipeline_ends_with_its_window(make, clock):
 def test_adding_or_changing_a_window_is_a_conflict(write, clock):
     ledger = MemoryLedger()
     lifetime = write('[datasets.adult]\nlimit = { epsilon = 1.0 }')
-    Accountant.from_policy(lifetime, ledger=ledger, rng=0).release(Laplace(0.9), 1.0,
+    Accountant.from_policy(lifetime, ledger=ledger, rng=0).release(Laplace(0.9, sensitivity=1.0), 1.0,
                                                                    dataset="adult")
     with pytest.raises(LedgerConflictError, match="renewal window"):
         Accountant.from_policy(write(DAILY), ledger=ledger, clock=clock)
     ledger2 = MemoryLedger()
     Accountant.from_policy(write(DAILY), ledger=ledger2, rng=0, clock=clock).release(
-        Laplace(0.9), 1.0, dataset="adult")
+        Laplace(0.9, sensitivity=1.0), 1.0, dataset="adult")
     weekly = DAILY.replace('period = "1d"', 'period = "7d"')
     with pytest.raises(LedgerConflictError, match="'1d'"):
         Accountant.from_policy(write(weekly), ledger=ledger2, clock=clock)

@@ -51,7 +51,7 @@ def _records(url: str) -> list[dict]:
 def test_reopening_with_a_bigger_limit_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     url = _url(tmp_path)
     with Accountant(Budget(2.0), ledger=url) as owner:
-        owner.release(Laplace(0.5), 1.0, dataset="people")
+        owner.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
     before = _records(url)
     with pytest.raises(LedgerConflictError) as info:
         Accountant(Budget(100.0), ledger=url)  # Bob's own limits
@@ -61,7 +61,7 @@ def test_reopening_with_a_bigger_limit_is_refused_and_changes_nothing(tmp_path: 
     with Accountant.open(url) as bob:  # what Bob can do: the owner's limits
         assert bob.remaining("people") == Budget(1.5)
         with pytest.raises(BudgetExceededError):
-            bob.release(Laplace(1.6), 1.0, dataset="people")
+            bob.release(Laplace(1.6, sensitivity=1.0), 1.0, dataset="people")
 
 
 def test_a_policy_file_with_other_limits_is_refused_naming_each(tmp_path: Path) -> None:
@@ -87,9 +87,9 @@ def test_open_enforces_the_analyst_limits_it_finds(tmp_path: Path) -> None:
     p.write_text(POLICY)
     Accountant.from_policy(p, ledger=url).close()
     with Accountant.open(url) as acc:
-        acc.release(Laplace(0.9), 1.0, dataset="people", analyst="alice")
+        acc.release(Laplace(0.9, sensitivity=1.0), 1.0, dataset="people", analyst="alice")
         with pytest.raises(BudgetExceededError) as info:
-            acc.release(Laplace(0.2), 1.0, dataset="people", analyst="alice")
+            acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="people", analyst="alice")
         assert info.value.account == "dataset:people/analyst:alice"
 
 
@@ -100,7 +100,7 @@ def test_apply_policy_is_one_audited_record_and_says_when_it_weakens(tmp_path: P
     p.write_text(POLICY)
     monkeypatch.setenv("DPBUDGET_ACTOR", "owner")
     with Accountant.from_policy(p, ledger=url, owner_key=OWNER) as acc:
-        acc.release(Laplace(0.5), 1.0, dataset="people", analyst="alice")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people", analyst="alice")
         lower = tmp_path / "lower.toml"
         lower.write_text(POLICY.replace("epsilon = 1.0", "epsilon = 0.6"))
         change = acc.apply_policy(lower, by="carol", reason="alice's quota cut", owner_key=OWNER)
@@ -108,7 +108,7 @@ def test_apply_policy_is_one_audited_record_and_says_when_it_weakens(tmp_path: P
         assert change.changes == [
             "policy.datasets.people.analysts.alice.limit.epsilon: stored 1.0, given 0.6"]
         with pytest.raises(BudgetExceededError):
-            acc.release(Laplace(0.2), 1.0, dataset="people", analyst="alice")
+            acc.release(Laplace(0.2, sensitivity=1.0), 1.0, dataset="people", analyst="alice")
         higher = tmp_path / "higher.toml"
         higher.write_text(POLICY.replace("epsilon = 2.0", "epsilon = 3.0"))
         change = acc.apply_policy(higher, by="carol", reason="more queries", owner_key=OWNER)
@@ -152,7 +152,7 @@ def test_audit_without_policy_catches_a_release_above_the_limit_in_force(tmp_pat
         gate = Gate(ledger, Planner(forged, DatasetLimit(limit=Budget(100.0))), Sampler(0))
         gate._check_policy = lambda pointer: None  # type: ignore[method-assign]  # (old version)
         for _ in range(3):
-            gate.release(Laplace(0.5), 1.0, None, ("people", None))
+            gate.release(Laplace(0.5, sensitivity=1.0), 1.0, None, ("people", None))
     report = audit(url)
     assert not report.ok and report.exit_status & EXIT_BITS["limit"]
     assert any("over the limit in force" in p.message and p.seq == 4 for p in report.problems)
@@ -199,7 +199,7 @@ def test_two_processes_creating_a_ledger_write_one_policy_record(tmp_path: Path)
 def test_a_ledger_from_before_stored_policies_adopts_the_first_one_given(tmp_path: Path) -> None:
     old = MemoryLedger()  # in-memory ledgers store no policy (nobody else can open them)
     acc = Accountant(Budget(1.0), ledger=old)
-    acc.release(Laplace(0.25), 1.0)
+    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
     assert [e.record["kind"] for e in old.entries()] == ["release"]
     export_jsonl(old, tmp_path / "old.jsonl")
     url = _url(tmp_path)
@@ -231,7 +231,7 @@ def test_a_keyed_ledger_authenticates_its_policy_record(tmp_path: Path, monkeypa
 def test_the_stored_policy_shows_no_data(tmp_path: Path) -> None:
     url = _url(tmp_path)
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(0.25), 123456.789, dataset="people")
+        acc.release(Laplace(0.25, sensitivity=1.0), 123456.789, dataset="people")
     text = json.dumps(_records(url)[0])
     assert "123456" not in text
 
@@ -240,7 +240,7 @@ def test_a_deleted_policy_pointer_does_not_let_the_next_opener_adopt_its_limits(
         tmp_path: Path) -> None:
     url = _url(tmp_path)
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(0.5), 1.0)
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     with sqlite3.connect(tmp_path / "shared.db") as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         table = "accounts" if "accounts" in tables else tables[0]
@@ -259,20 +259,20 @@ def test_one_table_gets_one_default_budget_not_three(twin: str, tmp_path: Path) 
     drawn or debited), in this process and in the next one that opens the ledger."""
     url = _url(tmp_path)
     with Accountant(Budget(1.0), ledger=url) as acc:
-        acc.release(Laplace(1.0), 1.0, dataset="people")
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
         with pytest.raises(InvalidArgumentError) as info:
-            acc.release(Laplace(1.0), 1.0, dataset=twin)
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset=twin)
         assert info.value.argument == "dataset"
         assert acc.spent(dataset="people") == Budget(1.0)
     with Accountant.open(url) as again:
         with pytest.raises(InvalidArgumentError):
-            again.release(Laplace(1.0), 1.0, dataset=twin)
+            again.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset=twin)
         assert [a.key for a in again.ledger.accounts()] == ["dataset:people", "policy"]
 
 
 def test_declared_datasets_keep_their_names() -> None:
     """Names given as explicit limits are not held to the default's syntax."""
     acc = Accountant(limits={"sales 2026": Budget(1.0)}, rng=0)
-    acc.release(Laplace(0.5), 1.0, dataset="sales 2026")
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="sales 2026")
     with pytest.raises(UnknownDatasetError):
-        acc.release(Laplace(0.5), 1.0, dataset="Sales 2026")
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="Sales 2026")

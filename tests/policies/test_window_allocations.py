@@ -34,13 +34,13 @@ def test_the_attack_of_the_issue_two_epsilon_within_one_day_is_refused(make, clo
     acc = make(DAILY)
     clock.now = MIDNIGHT - 1  # 23:59:59 on the 21st
     pipeline = acc.pipeline("report", dataset="adult", budget=Budget(0.5))
-    session = acc.session(NumericSparse(0.5, threshold=0.0, max_positives=5), dataset="adult")
-    assert pipeline.release(Laplace(0.1), 1.0) is not None  # still the 21st: fine
+    session = acc.session(NumericSparse(0.5, threshold=0.0, max_positives=5, sensitivity=1.0), dataset="adult")
+    assert pipeline.release(Laplace(0.1, sensitivity=1.0), 1.0) is not None  # still the 21st: fine
     assert session.query(-1e9) is None
     clock.now = MIDNIGHT + 1  # the 22nd: a fresh 1.0 …
     before = (pipeline.spent(), session.answered)
     with pytest.raises(WindowEndedError) as ended:
-        pipeline.release(Laplace(0.1), 1.0)  # … but the 21st's allocations are over
+        pipeline.release(Laplace(0.1, sensitivity=1.0), 1.0)  # … but the 21st's allocations are over
     assert ended.value.ended == MIDNIGHT
     with pytest.raises(WindowEndedError):
         session.query(1e9)
@@ -50,7 +50,7 @@ def test_the_attack_of_the_issue_two_epsilon_within_one_day_is_refused(make, clo
     # The 22nd's own budget is intact, and its allocations work as usual.
     assert acc.remaining("adult") == Budget(1.0)
     with acc.pipeline("report", dataset="adult", budget=Budget(1.0)) as fresh:
-        fresh.release(Laplace(0.5), 1.0)
+        fresh.release(Laplace(0.5, sensitivity=1.0), 1.0)
     session.close()  # (closing still records the answer counts)
     assert _released_on(acc, "2026-11-21") == pytest.approx(1.0)
     assert _released_on(acc, "2026-11-22") == pytest.approx(1.0)
@@ -61,10 +61,10 @@ def test_nested_pipelines_and_their_sessions_end_with_the_window(make, clock) ->
     clock.now = MIDNIGHT - 10
     outer = acc.pipeline("outer", dataset="adult", budget=Budget(0.8))
     inner = outer.pipeline("inner", budget=Budget(0.4))
-    svt = inner.session(AboveThreshold(0.2, threshold=0.0))
+    svt = inner.session(AboveThreshold(0.2, threshold=0.0, sensitivity=1.0))
     clock.now = MIDNIGHT
-    for call in (lambda: outer.release(Laplace(0.1), 1.0),
-                 lambda: inner.release(Laplace(0.1), 1.0),
+    for call in (lambda: outer.release(Laplace(0.1, sensitivity=1.0), 1.0),
+                 lambda: inner.release(Laplace(0.1, sensitivity=1.0), 1.0),
                  lambda: inner.pipeline("deeper", budget=Budget(0.1)),
                  lambda: svt.test(1.0)):
         with pytest.raises(WindowEndedError):
@@ -74,9 +74,9 @@ def test_nested_pipelines_and_their_sessions_end_with_the_window(make, clock) ->
 def test_a_lifetime_limit_has_no_end(make, clock) -> None:
     acc = make(DAILY)
     pipeline = acc.pipeline("p", dataset="lifetime", budget=Budget(0.5))
-    session = acc.session(AboveThreshold(0.2, threshold=0.0), dataset="lifetime")
+    session = acc.session(AboveThreshold(0.2, threshold=0.0, sensitivity=1.0), dataset="lifetime")
     clock.now += 400 * DAY
-    pipeline.release(Laplace(0.1), 1.0)
+    pipeline.release(Laplace(0.1, sensitivity=1.0), 1.0)
     session.test(-1e9)
 
 
@@ -89,7 +89,7 @@ def test_an_allocation_opened_across_midnight_is_charged_and_ends_by_its_record_
     acc = make(DAILY)
     ticks = iter([MIDNIGHT - 1e-6, MIDNIGHT + 1.0] + [MIDNIGHT + 1.0] * 10)
     acc.ledger.clock = lambda: next(ticks)  # (the in-memory ledger's clock: estimate, then tx)
-    session = acc.session(AboveThreshold(0.2, threshold=0.0), dataset="adult")
+    session = acc.session(AboveThreshold(0.2, threshold=0.0, sensitivity=1.0), dataset="adult")
     assert _released_on(acc, "2026-11-22") == pytest.approx(0.2)
     assert _released_on(acc, "2026-11-21") == 0.0
     record = json.loads(acc.ledger.entry(session.receipt.seq).text)
