@@ -20,9 +20,10 @@ from typing import Any
 from dpbudget.accountant import owner_key
 from dpbudget.accountant._numeric import within_budget
 from dpbudget.accountant.audit_report import PolicyRecordReport
-from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.charge import Charge
 from dpbudget.accountant.composition import CompositionRule
 from dpbudget.accountant.errors import OwnerKeyError, PrivacyError
+from dpbudget.accountant.ledger.record import charge_from_record
 from dpbudget.accountant.planner import Plan, Planner
 from dpbudget.policies.accounts import PolicyLimits, pipeline_key
 from dpbudget.policies.limits import refusal
@@ -75,7 +76,11 @@ class InForce:
         items = (mechanism.get("params") or {}).get("items") or [] if name == "batch" else \
             [{"name": name, "cost": record.get("cost")}]
         for item in items:
-            refused = refusal(plan.checks, str(item.get("name")), _cost(item.get("cost")))
+            try:
+                cost = _cost(item.get("cost"))
+            except (KeyError, TypeError, ValueError, PrivacyError):
+                return "its cost is not one the gate could have written (malformed)"
+            refused = refusal(plan.checks, str(item.get("name")), cost)
             if refused is not None:
                 return refused.why
         return None
@@ -91,14 +96,18 @@ class InForce:
         return f"{key} has spent {spent}, over the limit in force {declared}"
 
 
-def _cost(cost: Any) -> Budget | None:
-    """A recorded cost's (ε, δ), or None where the record states none."""
-    if not isinstance(cost, dict):
+def _cost(cost: Any) -> Charge | None:
+    """A recorded cost as the charge the gate checked, or None where the record states none (a
+    batch item from before items stated their cost).
+
+    Raises:
+        KeyError, TypeError, ValueError, PrivacyError: a cost the gate could not have written.
+    """
+    if cost is None:
         return None
-    try:
-        return Budget(float(cost.get("epsilon", 0.0)), float(cost.get("delta", 0.0)))
-    except (PrivacyError, TypeError, ValueError):  # not a cost the gate could have admitted
-        return Budget.unlimited()
+    if not isinstance(cost, dict):
+        raise TypeError("cost")
+    return charge_from_record(cost)
 
 
 def _inside(record: dict[str, Any]) -> str | None:

@@ -5,7 +5,7 @@ releases on the same dataset, for
 
 * the in-memory ledger (``ledger=None``),
 * the SQLite ledger (``ledger="sqlite:///<tmpdir>/b.db"``) with the library's default, durable
-  settings (WAL, ``synchronous=NORMAL`` plus the ledger's own WAL sync after each commit, one
+  settings (WAL, ``synchronous=FULL``: SQLite syncs each commit itself, one
   ``BEGIN IMMEDIATE`` transaction per release),
 
 next to diffprivlib's ``BudgetAccountant.spend`` at the same k (it rescans every earlier spend on
@@ -16,10 +16,10 @@ How the history is built (so that the whole run stays within a few minutes):
 * in-memory: an accountant per k, given k untimed releases through the public API.
 * SQLite: a ledger file per k, given k releases through the public API (the same
   ``Accountant.release`` call, the same records and hash chain) by an accountant whose connection
-  has ``PRAGMA synchronous=OFF`` and skips the ledger's own syncs, so that the untimed history
+  has ``PRAGMA synchronous=OFF``, so that the untimed history
   does not wait for 10^5 fsyncs. A
   *new* ``Accountant`` is then opened on the file with the library defaults (which shows that it
-  resumes without rescanning, and is checked to run WAL with its own syncs), the filling one
+  resumes without rescanning, and is checked to run WAL with synchronous=FULL), the filling one
   is closed (after, so that the WAL file is kept at its steady size rather than deleted and grown
   again, which makes the first few hundred commits of a freshly opened ledger slower), the file is
   fsynced, and only the new accountant is timed.
@@ -269,10 +269,7 @@ class _Sqlite(_Subject):
         ledger = SqliteLedger(self.path)
         conn = getattr(ledger, "_conn", None)
         if isinstance(conn, sqlite3.Connection):
-            conn.execute("PRAGMA synchronous=OFF")
-            # ... and none of the ledger's own syncs after each commit (the untimed history is
-            # fsynced once below).
-            ledger._sync = lambda token: None  # type: ignore[method-assign]
+            conn.execute("PRAGMA synchronous=OFF")  # (the untimed history is fsynced once below)
         else:
             self.fast_fill = False
         filler = Accountant(LIMIT, ledger=ledger)
@@ -295,10 +292,10 @@ class _Sqlite(_Subject):
                 finally:
                     os.close(fd)
         pragmas = _sqlite_pragmas(self.acc)
-        if pragmas is not None and (pragmas[0].lower() != "wal" or pragmas[1] != 1):
+        if pragmas is not None and (pragmas[0].lower() != "wal" or pragmas[1] != 2):
             raise SystemExit(f"the SQLite ledger is not durable by default: journal_mode="
-                             f"{pragmas[0]}, synchronous={pragmas[1]} (expected wal, 1 = "
-                             "NORMAL plus the ledger's own WAL sync after each commit)")
+                             f"{pragmas[0]}, synchronous={pragmas[1]} (expected wal, 2 = "
+                             "FULL: each commit synced)")
         release, mechanism = self.acc.release, self.mechanism
 
         def step() -> None:
@@ -621,8 +618,7 @@ in-memory path, `--write` rewrites this section):
 - The history is built through the public API: the same `Accountant.release` call, the same
   records and hash chain. For SQLite it is written by an accountant whose connection runs
   `synchronous=OFF` (untimed, then fsynced); the timed releases go through a *new* `Accountant`
-  opened on that file with the library defaults (checked: WAL, `synchronous=NORMAL` and the
-  ledger's own sync after each commit), so every timed
+  opened on that file with the library defaults (checked: WAL and `synchronous=FULL`, each commit synced), so every timed
   release waits for its own fsync, and opening the ledger again shows that it resumes without a
   rescan. The filling accountant is closed only after that, so the WAL file keeps its steady size
   (a ledger opened by a lone process starts a new WAL, and its first few hundred commits, which

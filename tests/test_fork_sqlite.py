@@ -58,7 +58,7 @@ def test_negative_control_without_the_rule_the_child_releases_on_its_parents_fil
     acc = Accountant(Budget(10.0), ledger=url)
 
     def bypassed() -> int:
-        sqlite_module._forked = False  # (the rule switched off in this child)
+        sqlite_module._opener_pid = None  # (the rule switched off in this child)
         return _open_and_release(url)
 
     assert _in_child(bypassed, seconds=10) == 0
@@ -120,8 +120,8 @@ def test_negative_control_a_child_on_a_connection_of_its_own_loses_debits(
 
 
     def own_connection(self: SqliteLedger) -> None:
-        if sqlite_module._forked:
-            sqlite_module._forked = False  # (the rule switched off in this child)
+        if sqlite_module._forked():
+            sqlite_module._opener_pid = os.getpid()  # (the rule switched off in this child)
             self._conn = sqlite3.connect(self.path, isolation_level=None,
                                          check_same_thread=False)
             self._conn.execute("PRAGMA synchronous=FULL")
@@ -235,3 +235,26 @@ def test_a_new_ledger_file_is_not_group_or_world_writable(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "l.db").st_mode) & 0o022 == 0
+
+
+def test_a_child_of_any_fork_is_refused_a_c_level_fork_included(tmp_path: Path) -> None:
+    """The rule reads the process id, not a fork hook: a fork made by C code (here libc's own,
+    through ctypes, which runs no ``os.register_at_fork`` hook) is refused like ``os.fork``."""
+    import ctypes
+
+    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+    pid = ctypes.CDLL(None).fork()
+    if pid == 0:  # the child: exit status 10 when refused, 0 when it answered
+        try:
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+            code = 0
+        except LedgerError:
+            code = 10
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 10
+    assert acc.spent().epsilon == pytest.approx(0.1)
+    acc.close()

@@ -1,5 +1,5 @@
 """Ledger backends: the ``LedgerContract`` battery on every registered backend, SQLite specifics
-(WAL, synchronous=NORMAL with its own sync (tests/test_group_commit.py), append-only triggers, format version), and ``open_ledger``'s URL parsing."""
+(WAL, synchronous=FULL: SQLite syncs each commit itself, append-only triggers, format version), and ``open_ledger``'s URL parsing."""
 
 from __future__ import annotations
 

@@ -56,17 +56,14 @@ CREATE TRIGGER IF NOT EXISTS entries_append_only_d BEFORE DELETE ON entries
 # The files a ledger's debits depend on, checked under the write lock (module docstring).
 _FILES = ("", "-wal", "-shm")
 
-_opened = False  # this process, or one it was forked from, has opened an SQLite ledger
-_forked = False  # this process was forked from such a process: no SQLite ledger here
+# The process that first opened an SQLite ledger in this memory: a fork copies it, so a child (of
+# any fork: os.fork, a C extension's, a grandchild's) sees another process's id and refuses SQLite.
+_opener_pid: int | None = None
 
 
-def _after_fork_in_child() -> None:
-    global _forked
-    _forked = _opened
-
-
-if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def _forked() -> bool:
+    """Whether this process descends by fork from one that had opened an SQLite ledger."""
+    return _opener_pid is not None and _opener_pid != os.getpid()
 
 
 def _refusal(path: Path) -> LedgerError:
@@ -97,16 +94,16 @@ class SqliteLedger(SqlLedger):
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0,
                  create: bool = True, hmac_key: bytes | str | None = None) -> None:
-        global _opened
+        global _opener_pid
         # Absolute: the identity check must find the same files after the caller's chdir.
         self.path = Path(path).absolute()
-        if _forked:
+        if _forked():
             raise _refusal(self.path)
         super().__init__(hmac_key=hmac_key)
         self.url = f"sqlite:///{self.path}"
         if not create and not self.path.is_file():
             raise LedgerError(f"no SQLite ledger at {str(self.path)!r} (nothing was created)")
-        _opened = True  # (before SQLite opens the file: a fork from now on refuses SQLite)
+        _opener_pid = os.getpid()  # (before SQLite opens the file: a fork from now on refuses it)
         if self._shm_deleted():
             raise LedgerError(
                 f"SQLite ledger {str(self.path)!r}: its -wal file is there without its -shm "
@@ -151,7 +148,7 @@ class SqliteLedger(SqlLedger):
 
     def _in_this_process(self) -> None:
         """Refuse SQLite in a child forked from a process that had opened it (module docstring)."""
-        if _forked:
+        if _forked():
             raise _refusal(self.path)
 
     def _set_wal(self, timeout: float) -> None:
@@ -173,6 +170,7 @@ class SqliteLedger(SqlLedger):
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
                cached: bool = False) -> None:
         self._in_this_process()
+        self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN IMMEDIATE")
         # Under the write lock: the files must still be the ones opened. A ledger deleted while
         # in use would take debits into an unlinked file (lost to every later reader), one
@@ -205,7 +203,7 @@ class SqliteLedger(SqlLedger):
         return tuple((st.st_dev, st.st_ino) for st in stats)
 
     def _rollback(self) -> None:
-        if _forked:
+        if _forked():
             return  # a forked child: the transaction, and the connection, are the parent's
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
@@ -223,7 +221,7 @@ class SqliteLedger(SqlLedger):
 
     def close(self) -> None:
         with self._lock:
-            if not _forked:  # (a child never closes its parent's connection)
+            if not _forked():  # (a child never closes its parent's connection)
                 self._conn.close()
 
 
@@ -236,7 +234,7 @@ class _Reader:
         self._conn = sqlite3.connect(path, isolation_level=None)
 
     def execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        if _forked:
+        if _forked():
             raise _refusal(self._path)
         return self._conn.execute(sql, args)
 
@@ -244,5 +242,5 @@ class _Reader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if not _forked:
+        if not _forked():
             self._conn.close()

@@ -45,7 +45,7 @@ class Writer:
     commit as ``[entries, confirmed]`` or None) — one attribute, replaced whole; ``unlogged``:
     committed records not logged yet, in commit order."""
 
-    __slots__ = ("id", "pid", "state", "unlogged", "_logging")
+    __slots__ = ("id", "pid", "state", "unlogged", "_logging", "_failed")
 
     def __init__(self) -> None:
         self.id = secrets.token_hex(8)
@@ -54,6 +54,7 @@ class Writer:
         self.unlogged: deque[Any] = deque()
         # Held by the one thread emptying ``unlogged``; re-entrant, to know its owner (``log``).
         self._logging: Any = threading.RLock()
+        self._failed: Any = None  # the queued record whose line failed once (``log``)
 
     @property
     def written(self) -> int:
@@ -92,7 +93,8 @@ class Writer:
         """Log the queued records in order, on ``dpbudget.ledger``; called with no ledger lock
         held. If another thread is logging, it logs ours too (it empties the queue before it
         lets go, and looks again after). A failing handler or filter must not fail a debit that
-        committed: the rest is logged by the next call. An interrupt is raised once the
+        committed, nor stop the records after it: a record whose line fails is tried again by
+        the next call, and lost (a gap the audit of the logs shows) if it fails again. An interrupt is raised once the
         logging lock is free."""
         queue, lock = self.unlogged, self._logging
         while lock._is_owned():  # (left held in this thread by an interrupt in an earlier call)
@@ -108,10 +110,14 @@ class Writer:
                     return  # the thread logging now logs these too
                 while queue:
                     entry = queue[0]
-                    _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                    try:
+                        _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                    except Exception:  # a failing filter or handler
+                        if entry is not self._failed:  # kept for the next call (a full disk
+                            self._failed = entry  # may clear)
+                            return
+                        # failed twice: this line is lost, never the rest behind it
                     queue.popleft()
-            except Exception:
-                return
             finally:
                 if mine:
                     lock.release()

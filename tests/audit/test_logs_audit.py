@@ -361,3 +361,32 @@ def test_a_logging_failure_neither_fails_the_release_nor_loses_the_line(tmp_path
     seqs = [json.loads(line)["record"]["seq"] for line in path.read_text().splitlines()]
     assert sorted(set(seqs)) == [1, 2, 3, 4]  # the failed line written by the next transaction
     assert audit(str(path)).ok
+
+
+def test_a_filter_failing_on_one_record_loses_that_line_only(tmp_path: Path) -> None:
+    """A filter that raises on one record lost every later line of the process: the failing
+    record stayed at the head of the queue and was retried on each commit (review of the
+    logging-after-the-lock change: [1, 2] logged of 11). Now that one line is lost, never the rest."""
+    logger = logging.getLogger("dpbudget.ledger")
+    seen: list[int] = []
+
+    class Poison(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            assert isinstance(record.args, tuple)
+            if record.args[0] == 3:
+                raise ValueError("a broken filter")
+            seen.append(int(record.args[0]))
+            return False
+
+    poison, level = Poison(), logger.level
+    logger.addFilter(poison)
+    logger.setLevel(logging.INFO)
+    try:
+        acc = Accountant(Budget(100.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+        for _ in range(10):
+            acc.release(Laplace(1.0, sensitivity=1.0), 1.0)
+        acc.close()
+    finally:
+        logger.removeFilter(poison)
+        logger.setLevel(level)
+    assert seen == [1, 2, *range(4, 12)]  # (3 tried twice: at its commit and the next)

@@ -15,7 +15,7 @@ import dpbudget.accountant.audit_policy
 import dpbudget.accountant.gate
 from dpbudget.accountant import Accountant
 from dpbudget.accountant.audit import audit
-from dpbudget.accountant.errors import BudgetExceededError, MechanismNotAllowedError
+from dpbudget.accountant.errors import BudgetExceededError, MechanismNotAllowedError, PrivacyError
 from dpbudget.mechanisms import DiscreteLaplace, Gaussian, Laplace
 
 POLICY = """
@@ -79,3 +79,23 @@ def test_negative_control_an_audit_without_the_check_passes_the_broken_writers_r
     assert not audit(f"sqlite:///{db}").ok
     monkeypatch.setattr(dpbudget.accountant.audit_policy, "refusal", lambda *args: None)
     assert audit(f"sqlite:///{db}").ok  # the test above fails against such an audit
+
+
+def test_the_audit_reads_a_recorded_cost_as_the_gate_checked_it() -> None:
+    """A cost the audit could not build a Budget from (ε = inf with δ > 0, δ > 1) was read as
+    Budget.unlimited() = (inf, 0), which a δ-only cap admits: the audit passed a record whose δ
+    was 1,000 times the cap, that the gate refuses. Now it is decoded like every record's cost,
+    and one the gate could not have written is a problem of its own."""
+    from dpbudget.accountant.audit_policy import _cost
+    from dpbudget.accountant.charge import Charge
+    from dpbudget.policies.limits import Cap, DatasetLimit, refusal
+
+    checks = [("d", DatasetLimit(max_per_query=Cap(delta=1e-6)))]
+    assert refusal(checks, "Laplace", Charge(float("inf"), 1e-3)) is not None  # the gate
+    assert refusal(checks, "Laplace", _cost({"epsilon": float("inf"), "delta": 1e-3})) is not None
+    assert refusal(checks, "Laplace", _cost({"epsilon": 0.1, "delta": 2.0})) is not None
+    with pytest.raises((ValueError, TypeError, KeyError, PrivacyError)):
+        _cost({"epsilon": 0.1})
+    with pytest.raises(TypeError):
+        _cost("0.1")
+    assert _cost(None) is None  # a batch item from before items stated their cost
