@@ -18,7 +18,7 @@ So the audit checks, from the records alone (problems of kind ``time``, exit bit
   server's clock in either order, so two records on different lanes may have times in the
   other order than their numbers, honestly; but each lane is written under its lock, and a
   transaction's time is never earlier than the last record on any lane it locks
-  (``dpbudget.accountant.ledger.postgres_time``), so along each lane — in ``seq`` order, which each lane
+  (``dpbudget.accountant.ledger.postgres.rows.Tx``), so along each lane — in ``seq`` order, which each lane
   follows — times never run backwards. A record is compared with the last one seen on each lane
   (absent records of a log are skipped; each step backwards is reported once).
 - **Future**: no record is dated after the audit's own clock (plus ``FUTURE_TOLERANCE``). An

@@ -304,8 +304,7 @@ class LedgerError(PrivacyError):
 class LedgerUnconfirmedError(LedgerError):
     """The debit was committed (or may have been: the connection broke during the commit), but
     the ledger could not confirm that it reached the disk: a commit that failed (SQLite); a
-    flush that failed, wrote no row or timed out, or a session that ended after the commit or
-    during it (PostgreSQL).
+    session that ended during the commit's round trip (PostgreSQL).
 
     Do not retry: the budget is spent, the answer is withheld. Nothing was drawn on this debit
     and it is never refunded (it may be on disk after all); a retry is a new release, which pays
@@ -317,9 +316,9 @@ class LedgerUnconfirmedError(LedgerError):
 
 
 class LedgerStaleError(LedgerError):
-    """A transaction computed from a ledger's cached state found, when it reached the ledger,
-    that another writer had moved on; nothing was written. The gate redoes it on fresh reads
-    (``dpbudget.accountant.ledger.postgres``); a caller never sees it."""
+    """A debit locked the accounts of another renewal window than its transaction's time fell
+    in; nothing was written. The gate redoes it on the accounts of that time; a caller never
+    sees it."""
 
 
 class LedgerCorruptedError(LedgerError):

@@ -42,7 +42,6 @@ __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-ex
 
 # Where a request is charged: a plan already made (a pipeline's), or (dataset, analyst[, blocks]) to plan.
 Where = Plan | tuple[Any, ...]
-_REDO = (BudgetExceededError, PolicyChangedError)  # refusals computed on a cache: redone fresh
 # Read by every debit, written by none: in a ledger of lanes, debits share its lock and a policy
 # change (which writes it) waits for them (``dpbudget.accountant.ledger.lanes``).
 _SHARED = (POLICY_KEY,)
@@ -202,10 +201,8 @@ class Gate:
             # Explicit begin/commit inside one try (not ``with``): an interrupt between the end
             # of a ``with`` block and its ``__exit__`` would leave it open (ledger/base.py).
             scope = self.ledger.transaction()
-            optimistic = False
             try:
-                tx = scope.begin(keys, _SHARED, cached=True, timed=now is not None)
-                optimistic = self.ledger.optimistic  # (read under the lock: this transaction's)
+                tx = scope.begin(keys, _SHARED)
                 if now is not None:
                     when, now = now, plan.begun(tx.time)
                     if plan.windowed and plan.keys(now) != plan.keys(when):
@@ -221,10 +218,9 @@ class Gate:
                 break
             except BaseException as exc:
                 scope.abandon()
-                # Read from the ledger's cache and found stale, or refused on it: redone on
-                # fresh reads, whose answer is the one given (nothing was written).
-                if attempt < 3 and (isinstance(exc, LedgerStaleError)
-                                    or optimistic and isinstance(exc, _REDO)):
+                # Locked the keys of another renewal window than the transaction's time: redone
+                # on the keys of its time (nothing was written).
+                if attempt < 3 and isinstance(exc, LedgerStaleError):
                     continue
                 raise
         # The receipt's fields, built into a Receipt only when asked for (this is the hot path;

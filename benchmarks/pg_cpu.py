@@ -10,7 +10,7 @@ on this machine: the script starts a throw-away one as the tests do). Background
 writer, checkpointer) are left out of both.
 
 A third row, for diagnosis only, repeats dpbudget's releases on a second throw-away ledger whose
-server-side checks (the triggers on its entries and accounts, ``dpbudget.accountant.ledger.postgres_ddl``)
+server-side checks (the triggers on its entries and accounts, ``ledger/postgres/schema.sql``)
 are disabled by its owner: what those checks cost the server. A ledger is never run so.
 
 With ``c`` cores and ``t`` µs of CPU per release (client + server), no number of processes can
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         Accountant(Budget(1e9), ledger=url).close()
         acc = Accountant.open(url)
         mechanism = Laplace(1e-6, sensitivity=1.0)
-        for _ in range(300):  # (the account exists, the cache and the flushing state settled)
+        for _ in range(300):  # (the account exists, the plan cache settled)
             acc.release(mechanism, 1.0, dataset="d0")
         bare_url = _postgres.fresh_database(dsn)
         Accountant(Budget(1e9), ledger=bare_url).close()

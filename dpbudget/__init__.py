@@ -38,7 +38,7 @@ for _module, _names in {
     "dpbudget.accountant.audit": ["audit", "AuditReport"],
     "dpbudget.accountant.plot": ["plot_audit"],
     "dpbudget.accountant.ledger": ["Ledger", "open_ledger"],
-    "dpbudget.accountant.ledger.postgres_schema": ["grant_statements"],
+    "dpbudget.accountant.ledger.postgres.schema": ["grant_statements"],
     "dpbudget.accountant.transfer": ["export_jsonl", "import_jsonl"],
     "dpbudget.accountant.logs": ["log_records_to"],
     "dpbudget.mechanisms": [
@@ -91,7 +91,7 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
     from dpbudget.accountant.estimator import LogisticRegression as LogisticRegression
     from dpbudget.accountant.ledger import open_ledger as open_ledger
     from dpbudget.accountant.ledger.base import Ledger as Ledger
-    from dpbudget.accountant.ledger.postgres_schema import grant_statements as grant_statements
+    from dpbudget.accountant.ledger.postgres.schema import grant_statements as grant_statements
     from dpbudget.accountant.logs import log_records_to as log_records_to
     from dpbudget.accountant.pipeline import Pipeline as Pipeline
     from dpbudget.accountant.plot import plot_audit as plot_audit

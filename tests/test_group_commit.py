@@ -18,7 +18,7 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
 from dpbudget.accountant.audit import audit
-from dpbudget.accountant.ledger import postgres as pg_module
+from dpbudget.accountant.ledger.postgres.session import Session
 from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema
 
@@ -50,16 +50,21 @@ def _wal_syncs(dsn: str) -> int:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("flush", [True, False], ids=["flush", "negative-control"])
-def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, flush: bool,
+@pytest.mark.parametrize("synchronous", [True, False], ids=["synchronous", "negative-control"])
+def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, synchronous: bool,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each release forces a write-ahead-log sync (``pg_stat_wal.wal_sync``); without the
-    flushing statement, asynchronous commits leave the syncs to the server's WAL writer."""
+    """Each release forces a write-ahead-log sync (``pg_stat_wal.wal_sync``): its session commits
+    with ``synchronous_commit = on``. The control sets it off for the session (as a role's or
+    database's setting would, which the ledger overrides): the syncs are left to the WAL writer."""
     dsn = _fresh_schema(postgres_database)
-    if not flush:  # a one-row write that is not WAL-logged (a temporary table): no disk wait
-        # (returning, like the flush, a number for the next record)
-        monkeypatch.setattr(pg_module, "_FLUSH", "CREATE TEMP TABLE IF NOT EXISTS no_wal (x int); "
-                            "INSERT INTO no_wal VALUES (1) RETURNING nextval('dpbudget_seq')")
+    if not synchronous:
+        connect = Session.connect
+
+        def asynchronous(self: Session) -> None:
+            connect(self)
+            self.conn.execute("SET synchronous_commit = off")
+
+        monkeypatch.setattr(Session, "connect", asynchronous)
     acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
     before = _wal_syncs(postgres_database)
     for _ in range(RELEASES):
@@ -67,32 +72,16 @@ def test_postgres_waits_for_the_disk_before_each_draw(postgres_database: str, fl
     acc.close()  # (a session reports its statistics when it ends)
     time.sleep(0.2)
     synced = _wal_syncs(postgres_database) - before
-    if flush:
+    if synchronous:
         assert synced >= RELEASES
     else:
         assert synced < RELEASES // 2
 
 
 @pytest.mark.postgres
-def test_postgres_flush_rows_deleted_still_wait_for_the_disk(postgres_database: str) -> None:
-    """An UPDATE of a deleted row would write nothing and wait for nothing (fail-open): the
-    flush is an upsert, so deleting the rows changes nothing."""
-    dsn = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(10.0), ledger=dsn, rng=0, simulation=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DELETE FROM dpbudget_flush")
-    before = _wal_syncs(postgres_database)
-    for _ in range(RELEASES):
-        acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
-    acc.close()
-    time.sleep(0.2)
-    assert _wal_syncs(postgres_database) - before >= RELEASES
-
-
-@pytest.mark.postgres
 def test_postgres_a_failed_commit_is_not_reported_as_committed(postgres_database: str) -> None:
-    """A COMMIT that fails (a deferred constraint trigger) leaves the session idle, like a flush
-    that fails after it: the ledger tells them apart by looking for its record."""
+    """A COMMIT that fails (a deferred constraint trigger) on a live session committed nothing:
+    a plain LedgerError, never one that says the debit may stand."""
     dsn = _fresh_schema(postgres_database)
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -105,32 +94,4 @@ def test_postgres_a_failed_commit_is_not_reported_as_committed(postgres_database
         assert "committed" not in str(caught.value)
         conn.execute("DROP TRIGGER refuse ON dpbudget_entries")
     assert acc.spent().epsilon == 0.0
-    acc.close()
-
-
-@pytest.mark.postgres
-@pytest.mark.parametrize("body, message", [
-    ("RETURN NULL", "flush wrote no row"),  # a BEFORE trigger that drops the write
-    ("RAISE EXCEPTION 'disk gone'", "debit was committed but the server did not"),
-], ids=["no-row-written", "flush-fails"])
-def test_postgres_an_unconfirmed_commit_draws_nothing(postgres_database: str, body: str,
-                                                      message: str) -> None:
-    """A flush that writes no row (an UPDATE of deleted rows would be one) or fails is not
-    trusted: the release fails after its commit, nothing is drawn, and the debit stands."""
-    dsn = _fresh_schema(postgres_database)
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
-    events: list[str] = []
-    acc._gate.sampler = _Watched(acc._gate.sampler, events)  # type: ignore[assignment]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE FUNCTION flush_trap() RETURNS trigger LANGUAGE plpgsql AS "
-                     f"$$ BEGIN {body}; END $$")
-        conn.execute("CREATE TRIGGER flush_trap BEFORE INSERT OR UPDATE ON dpbudget_flush FOR "
-                     "EACH ROW EXECUTE FUNCTION flush_trap()")
-        with pytest.raises(LedgerError, match=message):
-            acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
-        assert events == []
-        conn.execute("DROP TRIGGER flush_trap ON dpbudget_flush")
-    assert acc.spent().epsilon == 0.25  # the debit stands
-    acc.release(Laplace(0.25, sensitivity=1.0), 1.0)
-    assert audit(acc.ledger).ok
     acc.close()

@@ -4,7 +4,7 @@ is spent, the answer withheld — and a ledger error before the commit stays a p
 ``LedgerError`` (nothing written: a retry pays once). Nothing is drawn in either case.
 
 Each fault is injected where the ledger tests already inject it (``tests/test_group_commit.py``,
-``tests/test_postgres_resilience.py``), with their stand-ins; the refusals before the commit are
+``tests/ledger/postgres/test_resilience.py``), with their stand-ins; the refusals before the commit are
 the negative controls: the same assertions fail on them.
 """
 
@@ -97,28 +97,9 @@ def dsn(postgres_database: str) -> str:
 
 
 @pytest.mark.postgres
-def test_postgres_a_failed_flush_after_the_commit_is_unconfirmed(dsn: str) -> None:
-    import psycopg
-
-    acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
-    events = _watched(acc)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE FUNCTION flush_trap() RETURNS trigger LANGUAGE plpgsql AS "
-                     "$$ BEGIN RAISE EXCEPTION 'disk gone'; END $$")
-        conn.execute("CREATE TRIGGER flush_trap BEFORE INSERT OR UPDATE ON dpbudget_flush FOR "
-                     "EACH ROW EXECUTE FUNCTION flush_trap()")
-        error = _outcome(acc)
-        conn.execute("DROP TRIGGER flush_trap ON dpbudget_flush")
-    assert isinstance(error, LedgerUnconfirmedError)
-    assert events == []
-    assert acc.spent().epsilon == 0.25  # the debit stands: a retry would pay again
-    acc.close()
-
-
-@pytest.mark.postgres
 def test_postgres_a_commit_refused_by_the_server_is_plain(dsn: str) -> None:
-    """Negative control: the COMMIT itself fails (a deferred constraint trigger), so nothing was
-    committed — the ledger looks for its record and finds none — and the type is the plain one."""
+    """The COMMIT itself fails (a deferred constraint trigger) on a live session: nothing was
+    committed, and the type is the plain one (the control of the test below)."""
     import psycopg
 
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
@@ -143,7 +124,7 @@ def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
     """The session dies before the commit's round trip: the ledger cannot tell whether the
     COMMIT ran, so the debit may stand — unconfirmed, never the plain type."""
     from dpbudget.accountant.ledger.postgres import PostgresLedger
-    from tests.test_postgres_resilience import sessions_killed_before_each_write
+    from tests.ledger.postgres.test_resilience import sessions_killed_before_each_write
 
     acc = Accountant(Budget(1.0), ledger=dsn, rng=0, simulation=True)
     ledger = acc.ledger
@@ -154,14 +135,3 @@ def test_postgres_a_session_lost_during_the_commit_is_unconfirmed(
     assert isinstance(error, LedgerUnconfirmedError) and "may have been" in str(error)
     assert events == []
     acc.close()
-
-
-@pytest.mark.postgres
-def test_postgres_a_flush_whose_session_ended_is_unconfirmed(dsn: str) -> None:
-    """A deferred commit whose flushing session is gone (``postgres_sync``) is never confirmed."""
-    from dpbudget.accountant.ledger.postgres import PostgresLedger
-
-    ledger = PostgresLedger(dsn)
-    with pytest.raises(LedgerUnconfirmedError, match="the session that was to flush it ended"):
-        ledger._sync((ledger._numbered + 1, 1))  # a session number no flusher has
-    ledger.close()

@@ -47,6 +47,7 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
     assert {n.split("/")[0] for n in names} == {"dpbudget", wheel.name.split("-py3")[0] + ".dist-info"}
     for needed in ("dpbudget/py.typed", "dpbudget/accountant/gate.py", "dpbudget/mechanisms/laplace.py",
                    "dpbudget/accountant/composition/basic.py", "dpbudget/accountant/ledger/sqlite.py",
+                   "dpbudget/accountant/ledger/postgres/schema.sql",
                    "dpbudget/policies/policy.py", "dpbudget/examples/demo.py",
                    "dpbudget/examples/policy.toml", "dpbudget/examples/data/people.csv"):
         assert needed in names, needed

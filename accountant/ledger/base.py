@@ -38,18 +38,14 @@ class Ledger(ABC):
     # Whether other processes (or a later run) can open the same ledger: only then does it store
     # the policy its limits come from (``dpbudget.accountant.policy_record``).
     durable = True
-    optimistic = False  # the transaction begun last read a cache (may end in LedgerStaleError)
     lanes = False  # linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
-    # Set by ``Scope.begin``: the transaction begun must read the time in force (a debit on
-    # windows or blocks): a backend whose optimistic begin reads nothing then reads.
-    _tx_timed = False
     # (seq, hash, time in microseconds) of the last record this object wrote or read the time
     # of: the head's time without re-reading it while no other writer moved on.
     _last_time: tuple[int, str, int] = (0, GENESIS, 0)
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
-        self._lock: Any = threading.RLock()  # (a backend may count its waiters: postgres_sync)
+        self._lock: Any = threading.RLock()
         _LIVE.add(self)
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
@@ -227,14 +223,11 @@ class Ledger(ABC):
 
     # Storage primitives, called with self._lock held.
     @abstractmethod
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
-               cached: bool = False) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         """Begin and take the write lock; ``prefetch`` names accounts the transaction will read
         (a backend whose every read is a round trip reads them with the lock, in one). In a
         ledger of lanes, it locks the lanes of ``prefetch`` to write them, and those of
-        ``shared`` (also in ``prefetch``) only to read them. ``cached``: the backend may start
-        from what its last commit left instead of reading (``optimistic``), where the caller
-        redoes a ``LedgerStaleError``."""
+        ``shared`` (also in ``prefetch``) only to read them."""
 
     @abstractmethod
     def _commit(self) -> Any:

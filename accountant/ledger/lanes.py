@@ -43,7 +43,7 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
   after it names it in ``reads``, which must be the lane's last record: deleting it is seen there.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
   what that record wrote (``Ledger.check_accounts``) and against its lane's last record
-  (``dpbudget.accountant.ledger.postgres_lanes.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
+  (``dpbudget.accountant.ledger.postgres.schema.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
   undeleted, for every role but the owner. One chain also pinned the whole table to its head
   record (``dpbudget.accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
   rewound together with its lane by the tables' owner (who can disable the triggers) is a

@@ -48,8 +48,7 @@ class MemoryLedger(Ledger):
         self._staged_accounts: dict[str, Account] = {}
         self._pid = os.getpid()
 
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
-               cached: bool = False) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         if self._pid != os.getpid():
             raise LedgerError(
                 "an in-memory ledger can be debited only in the process that made it: in a "

@@ -110,7 +110,7 @@ class Transaction:
         })
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
         # The record first: a PostgreSQL server checks each account row against the record it
-        # points at (accountant.ledger.postgres_schema).
+        # points at (accountant.ledger.postgres.schema).
         ledger._write_entry(entry)
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
@@ -212,24 +212,18 @@ class Scope:
         self._ledger = ledger
         self._tx: Transaction | None = None
 
-    def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (), *,
-              cached: bool = False, timed: bool = False) -> Transaction:
+    def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
         (an optimisation only: any account can still be read). In a ledger of lanes
         (``dpbudget.accountant.ledger.lanes``) the lanes of ``prefetch`` are locked for writing, except
         those also in ``shared``, locked for reading: writing a lane not locked here may end in
-        ``LedgerStaleError`` (another writer moved it; nothing is written). ``cached``: the
-        backend may start from what its last commit left (one round trip on PostgreSQL), which
-        may end in ``LedgerStaleError``: only for a caller that redoes it (the gate's debit).
-        ``timed``: the caller reads ``Transaction.time`` (a debit on windows or blocks), which a
-        backend then reads in its begin (PostgreSQL: the server's clock, so never from a cache)."""
+        a ``LedgerError`` (another writer moved it; nothing is written)."""
         ledger = self._ledger
         ledger._lock.acquire()
-        ledger._tx_timed = timed
         writer = ledger._w
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
             writer = ledger._w = writer_for(ledger._writer_key())
-        ledger._begin(prefetch, shared, cached)
+        ledger._begin(prefetch, shared)
         writer.begin(ledger._landed)
         self._tx = Transaction(ledger)
         return self._tx
@@ -272,8 +266,8 @@ class Scope:
         # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
         # thread rolls back only what it owns (never another thread's transaction), and releases
         # every level it holds (the gate never nests transactions). It also frees any other lock
-        # of the ledger an interrupt left this thread holding (a flush's, after the commit:
-        # accountant.ledger.postgres_sync), so that other threads do not wait for it.
+        # of the ledger an interrupt left this thread holding (``Ledger._locks``), so that other
+        # threads do not wait for it.
         locks = ledger._locks()
         try:
             while ledger._lock._is_owned():

@@ -224,12 +224,11 @@ def test_record_times_running_backwards_are_flagged(
 def test_postgres_uses_the_servers_clock_not_the_clients(
         write, postgres_database, monkeypatch) -> None:
     """The client's wall clock 400 days wrong: the record's time is the server's, read in the
-    debit's transaction, and so is the window charged. Debits on a lifetime limit (optimistic:
-    nothing read before their commit) carry the server's reading on, never the client's clock;
-    the audit's per-lane order holds."""
+    debit's transaction, and so is the window charged, on a lifetime limit too; the audit's
+    per-lane order holds."""
     import psycopg
 
-    import dpbudget.accountant.ledger.postgres_time as postgres_time
+    import dpbudget.accountant.ledger.postgres.ledger as postgres_ledger
     from tests.conftest import _fresh_schema
 
     dsn = _fresh_schema(postgres_database)
@@ -239,9 +238,9 @@ def test_postgres_uses_the_servers_clock_not_the_clients(
     class _Skewed:  # this process's wall clock, wrong; its monotonic clock as it is
         time = staticmethod(lambda: skewed)
         time_ns = staticmethod(lambda: round(skewed * 1e9))
-        monotonic_ns = staticmethod(postgres_time.time.monotonic_ns)
+        monotonic_ns = staticmethod(postgres_ledger.time.monotonic_ns)
 
-    monkeypatch.setattr(postgres_time, "time", _Skewed)
+    monkeypatch.setattr(postgres_ledger, "time", _Skewed)
 
     def server_now() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -1,51 +1,40 @@
-"""The PostgreSQL ledger's tables, server functions and triggers, as SQL (``{S}``: the schema;
-``{V}``: the schema version; ``{TRIGGERS}``: the trigger statements). Applied and explained by
-``dpbudget.accountant.ledger.postgres_schema``; the lanes by ``dpbudget.accountant.ledger.lanes``."""
-
-DDL = """
+-- The PostgreSQL ledger's tables, functions and triggers (schema.py applies them and says what
+-- they guard; accountant.ledger.lanes says what the lanes are). Placeholders, in braces, filled by
+-- schema.ddl: S the schema, S_LITERAL its quoted name as an SQL string, V the schema version,
+-- TRIGGERS the trigger statements.
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_entries (
     seq BIGINT PRIMARY KEY, hash TEXT NOT NULL, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_accounts (
     key TEXT PRIMARY KEY, rule TEXT NOT NULL, config TEXT NOT NULL, state TEXT NOT NULL,
     seq BIGINT NOT NULL);
--- Rows the writers update after each asynchronous commit, to wait until it is on disk
--- (accountant.ledger.postgres): what they hold means nothing.
-CREATE TABLE IF NOT EXISTS {S}.dpbudget_flush (slot INT PRIMARY KEY, n BIGINT NOT NULL);
-INSERT INTO {S}.dpbudget_flush SELECT g, 0 FROM generate_series(0, 63) g ON CONFLICT DO NOTHING;
--- Each account's lane: the last record on it (format 2 records link to it; accountant.ledger.lanes).
--- Written only by the trigger dpbudget_entry_lanes, as the owner.
+-- Each account's lane: the last record on it (format 2 records link to it). Written only by the
+-- trigger dpbudget_entry_lanes, as the owner.
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_lanes (
     key TEXT PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL);
 CREATE SEQUENCE IF NOT EXISTS {S}.dpbudget_seq;
--- A random salt of the lanes' advisory lock ids (accountant.ledger.postgres._locks), readable by
--- the writers only: ledgers in one database do not share locks, and a role that cannot write
--- this ledger cannot name its locks to hold them.
+-- A random salt of the lanes' advisory lock ids (schema.lock_id), readable by the writers only.
 CREATE TABLE IF NOT EXISTS {S}.dpbudget_salt (salt TEXT NOT NULL CHECK (salt <> ''));
 CREATE UNIQUE INDEX IF NOT EXISTS dpbudget_salt_one ON {S}.dpbudget_salt ((true));
 INSERT INTO {S}.dpbudget_salt SELECT gen_random_uuid()::text
     WHERE NOT EXISTS (SELECT 1 FROM {S}.dpbudget_salt);
--- Server functions of versions before this one, gone from the debit path.
-DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint);
-DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint[]);
-DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint[], bigint);
-DROP FUNCTION IF EXISTS {S}.dpbudget_expect(text[], text[], bigint[]);
-DROP FUNCTION IF EXISTS {S}.dpbudget_expect(text[], bigint[]);
-DROP FUNCTION IF EXISTS {S}.dpbudget_take(text[], text[]);
+-- Gone from earlier versions: the flush table (commits are synchronous) and debit functions.
+DROP TABLE IF EXISTS {S}.dpbudget_flush;
+DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint),
+    {S}.dpbudget_lock(text[], text[], int, bigint[]),
+    {S}.dpbudget_lock(text[], text[], int, bigint[], bigint),
+    {S}.dpbudget_expect(text[], text[], bigint[]), {S}.dpbudget_expect(text[], bigint[]),
+    {S}.dpbudget_take(text[], text[]);
 -- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the record
--- its row names (the last that lists it: the row was checked against the chain's commitment,
--- accountant.ledger.table_sum, by every opening before), and new records are numbered after the
--- last one.
+-- its row names (checked against the chain's table sum on every opening before).
 INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
     JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
--- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger (it
--- would append records of one chain, which the server refuses, and reinstall older triggers).
+-- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger.
 INSERT INTO {S}.dpbudget_meta VALUES ('format', '2')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
 SELECT setval(({S_LITERAL} || '.dpbudget_seq')::regclass, greatest(m, 1), m > 0)
-FROM (SELECT greatest(
-    (SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries),
-    (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
+FROM (SELECT greatest((SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries), (SELECT CASE
+    WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
 
 CREATE OR REPLACE FUNCTION {S}.dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
@@ -65,8 +54,7 @@ DECLARE
     v_lanes boolean;
     v_key text;
 BEGIN
-    -- Each statement that reads a table costs a round through the executor, so there are two:
-    -- everything else is a simple expression.
+    -- Two statements read tables (each a round through the executor); the rest are expressions.
     v_rec := NEW.record::jsonb;
     IF jsonb_typeof(v_rec) IS DISTINCT FROM 'object' OR v_rec->'seq' IS DISTINCT FROM
             to_jsonb(NEW.seq) THEN
@@ -74,10 +62,9 @@ BEGIN
             'that seq', NEW.seq USING ERRCODE = 'check_violation';
     END IF;
     IF v_rec ? 'links' THEN
-        -- Format 2: linked per account, checked and advanced by dpbudget_entry_lanes (after
-        -- this row is in); its seq is positive and was taken from dpbudget_seq, unless the
-        -- tables' owner numbered it (an import): a writer numbering records at will could
-        -- exhaust the numbers or end a lane at the largest one.
+        -- Format 2: linked per account (dpbudget_entry_lanes checks the links); its seq was
+        -- taken from dpbudget_seq, unless the owner numbered it (an import): a writer numbering
+        -- records at will could exhaust the numbers or end a lane at the largest one.
         IF NEW.seq < 1 OR NEW.seq > coalesce(pg_sequence_last_value('dpbudget_seq'), 0)
                 AND NOT pg_has_role(
                 current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
@@ -85,9 +72,8 @@ BEGIN
                 'ledger''s numbering', NEW.seq USING ERRCODE = 'check_violation';
         END IF;
     ELSE
-        -- Format 1, one chain: only while the ledger is one (an import, an older writer). max(seq)
-        -- by a backward scan of the primary key. A concurrent writer's uncommitted entry is not
-        -- seen here, but it holds that seq: the primary key refuses the second one.
+        -- Format 1, one chain: only while the ledger is one (an import, an older writer). A
+        -- concurrent writer's uncommitted entry is not seen, but the primary key refuses a twin.
         SELECT seq, hash, record::jsonb ? 'links' INTO v_last, v_prev, v_lanes
             FROM dpbudget_entries ORDER BY seq DESC LIMIT 1;
         IF NOT FOUND THEN
@@ -111,17 +97,15 @@ BEGIN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: its hash is not 64 hex digits',
             NEW.seq USING ERRCODE = 'check_violation';
     END IF;
-    -- The limits are the owner's: a policy record (a new policy in force) may come only from a
-    -- member of the role that owns the ledger's tables, never from a writer (a forged record
-    -- raising the limits would otherwise be a well-formed, correctly linked append).
+    -- The limits are the owner's: a policy record may come only from a member of the role that
+    -- owns the tables (a writer's, raising the limits, would be a well-formed, linked append).
     IF v_rec->>'kind' = 'policy' AND NOT pg_has_role(current_user,
             (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: only the ledger''s owner writes '
             'policy records', NEW.seq USING ERRCODE = 'insufficient_privilege';
     END IF;
-    -- A record is the analyst's who logged in (session_user: SET ROLE changes only current_user,
-    -- and SET SESSION AUTHORIZATION needs a superuser's login), never a name the client chose;
-    -- only the owner writes records of others (an import). A simple expression unless it differs.
+    -- A record is the analyst's who logged in (session_user, which SET ROLE does not change),
+    -- never a name the client chose; only the owner writes records of others (an import).
     IF v_rec->'analyst' IS DISTINCT FROM to_jsonb(session_user::text) THEN
         IF NOT pg_has_role(current_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID),
                 'MEMBER') THEN
@@ -147,10 +131,8 @@ BEGIN
             NEW.seq USING ERRCODE = 'check_violation';
     END IF;
     -- Nor may it charge another analyst's quota: every per-analyst account it lists
-    -- (``analyst:<name>``, ``dataset:<d>/analyst:<name>``, a window's ``@...`` after the name;
-    -- policy names hold no ':', '/', '@' or '+', policies.accounts) is session_user's, unless the
-    -- owner writes it. Only a record that lists such an account pays for the scan (its accounts
-    -- as jsonb text: the record's own text may spell ':' as an escape).
+    -- (analyst:<name>, dataset:<d>/analyst:<name>, a window's @... after it; policies.accounts)
+    -- is session_user's, unless the owner writes it. Only a record that lists one pays the scan.
     IF strpos(v_accounts::text, 'analyst:') > 0 THEN
         SELECT k INTO v_key FROM jsonb_object_keys(v_accounts) k
             WHERE substring(k FROM '(?:^|/)analyst:([^@/]*)') <> session_user::text LIMIT 1;
@@ -196,7 +178,7 @@ BEGIN
                 'to %', NEW.key, OLD.seq, NEW.seq USING ERRCODE = 'check_violation';
         END IF;
     END IF;
-    -- The entry is written before its accounts, in the same transaction (accountant.ledger.sql).
+    -- The entry is written before its accounts, in the same transaction.
     SELECT record::jsonb->'accounts'->NEW.key INTO v_acct FROM dpbudget_entries
         WHERE seq = NEW.seq;
     IF jsonb_typeof(v_acct) IS DISTINCT FROM 'object' THEN
@@ -232,9 +214,9 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- After the row is in (as the tables' owner: writers cannot write lanes themselves): a format 2
--- record must link, for every account it lists and every other lane it names, to the last record
--- of that lane, and becomes its last. A format 1 record moves its accounts' lanes to it.
+-- After the row is in (as the owner: writers cannot write lanes): a format 2 record must link,
+-- for every lane it is on, to that lane's last record, and becomes it. A format 1 record moves
+-- its accounts' lanes to it.
 CREATE OR REPLACE FUNCTION {S}.dpbudget_entry_lanes() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
 DECLARE
@@ -270,8 +252,7 @@ BEGIN
         UPDATE dpbudget_lanes SET seq = NEW.seq, hash = NEW.hash WHERE key = v_key
             AND seq = (v_link->>0)::numeric AND hash = v_link->>1 AND seq < NEW.seq;
         IF NOT FOUND AND v_link = jsonb_build_array(0, repeat('0', 64)) THEN
-            -- A lane's first record: a row that is
-            -- there already (someone else's first) makes this a conflict, refused.
+            -- A lane's first record: a row there already (someone else's first) is a conflict.
             INSERT INTO dpbudget_lanes VALUES (v_key, NEW.seq, NEW.hash) ON CONFLICT DO NOTHING;
         END IF;
         IF NOT FOUND THEN
@@ -280,8 +261,8 @@ BEGIN
                 USING ERRCODE = 'check_violation';
         END IF;
     END LOOP;
-    -- What it read without writing (the policy in force): still the last record there, under
-    -- the shared lock its debit holds (accountant.ledger.postgres._locks), and numbered before it.
+    -- What it read without writing (the policy in force): still the last record there (under
+    -- the shared lock its debit holds), and numbered before it.
     FOR v_key, v_link IN SELECT j.key, j.value FROM jsonb_each(coalesce(v_rec->'reads', '{}')) j
     LOOP
         IF v_link IS DISTINCT FROM coalesce((SELECT jsonb_build_array(l.seq, l.hash)
@@ -292,25 +273,20 @@ BEGIN
                 USING ERRCODE = 'check_violation';
         END IF;
     END LOOP;
-    -- A record numbered by the tables' owner, not by the sequence (an import; dpbudget_entry_check
-    -- refuses it from anyone else): later numbers follow it.
+    -- A record numbered by the owner, not by the sequence (an import): later numbers follow it.
     IF NEW.seq > coalesce(pg_sequence_last_value('dpbudget_seq'), 0) THEN
         PERFORM setval('dpbudget_seq', NEW.seq);
     END IF;
     RETURN NULL;
 END $$;
 
--- Trigger functions only ever run as triggers; nobody needs to call them.
 REVOKE ALL ON FUNCTION {S}.dpbudget_append_only(), {S}.dpbudget_entry_check(),
     {S}.dpbudget_account_check(), {S}.dpbudget_entry_lanes() FROM PUBLIC;
 
--- Every table and the sequence are written to the log: an unlogged one (the flush table, say,
--- whose rows mean nothing) would skip the wait for the disk, or lose rows in a crash
--- (accountant.ledger.postgres_sync). A no-op for one already logged.
+-- Every table is logged: an unlogged one loses its rows in a crash, and is not waited for.
 ALTER TABLE {S}.dpbudget_meta SET LOGGED;
 ALTER TABLE {S}.dpbudget_entries SET LOGGED;
 ALTER TABLE {S}.dpbudget_accounts SET LOGGED;
-ALTER TABLE {S}.dpbudget_flush SET LOGGED;
 ALTER TABLE {S}.dpbudget_lanes SET LOGGED;
 ALTER TABLE {S}.dpbudget_salt SET LOGGED;
 DO $logged$ BEGIN  -- (a sequence can be unlogged, and set logged, from PostgreSQL 15 on)
@@ -322,4 +298,3 @@ END $logged$;
 {TRIGGERS}
 INSERT INTO {S}.dpbudget_meta VALUES ('schema', '{V}')
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-"""

@@ -1,6 +1,6 @@
-"""The PostgreSQL ledger sends each debit's values as SQL literals escaped by libpq (one round
-trip, no cursor): names, labels and record texts that try to break out of a literal are stored
-verbatim and change nothing else."""
+"""The PostgreSQL ledger sends each debit's values as bound parameters: names, labels and record
+texts that look like SQL are stored verbatim and change nothing else; a NUL character is refused
+before anything is written; the session speaks UTF-8 whatever the environment says."""
 
 from __future__ import annotations
 
@@ -32,10 +32,14 @@ def test_hostile_labels_and_names_are_stored_verbatim(postgres_database: str) ->
 
 
 def test_a_nul_character_is_refused_before_anything_is_written(postgres_database: str) -> None:
-    ledger = PostgresLedger(_fresh_schema(postgres_database))
-    with pytest.raises(LedgerError, match="NUL"):
-        ledger._literal("a\0b")
-    ledger.close()
+    acc = Accountant(Budget(1.0), ledger=PostgresLedger(_fresh_schema(postgres_database)),
+                     rng=0, simulation=True)
+    head = acc.ledger.head()
+    with pytest.raises(LedgerError):  # (the server cannot store it in its JSON checks)
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, label="a\0b")
+    assert acc.ledger.head() == head and acc.spent().epsilon == 0.0
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # nothing left locked or open
+    acc.close()
 
 
 def test_the_session_speaks_utf8_whatever_the_environment_says(

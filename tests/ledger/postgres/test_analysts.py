@@ -37,7 +37,7 @@ from dpbudget.accountant.refusals import REFUSAL_LOGGER
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from tests.support import snapshot
-from tests.test_postgres_roles import Deployment
+from tests.ledger.postgres.test_roles import Deployment
 
 pytestmark = pytest.mark.postgres
 
@@ -279,8 +279,8 @@ def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> N
         ledger = acc.ledger
         assert isinstance(ledger, PostgresLedger)
         before = analysts.rows()
-        ledger.dsn = analysts.dsn(analysts.bob)  # (what a changed credential would do)
-        ledger._conn.close()
+        ledger._s._dsn = analysts.dsn(analysts.bob)  # (what a changed credential would do)
+        ledger._s.conn.close()
         with pytest.raises(LedgerError, match="logged in as another role"):
             acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
         assert ledger.authenticated_analyst == analysts.alice

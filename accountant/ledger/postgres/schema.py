@@ -1,46 +1,32 @@
-"""The PostgreSQL ledger's tables, the triggers that guard them on the server, and the grants of a
-deployment in which analysts cannot write the ledger except through the gate
-(docs/postgres-deployment.md).
+"""The PostgreSQL ledger's tables and the triggers that guard them on the server (``schema.sql``,
+a resource of this package), the grants of a deployment in which analysts cannot write the ledger
+except through the gate (docs/postgres-deployment.md), and the check of the account rows against
+the lanes when a ledger opens.
 
-The triggers hold for any client, including one that bypasses dpbudget with raw SQL:
-
-- ``entries`` is append-only (no UPDATE, DELETE or TRUNCATE), and an inserted record must be the
-  next link of every lane it is on (``dpbudget.accountant.ledger.lanes``): for each account it lists and
-  each other lane it names, its link is the ``(seq, hash)`` of that lane's last record, which it
-  then becomes (``dpbudget_lanes``, written only by the trigger, as the owner); its ``seq`` is
-  above each lane's last; an unkeyed record's hash is its SHA-256, and no account it lists has a
-  state below the stored one; a policy record (the limits in force) is accepted only from a
-  member of the tables' owner role, so the owner sets the policy and writers cannot; any other
-  record names as its ``analyst`` the role that logged in (``session_user``), unless the owner
-  writes it (an import), so that no one spends under another's name, and every per-analyst
-  account it lists (``…analyst:<name>``) is that role's, so that no one spends another's quota
-  (that it lists its own is the audit's check: it needs the policy). A ledger of
-  one chain (format 1, before lanes) accepts format 1 records only while its last record is one,
-  each the next link of that chain (its ``seq`` the last + 1, its ``prev`` the last hash);
-- an ``accounts`` row, inserted or updated, holds exactly the rule, configuration and state that
-  the record at its ``seq`` lists for its key; its ``seq`` never goes back, no component of its
-  state goes down, and rows are never deleted (no DELETE or TRUNCATE).
-
-They cannot check an HMAC (the key never reaches the server) nor that a record's cost is what was
-really spent: a writer can still append a well-formed, correctly linked record whose states grow.
-
-Each check is a primary-key lookup plus the parsing of one record (the triggers run on every
-debit). The functions pin their ``search_path`` so that a session cannot redirect their lookups to
-tables or functions of its own (a temporary table named ``dpbudget_entries``, say).
+The triggers hold for any client, raw SQL included: ``entries`` is append-only, and a record must
+be the next link of every lane it is on (``dpbudget.accountant.ledger.lanes``), numbered from the ledger's
+sequence, hashed with SHA-256 unless keyed, written by the role that logged in (``session_user``)
+and charging only that role's per-analyst accounts, and a policy record only by the tables' owner;
+an ``accounts`` row holds exactly what the record at its ``seq`` lists for its key, never goes
+back, never decreases and is never deleted. They cannot check an HMAC (the key never reaches the
+server) nor that a cost is what was really spent. The functions pin their ``search_path``.
 """
 
 from __future__ import annotations
 
+import hashlib
+from importlib import resources
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
-from dpbudget.accountant.ledger.postgres_ddl import DDL
+from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.ledger import table_sum
 
-__all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "prepare", "quote_ident"]
+__all__ = ["SCHEMA_VERSION", "TRIGGERS", "check_rows", "ddl", "grant_statements", "lock_id",
+           "prepare", "quote_ident"]
 
-# Bumped whenever the DDL below changes, so that opening a ledger recreates functions and triggers
-# written by an older version (only its owner can; ``PostgresLedger`` says so to anyone else).
-SCHEMA_VERSION = "8"
+# Bumped whenever schema.sql changes, so that opening a ledger recreates functions and triggers
+# written by an older version (only its owner can; ``prepare`` says so to anyone else).
+SCHEMA_VERSION = "9"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.
@@ -60,17 +46,16 @@ _TRIGGERS = (
      "dpbudget_append_only"),
     ("dpbudget_accounts", "dpbudget_accounts_no_truncate", "BEFORE TRUNCATE", "STATEMENT",
      "dpbudget_append_only"),
-    # The lock salt is written once (accountant.ledger.postgres_lanes.locks): gates running
-    # with an older one would not wait for a policy change made with a new one.
+    # The lock salt is written once (``lock_id``): gates running with an older one would not wait
+    # for a policy change made with a new one.
     ("dpbudget_salt", "dpbudget_salt_fixed", "BEFORE UPDATE OR DELETE", "ROW",
      "dpbudget_append_only"),
     ("dpbudget_salt", "dpbudget_salt_no_truncate", "BEFORE TRUNCATE", "STATEMENT",
      "dpbudget_append_only"),
 )
 TRIGGERS = tuple((table, name) for table, name, *_ in _TRIGGERS)
-_LOGGED = ("dpbudget_meta", "dpbudget_entries", "dpbudget_accounts", "dpbudget_flush",
-           "dpbudget_lanes", "dpbudget_salt", "dpbudget_seq")
-
+_TABLES = ("dpbudget_meta", "dpbudget_entries", "dpbudget_accounts", "dpbudget_lanes",
+           "dpbudget_salt", "dpbudget_seq")
 
 
 def quote_ident(name: str) -> str:
@@ -95,7 +80,8 @@ def ddl(schema: str) -> str:
         for table, name, when, each, function in _TRIGGERS)
     name = quote_ident(schema)
     literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
-    return DDL.replace("{TRIGGERS}", triggers).replace("{S_LITERAL}", literal).replace(
+    text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
+    return text.replace("{TRIGGERS}", triggers).replace("{S_LITERAL}", literal).replace(
         "{S}", name).replace("{V}", SCHEMA_VERSION)
 
 
@@ -117,8 +103,8 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
                           "readers must not own the ledger's tables")
     s, owner = quote_ident(schema), quote_ident(owner_role)
     writer, reader = quote_ident(writer_role), quote_ident(reader_role)
-    tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts", "flush", "lanes")]
-    salt = f"{s}.dpbudget_salt"  # (the writers' only: see accountant.ledger.postgres._locks)
+    tables = [f"{s}.dpbudget_{t}" for t in ("meta", "entries", "accounts", "lanes")]
+    salt = f"{s}.dpbudget_salt"  # (the writers' only: see ``lock_id``)
     functions = [f"{s}.dpbudget_{f}()" for f in ("append_only", "entry_check", "account_check",
                                                  "entry_lanes")]
     return [f"ALTER TABLE {t} OWNER TO {owner}" for t in [*tables, salt]] + [
@@ -141,20 +127,16 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         # Not the key column: an account's key never changes (the trigger refuses it as well).
         f"GRANT SELECT, INSERT, UPDATE (rule, config, state, seq) ON {s}.dpbudget_accounts "
         f"TO {writer}",
-        # The rows a writer updates to wait for the disk (``PostgresLedger._commit``).
-        f"GRANT SELECT, INSERT, UPDATE (n) ON {s}.dpbudget_flush TO {writer}",
         f"GRANT SELECT ON {', '.join(tables)} TO {reader}",
     ]
 
 
 def prepare(conn: Any, psycopg: Any) -> None:
     """Create the tables and triggers on ``conn``, or bring them up to date, when they are not
-    current.
-
-    Only the owner of the tables may (re)create their triggers, so the DDL runs only when it is
-    needed: a writer role that owns nothing opens a current ledger without touching it. "Current"
-    is judged from the server's catalog, not trusted from a flag alone: a disabled or dropped
-    trigger makes the ledger outdated again.
+    current. Only the owner of the tables may (re)create their triggers, so the DDL runs only
+    when needed: a writer role that owns nothing opens a current ledger without touching it.
+    "Current" is judged from the server's catalog: a disabled or dropped trigger, or an unlogged
+    table, makes the ledger outdated again.
 
     Raises:
         LedgerError: not current, and this role may not make it so (or no schema to create in).
@@ -182,18 +164,12 @@ def prepare(conn: Any, psycopg: Any) -> None:
 
 
 def _current(conn: Any) -> bool:
-    if _value(conn, "SELECT to_regclass('dpbudget_meta') IS NOT NULL AND to_regclass("
-              "'dpbudget_entries') IS NOT NULL AND to_regclass('dpbudget_accounts') IS NOT NULL "
-              "AND to_regclass('dpbudget_flush') IS NOT NULL AND to_regclass('dpbudget_lanes') IS "
-              "NOT NULL AND to_regclass('dpbudget_seq') IS NOT NULL AND to_regclass("
-              "'dpbudget_salt') IS NOT NULL") is not True:
+    # Each table exists and is written to the log ('p'): rows of an unlogged one do not survive a
+    # crash, and a commit that wrote only such tables would not wait for the disk.
+    if _value(conn, "SELECT count(*) FROM unnest(%s::text[]) u(t) JOIN pg_class c ON c.oid = "
+              "to_regclass(u.t) WHERE c.relpersistence = 'p'", (list(_TABLES),)) != len(_TABLES):
         return False
     if _value(conn, "SELECT value FROM dpbudget_meta WHERE key = 'schema'") != SCHEMA_VERSION:
-        return False
-    # Each written to the log ('p'): a commit that wrote only unlogged tables does not wait for
-    # the disk (the flush, accountant.ledger.postgres_sync), and their rows do not survive a crash.
-    if _value(conn, "SELECT count(*) FROM unnest(%s::text[]) u(t) JOIN pg_class c ON c.oid = "
-              "to_regclass(u.t) WHERE c.relpersistence = 'p'", (list(_LOGGED),)) != len(_LOGGED):
         return False
     # 'O' and 'A': the trigger fires in ordinary sessions ('D' disabled, 'R' replicas only).
     enabled = _value(
@@ -207,3 +183,62 @@ def _value(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
     """The first column of the first row of a query, or None."""
     row = conn.execute(sql, args).fetchone()
     return None if row is None else row[0]
+
+
+def lock_id(salt: str, key: str) -> int:
+    """A lane's advisory lock: 64 bits of BLAKE2b of its key, keyed by the ledger's salt (ledgers
+    in one database do not share locks, and a role that cannot read the salt cannot name the
+    locks to hold them; a collision only makes two lanes wait for each other)."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8,
+                             key=salt.encode("utf-8")[:64]).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def check_rows(conn: Any, ledger: Any) -> None:
+    """On opening a ledger of lanes: each account row must name the last record on its lane that
+    charges it — its lane's last record, or one the lane reaches back to, from its last, through
+    records that do not charge it (sessions' closes), each authentic and linked to the one before.
+
+    This sees an account row rewound by hand (with the server's triggers disabled: only the
+    tables' owner can) while its lane was left alone, and a row deleted by hand. One that rewinds
+    the lane too is a truncated lane, which only the audit sees (it replays every record).
+
+    Raises:
+        LedgerCorruptedError: naming the first account that disagrees.
+    """
+    rows = conn.execute(
+        "SELECT a.key, a.seq, l.seq, l.hash, e.hash FROM dpbudget_accounts a LEFT JOIN "
+        "dpbudget_lanes l ON l.key = a.key LEFT JOIN dpbudget_entries e ON e.seq = l.seq "
+        "ORDER BY a.key").fetchall()
+    for key, seq, at, digest, stored in rows:
+        fine, walked = at is not None and digest == stored, False
+        while fine and at != seq:
+            head = ledger.entry(at) if at > seq else None
+            record: dict[str, Any] = {} if head is None else head.record
+            link = (record.get("links") or {}).get(key)
+            fine = (head is not None and head.hash == digest and table_sum.authentic(ledger, head)
+                    and key not in (record.get("accounts") or {})
+                    and isinstance(link, list) and len(link) == 2)
+            if fine and isinstance(link, list):
+                try:
+                    at, digest, walked = int(link[0]), str(link[1]), True
+                except (TypeError, ValueError):
+                    fine = False
+        if fine and walked:
+            named = ledger.entry(seq)
+            fine = named is not None and named.hash == digest
+        if not fine:
+            raise LedgerCorruptedError(
+                f"{key}: its stored running state is not from the last record of its lane that "
+                f"charges it (the row names record {seq}); the ledger was edited outside "
+                "dpbudget. Nothing was written; run `dpbudget audit` on it")
+    # Every lane a record moved belongs to an account some record charged (a session's close is
+    # on its session's accounts' lanes): a lane without its row is a row deleted by hand, which
+    # would start that limit again from zero.
+    orphan = conn.execute(
+        "SELECT l.key FROM dpbudget_lanes l LEFT JOIN dpbudget_accounts a ON a.key = l.key "
+        "WHERE a.key IS NULL AND l.seq > 0 ORDER BY l.key LIMIT 1").fetchone()
+    if orphan is not None:
+        raise LedgerCorruptedError(
+            f"{orphan[0]}: records charge it but the ledger stores no running state for it (its "
+            "row was deleted outside dpbudget). Nothing was written; run `dpbudget audit` on it")

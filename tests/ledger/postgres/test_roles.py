@@ -17,7 +17,7 @@ import pytest
 from dpbudget.accountant import Accountant, Budget, LedgerError, PolicyChangedError
 from dpbudget.accountant.audit import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
-from dpbudget.accountant.ledger.postgres_schema import grant_statements
+from dpbudget.accountant.ledger.postgres.schema import grant_statements
 from dpbudget.accountant.ledger.record import canonical, record_hash
 from dpbudget.mechanisms import Laplace
 from tests.support import OWNER
@@ -311,16 +311,17 @@ def test_a_writer_cannot_raise_the_limits_by_appending_a_policy_record(
     """The forged record is well formed and correctly linked; only its author is wrong."""
     before = deployment.rows()
     with psycopg.connect(deployment.dsn(deployment.writer), autocommit=True) as conn:
-        last_seq, last_hash = conn.execute("SELECT seq, hash FROM dpbudget_entries ORDER BY seq "
+        _, last_hash = conn.execute("SELECT seq, hash FROM dpbudget_entries ORDER BY seq "
                                            "DESC LIMIT 1").fetchone()  # type: ignore[misc]
         text = conn.execute("SELECT record FROM dpbudget_entries WHERE seq = 1").fetchone()[0]  # type: ignore[index]
         record = json.loads(text)
         assert record["kind"] == "policy"
         record["policy"]["default"]["limit"]["epsilon"] = 1e6
-        record.update(seq=last_seq + 1, prev=last_hash)
+        seq = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()[0]  # type: ignore[index]
+        record.update(seq=seq, prev=last_hash)
         forged = canonical(record)
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="owner writes policy"):
-            _insert(conn, (last_seq + 1, record_hash(forged), forged))
+            _insert(conn, (seq, record_hash(forged), forged))
     assert deployment.rows() == before
     with Accountant.open(deployment.dsn(deployment.writer)) as acc:
         assert acc.remaining("default").epsilon <= 10.0

@@ -1,0 +1,300 @@
+"""``PostgresLedger``: a debit in two round trips, each commit on disk before it returns.
+
+A debit is one transaction (``Ledger.transaction``). Its begin is one round trip (pipeline mode,
+bound parameters): BEGIN; the lanes' advisory locks (``dpbudget.accountant.ledger.lanes``: exclusive on
+the lanes it writes, shared on the policy's, in the order of their ids: no cycle of waits); then,
+in a statement of its own (whose snapshot is taken once the locks are held), the lanes' last
+records, the accounts, a number for the record and the server's clock (``rows.READS``). Its
+commit is the other: the record, the account rows and COMMIT, under ``synchronous_commit = on``
+(``session``), so COMMIT returns once the record is on disk; the server groups concurrent commits
+into one disk write itself. A transaction's time is the server's clock, never the caller's
+(``rows.Tx``). Threads of a process take turns on the object's session; processes each have
+their own, and debits on different lanes run in parallel on the server. Needs the optional
+extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+from dpbudget.accountant.ledger.lanes import FORMAT, START
+from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, READS, Tx, account, entries
+from dpbudget.accountant.ledger.postgres.schema import check_rows, lock_id, prepare
+from dpbudget.accountant.ledger.postgres.session import Session
+from dpbudget.accountant.ledger.record import canonical, float_object
+
+__all__ = ["PostgresLedger"]
+
+# Taken while a ledger's tables are created or updated: two openers never run the DDL at once.
+_LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
+_UPDATE = "UPDATE dpbudget_accounts SET rule = $1, config = $2, state = $3, seq = $4 WHERE key = $5"
+_INSERT = ("INSERT INTO dpbudget_accounts (rule, config, state, seq, key) "
+           "VALUES ($1, $2, $3, $4, $5)")
+_ENTRY = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES ($1, $2, $3)"
+
+
+class PostgresLedger(Ledger):
+    """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
+
+    Args:
+        dsn: a libpq connection string or URL.
+        timeout: seconds to wait for another writer's lock, a connection or a silent server,
+            before a typed ``LedgerError`` (nothing is written).
+        hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
+            variable ``DPBUDGET_LEDGER_KEY``, if set); see ``dpbudget.accountant.ledger.record``.
+
+    Raises:
+        LedgerError: psycopg is missing, the server cannot be reached, the ledger has another
+            format, or its tables or triggers are outdated and this role may not fix them.
+    """
+
+    lanes = True
+
+    def __init__(self, dsn: str, *, timeout: float = 30.0,
+                 hmac_key: bytes | str | None = None) -> None:
+        super().__init__(hmac_key=hmac_key)
+        try:
+            import psycopg
+        except ImportError:
+            raise LedgerError("the PostgreSQL ledger needs psycopg 3: "
+                              'pip install "dpbudget[postgres]"') from None
+        if not (isinstance(timeout, (int, float)) and 0.0 < timeout < math.inf):
+            raise LedgerError(f"timeout must be a finite number of seconds > 0; got {timeout!r}")
+        self.dsn, self.url, self.timeout = dsn, dsn, float(timeout)
+        self._salt: str | None = None  # read on the first transaction (only writers may)
+        self._tx: Tx | None = None  # the open transaction
+        self._anchor: tuple[int, int] | None = None  # (server µs, monotonic µs) at the last begin
+        self._audited: list[Account] | None = None  # read with the last full entries()
+        self._configs: dict[int, tuple[dict[str, Any], str]] = {}
+        try:
+            self._s = Session(psycopg, dsn, self.timeout)
+            conn = self._s.conn
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    prepare(conn, psycopg)
+                    row = conn.execute("SELECT value FROM dpbudget_meta WHERE key = 'format'"
+                                       ).fetchone()
+            except BaseException:
+                conn.close()  # the caller never gets a handle that could close it
+                raise
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
+        if row is None or row[0] != str(FORMAT):
+            conn.close()
+            raise LedgerError(f"the ledger at {self.url} has record format "
+                              f"{None if row is None else row[0]}; this version of dpbudget "
+                              f"reads format {FORMAT} there")
+
+    @property
+    def authenticated_analyst(self) -> str | None:
+        """The role this ledger's session logged in as (``session_user``, which ``SET ROLE`` does
+        not change): the analyst every release through it is charged to."""
+        return self._s.role
+
+    def _query(self, sql: str, args: Any = ()) -> list[Any]:
+        """The rows of one statement on this object's session (in its transaction, if open)."""
+        with self._lock:
+            if self._tx is None:
+                self._s.usable()
+            return self._s.query(sql, args)
+
+    def close(self) -> None:
+        with self._lock:
+            self._s.close()
+
+    def _after_fork(self) -> None:
+        super()._after_fork()
+        self._tx = None  # a parent's thread's transaction: the parent's, never touched here
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
+        session = self._s
+        session.usable()
+        session.rollback()  # what an interrupt left open or half read: it never committed
+        session.usable()
+        if self._salt is None:
+            self._salt = self._read_salt()
+        read_only = [k for k in dict.fromkeys(shared) if k in prefetch]
+        every = list(dict.fromkeys([*prefetch, *read_only]))
+        modes = {lock_id(self._salt, k): "_shared" for k in read_only}
+        modes.update((lock_id(self._salt, k), "") for k in every if k not in read_only)
+        ids = sorted(modes)
+        locks = "SELECT " + (", ".join(f"pg_advisory_xact_lock{modes[i]}(${n}::bigint)"
+                                       for n, i in enumerate(ids, 1)) or "1")
+        statements = [("BEGIN", ()), (locks, tuple(ids)), (READS, (json.dumps(every),))]
+        try:
+            rows = session.send(statements)
+        except LedgerError:
+            if not session.conn.broken:
+                raise
+            # The session died unseen since its last use: nothing ran; a new one starts afresh.
+            session.usable()
+            rows = session.send(statements)
+        self._tx, self._tx_shared = Tx(prefetch, every, rows), read_only
+        self._anchor = (self._tx.server, time.monotonic_ns() // 1000)
+
+    def _read_salt(self) -> str:
+        """The ledger's lock salt (``schema.lock_id``): without it this object's locks would not
+        be the other writers'.
+
+        Raises:
+            LedgerError: this role cannot read it, or it is missing; nothing was written.
+        """
+        try:
+            rows, why = self._s.query("SELECT salt FROM dpbudget_salt"), "it is missing"
+        except LedgerError as exc:
+            rows, why = [], str(exc).strip().splitlines()[0]
+        if not rows or not rows[0][0]:
+            raise LedgerError(f"PostgreSQL ledger: cannot read the ledger's lock salt "
+                              f"(dpbudget_salt: {why}); a writer needs SELECT on it: the owner "
+                              "runs grant_statements again after an upgrade. Nothing was written")
+        return str(rows[0][0])
+
+    def _tx_micros(self, head: tuple[int, str] | None) -> int:
+        return self._open().micros
+
+    def now(self) -> float:
+        """The server's time, estimated from the last begin that read it (without a round trip);
+        this process's wall clock before any has."""
+        anchor = self._anchor
+        if anchor is None:
+            return time.time()
+        return (anchor[0] + time.monotonic_ns() // 1000 - anchor[1]) / 1e6
+
+    def _open(self) -> Tx:
+        tx = self._tx
+        if tx is None or self._s.pid != os.getpid():
+            raise LedgerError("PostgreSQL ledger: no transaction of this process is open; "
+                              "nothing was written")
+        return tx
+
+    def _read_account(self, key: str) -> Account | None:
+        tx = self._tx
+        if tx is None:
+            rows = self._query(ACCOUNTS + " WHERE key = %s", (key,))
+            return account(*rows[0]) if rows else None
+        if key not in tx.read:
+            # Not locked by this transaction: its lane is read in the same statement, so that the
+            # link the record will carry is the one this state is from (the server refuses the
+            # record if the lane moved since).
+            rows = self._query(
+                "SELECT a.key, a.rule, a.config, a.state, a.seq, l.seq, l.hash FROM (SELECT "
+                "%s::text AS key) k LEFT JOIN dpbudget_accounts a ON a.key = k.key LEFT JOIN "
+                "dpbudget_lanes l ON l.key = k.key", (key,))
+            row = rows[0]
+            tx.read[key] = None if row[0] is None else account(*row[:5])
+            tx.lanes.setdefault(key, START if row[5] is None else (row[5], row[6]))
+        return tx.read[key]
+
+    def _lane(self, key: str) -> tuple[int, str]:
+        tx = self._open()
+        if key not in tx.lanes:  # not locked by this transaction: the server checks its link
+            rows = self._query("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s", (key,))
+            tx.lanes[key] = (rows[0][0], rows[0][1]) if rows else START
+        return tx.lanes[key]
+
+    def _next_seq(self) -> int:
+        tx = self._open()
+        if tx.seq is None:
+            tx.seq = int(self._query("SELECT nextval('dpbudget_seq')")[0][0])
+        return tx.seq
+
+    def _advance(self, keys: list[str], entry: Entry) -> None:
+        tx = self._open()
+        tx.lanes.update((key, (entry.seq, entry.hash)) for key in keys)
+        tx.seq = None
+
+    def _write_entry(self, entry: Entry) -> None:
+        self._open().writes.append((_ENTRY, (entry.seq, entry.hash, entry.text)))
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
+        tx = self._open()
+        for a in accounts:
+            sql = _INSERT if self._read_account(a.key) is None else _UPDATE  # (read under its lock)
+            tx.writes.append((sql, (a.rule, self._config_text(a.config), float_object(a.state),
+                                    a.seq, a.key)))
+            tx.read[a.key] = a
+
+    def _config_text(self, config: dict[str, Any]) -> str:
+        # A rule's configuration is encoded once per configuration object (every debit writes it).
+        cached = self._configs.get(id(config))
+        if cached is None or cached[0] is not config:
+            if len(self._configs) > 1024:
+                self._configs.clear()
+            cached = self._configs[id(config)] = (config, canonical(config))
+        return cached[1]
+
+    def _commit(self) -> None:
+        """Send the transaction's writes and COMMIT in one round trip; it returns once the
+        commit is on disk (``synchronous_commit = on``).
+
+        Raises:
+            LedgerError: nothing was committed.
+            LedgerUnconfirmedError: the session broke during the round trip: the commit may have
+                happened; nothing may be drawn on it, and its budget stays spent.
+        """
+        tx, session = self._open(), self._s
+        self._tx = None
+        if not session.in_transaction:
+            raise LedgerError("PostgreSQL ledger: the transaction was lost (its session ended) "
+                              "before it committed; nothing was written")
+        try:
+            session.send([*tx.writes, ("COMMIT", ())])
+        except LedgerError as exc:
+            if tx.writes and session.conn.broken:
+                raise LedgerUnconfirmedError(
+                    f"PostgreSQL ledger: the session ended during the commit ({exc}); the debit "
+                    "may have been committed: nothing was drawn on it, and its budget stays "
+                    "spent") from exc
+            raise
+
+    def _rollback(self) -> None:
+        self._tx = None
+        self._s.rollback()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _head(self) -> tuple[int, str]:
+        rows = self._query("SELECT seq, hash FROM dpbudget_entries ORDER BY seq DESC LIMIT 1")
+        return EMPTY_HEAD if not rows else (rows[0][0], rows[0][1])
+
+    def entry(self, seq: int) -> Entry | None:
+        rows = self._query("SELECT seq, record, hash FROM dpbudget_entries WHERE seq = %s", (seq,))
+        return Entry(*rows[0]) if rows else None
+
+    def accounts(self) -> list[Account]:
+        return [account(*row) for row in self._query(ACCOUNTS + " ORDER BY key")]
+
+    def audited_accounts(self) -> list[Account]:
+        audited, self._audited = self._audited, None  # (once: a later call reads afresh)
+        return self.accounts() if audited is None else audited
+
+    def check_accounts(self) -> None:
+        super().check_accounts()
+        with self._lock:
+            self._s.usable()
+            check_rows(self._s.conn, self)
+
+    def entries(self, start: int = 1) -> Iterator[Entry]:
+        """Records from ``start`` in ``seq`` order, in one snapshot (``rows.entries``); from the
+        first, the account rows of that snapshot are kept for ``audited_accounts``."""
+        def keep(accounts: list[Account]) -> None:
+            self._audited = accounts
+
+        with self._s.reader() as conn:
+            yield from entries(conn, start, keep)
+
+    def _writer_key(self) -> str | None:
+        """None: each object is a writer of its own (``dpbudget.accountant.ledger.writer``): two objects'
+        transactions on other lanes run at once, and one count would number two records alike."""
+        return None

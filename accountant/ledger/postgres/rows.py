@@ -1,0 +1,103 @@
+"""The PostgreSQL ledger's rows as values: what a debit's begin reads (``READS``, parsed into the
+open transaction, ``Tx``), an account row, and the records read in one snapshot (``entries``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.ledger.entry import Account, Entry
+from dpbudget.accountant.ledger.lanes import START
+from dpbudget.accountant.ledger.record import time_micros
+
+__all__ = ["ACCOUNTS", "READS", "Tx", "account", "entries"]
+
+ACCOUNTS = "SELECT key, rule, config, state, seq FROM dpbudget_accounts"
+# A debit's reads, once its locks are held (a statement of its own: its snapshot is taken after
+# them), of the keys in $1 (a JSON array), as text (``session.send``): ('l', lane, seq, hash, its
+# last record's time, NULL) for each locked lane, ('s', NULL,
+# the record's number, the server's clock in µs, NULL, NULL), ('a', key, seq, rule, config, state)
+# for each account. The number is taken after the locks, so it is above the last record of every
+# lane they cover, read ones included (``dpbudget.accountant.ledger.lanes``).
+READS = (
+    "WITH k AS (SELECT jsonb_array_elements_text($1::jsonb) AS key) SELECT 'l', l.key, l.seq, "
+    "l.hash, (SELECT e.record::jsonb ->> 'time' FROM dpbudget_entries e WHERE e.seq = l.seq), "
+    "NULL FROM dpbudget_lanes l JOIN k ON l.key = k.key UNION ALL SELECT 's', NULL, "
+    "nextval('dpbudget_seq'), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text, "
+    "NULL, NULL UNION ALL SELECT 'a', a.key, a.seq, a.rule, a.config, a.state FROM "
+    "dpbudget_accounts a JOIN k ON a.key = k.key")
+_PAGE = 4096
+
+
+class Tx:
+    """An open transaction: the accounts and lanes it read, the number of its next record, its
+    time and the server's clock at its begin (µs), and its writes (sent with the COMMIT).
+
+    Its time is the server's clock read with its locks held, never earlier than the last record
+    on any lane it locked: each lane's times never run backwards (the audit checks them per
+    lane). Nothing of the caller's decides it.
+
+    Raises:
+        LedgerError: a locked lane's last record has an unreadable time (edited outside
+            dpbudget); nothing was written.
+    """
+
+    __slots__ = ("lanes", "micros", "read", "seq", "server", "writes")
+
+    def __init__(self, prefetch: Sequence[str], locked: Sequence[str], rows: list[Any]) -> None:
+        self.read: dict[str, Account | None] = dict.fromkeys(prefetch)
+        self.lanes: dict[str, tuple[int, str]] = dict.fromkeys(locked, START)
+        self.seq: int | None = None
+        self.writes: list[tuple[str, tuple[Any, ...]]] = []
+        self.server = floor = 0
+        for kind, key, seq, a, b, c in rows:
+            if kind == "l":
+                self.lanes[key] = (int(seq), a)
+                try:
+                    floor = max(floor, 0 if b is None else time_micros(b))
+                except ValueError:
+                    raise LedgerError(
+                        f"PostgreSQL ledger: the last record on lane {key!r} has an unreadable "
+                        "time (edited outside dpbudget); nothing was written. Run `dpbudget "
+                        "audit` on it") from None
+            elif kind == "a":
+                self.read[key] = account(key, a, b, c, int(seq))
+            else:
+                self.seq, self.server = int(seq), int(a)
+        self.micros = max(self.server, floor)
+
+
+def account(key: str, rule: str, config: str, state: str, seq: int) -> Account:
+    """An account from its row's columns."""
+    return Account(key, rule, _parse_config(config), json.loads(state), seq)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_config(text: str) -> dict[str, Any]:
+    # A rule's configuration text repeats on every read of its account; parse it once. Callers
+    # treat Account.config as read-only.
+    config: dict[str, Any] = json.loads(text)
+    return config
+
+
+def entries(conn: Any, start: int,
+            keep: Callable[[list[Account]], None]) -> Iterator[Entry]:
+    """Records from ``seq == start`` on, paged on ``conn`` (a connection of their own, which
+    holds no lock), all in one snapshot: commits land out of ``seq`` order across lanes, and in one
+    snapshot every record a visible record links to is visible too, so a live ledger reads as a
+    closed one. From the first record, ``keep`` gets the account rows of the same snapshot (an
+    audit compares the rows with the records)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    if start == 1:
+        keep([account(*row) for row in conn.execute(ACCOUNTS + " ORDER BY key")])
+    seq = start - 1
+    while True:
+        rows = conn.execute(f"SELECT seq, record, hash FROM dpbudget_entries WHERE seq > %s "
+                            f"ORDER BY seq LIMIT {_PAGE}", (seq,)).fetchall()
+        if not rows:
+            return
+        for seq, text, digest in rows:
+            yield Entry(seq, text, digest)
