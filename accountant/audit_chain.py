@@ -82,7 +82,8 @@ class ChainCheck:
             self.skip_link = True
             return None
         try:
-            record: dict[str, Any] = json.loads(item.text)
+            record: dict[str, Any] = (item.record if item.record is not None
+                                      else json.loads(item.text))  # (parsed once)
             seq, auth = record["seq"], record.get("auth", "sha256")
             links = read_links(record)
             prev = record["prev"] if links is None else None

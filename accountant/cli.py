@@ -383,6 +383,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # an output file in a missing folder, a full disk, no permission
         print(f"dpbudget {args.command}: cannot write or read a file: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a damaged file read back as values of the wrong shape
+        if args.command not in ("audit", "status") or not isinstance(exc, _DAMAGE) and type(
+                exc).__module__.split(".")[0] not in ("sqlite3", "psycopg"):  # (its own errors)
+            raise
+        print(f"dpbudget {args.command}: the ledger is damaged ({type(exc).__name__}); nothing "
+              "was written. Keep a copy; audit it or restore it from a backup", file=sys.stderr)
+        return 2
+
+
+# What reading a damaged ledger raises, named by type only (its text may quote the file).
+_DAMAGE = (ValueError, TypeError, LookupError, AttributeError, RecursionError)
 
 
 if __name__ == "__main__":

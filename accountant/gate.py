@@ -64,11 +64,14 @@ class Gate:
         self.planner = planner
         self.sampler = sampler
         self._local = threading.local()
-        # The seq of the policy record this gate's planner was built from (None: the ledger
-        # stores no policy). Each debit re-reads the ledger's pointer in its transaction, and each
-        # read of what is left checks it too: an accountant that opened before `apply_policy`
-        # must not go on under the old limits, nor report them.
+        # The seq of the policy record the planner was built from (None: none stored). Each debit
+        # and read re-checks the ledger's pointer: none goes on under limits since replaced.
         self.policy_seq: int | None = None
+        # The ledger's datasets by folded name, and one not "default", as of ``_mark`` (_no_twin).
+        self._folds: dict[str, set[str]] = {}
+        self._named: str | None = None
+        self._mark: Any = None
+        self._folding = threading.Lock()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -267,36 +270,35 @@ class Gate:
         return accounts
 
     def _with_folds(self, plan: Plan, keys: Sequence[str]) -> Sequence[str]:
-        """``keys`` and, for each dataset under the default limit, a lane of its folded name
-        (``fold:<name>``), locked and never written: two debits on variants of one new name
-        (``_no_twin``) wait for each other as they would behind one chain's lock."""
+        """``keys`` and, per dataset under the default limit, the lane ``fold:<folded name>``,
+        locked, never written: debits on variants of one new name (``_no_twin``) wait in turn."""
         names = (plan.dataset,) if isinstance(plan.dataset, str) else plan.dataset
         listed = self.planner.policy.datasets
         folds = [f"fold:{folded_name(n)}" for n in names if n not in listed]
         return (*keys, *folds) if folds else keys
 
     def _no_twin(self, key: str) -> None:
-        """A dataset charged for the first time under the default limit must not be a variant
-        (``folded_name``) of one another process has charged since this gate read the ledger
-        (the planner knows only the datasets it has seen), nor "default" beside a named one. In
-        the debit's transaction: no race."""
+        """A dataset first charged under the default limit must not be a variant (``folded_name``)
+        of one charged since this gate read the ledger (by this or another process), nor "default"
+        beside a named one. In the debit's transaction: no race. Reads only the accounts created
+        since the last check (``Ledger.created_since``), each name folded once into ``_folds``."""
         name = dataset_name(key)
         if name is None or name in self.planner.policy.datasets:
             return
-        folded = folded_name(name)
-        for account in self.ledger.accounts():
-            other = dataset_name(account.key)
-            if other is None or other == name:
-                continue
-            if name == "default":  # not opened beside a named one (``dpbudget.accountant.unnamed``)
-                self.planner.know(other)
-                raise InvalidArgumentError("dataset", name, f"named: this ledger holds the "
-                                           f"dataset {other!r}, beside which no 'default' opens")
-            if folded_name(other) == folded:
-                self.planner.know(other, instead_of=name)
-                raise InvalidArgumentError("dataset", name, f"not a variant (in case or '_', "
-                                           f"'.', '-') of the dataset {other!r} (one table, "
-                                           "one budget)")
+        with self._folding:
+            self._mark, keys = self.ledger.created_since(self._mark)
+            for other in filter(None, map(dataset_name, keys)):
+                self._folds.setdefault(folded_name(other), set()).add(other)
+                self._named = self._named or (other if other != "default" else None)
+            variants = self._folds.get(folded_name(name), set()) - {name}
+        if name == "default" and self._named is not None:  # not beside a named one (unnamed)
+            self.planner.know(self._named)
+            raise InvalidArgumentError("dataset", name, f"named: this ledger holds the "
+                                       f"dataset {self._named!r}, beside which no 'default' opens")
+        if variants:
+            self.planner.know(other := min(variants), instead_of=name)
+            raise InvalidArgumentError("dataset", name, f"not a variant (in case or '_', '.', "
+                                       f"'-') of the dataset {other!r} (one table, one budget)")
 
     def _fields(self, step: Step, plan: Plan, label: str | None, kind: RecordKind,
                 accounts: list[Account]) -> dict[str, str]:

@@ -4,8 +4,8 @@ Invariant: ``Planner.plan(dataset, analyst)`` is the one place that maps a reque
 — the dataset's limit, the analyst's on it, the analyst's everywhere, the global one, each with its
 rule — and to the policy's stateless checks (allowed mechanisms, per-query caps). It validates the
 dataset and analyst, refuses unknown or denied ones, and never touches the ledger. Plans are cached
-per (dataset, analyst) in a bounded cache; a pipeline's plan is derived from its parent's
-(``Plan.child``).
+per (dataset, analyst), the least recently used evicted beyond ``_PLAN_CACHE``; a pipeline's plan
+is derived from its parent's (``Plan.child``).
 
 Who is held to what:
 
@@ -24,17 +24,18 @@ Who is held to what:
 - ``dataset`` not given: ``"default"`` while the planner knows no other dataset, else refused
   (``dpbudget.accountant.unnamed``); resolved here, before any plan is cached.
 
-Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than what a ledger has already spent
-loads, and those limits then refuse every release (``dpbudget status --policy`` marks
-them). A policy whose rule, or renewal period, for an account differs from the one the
-ledger recorded is refused (rules cannot change mid-stream; adding or changing a window
-would forget recorded spend).
+Policy changes (a policy file applied to an existing ledger): a policy whose limits are lower than
+what a ledger has already spent loads, and those limits then refuse every release (``dpbudget
+status --policy`` marks them). A policy whose rule, or renewal period, for an account differs from
+the one the ledger recorded is refused (rules cannot change mid-stream; adding or changing a
+window would forget recorded spend).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 from dpbudget.accountant import _validate
 from dpbudget.accountant.budget import Budget
@@ -53,7 +54,8 @@ from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Plan", "Planner", "Target"]
 
-_PLAN_CACHE = 4096
+_PLAN_CACHE = 4096  # plans, targets kept; more in use lose only the least recently used
+_V = TypeVar("_V")
 
 
 class Target(NamedTuple):
@@ -160,8 +162,8 @@ class Planner:
         # A policy file admits datasets it does not list only through its own other_datasets.
         self.default = default if default is not None else getattr(policy, "other_datasets", None)
         self.specs: dict[str, AccountSpec] = policy_accounts(policy)  # builds (checks) rules
-        self._targets: dict[str, Target] = {}
-        self._plans: dict[tuple[Any, ...], Plan] = {}
+        self._targets: OrderedDict[str, Target] = OrderedDict()
+        self._plans: OrderedDict[tuple[Any, ...], Plan] = OrderedDict()
         self._known: set[str] = set()
         self._folded: dict[str, str] = {}
         for name in policy.datasets:
@@ -179,14 +181,9 @@ class Planner:
         if type(dataset) is list:  # a join given as a list: the same plan as the tuple
             dataset = tuple(dataset)
         try:
-            return self._plans[(dataset, analyst)]
-        except (KeyError, TypeError):  # TypeError: an unhashable name (refused when planning)
-            pass
-        plan = self._make_plan(dataset, analyst)
-        if len(self._plans) >= _PLAN_CACHE:
-            self._plans.clear()  # bounded: arbitrary (dataset, analyst) pairs must not pile up
-        self._plans[(dataset, analyst)] = plan
-        return plan
+            return _lru(self._plans, (dataset, analyst), lambda: self._make_plan(dataset, analyst))
+        except TypeError:  # an unhashable name (refused when planning), InvalidTypeError
+            return self._make_plan(dataset, analyst)
 
     def authenticated(self, analyst: Any) -> str | None:
         """Who a release naming ``analyst`` is charged to: the caller's name, unless the ledger
@@ -262,20 +259,18 @@ class Planner:
             raise InvalidArgumentError("blocks", "given", f"omitted: dataset {dataset!r} is not "
                                        "divided into blocks")
         names = block_names(spec, blocks)
-        key = (dataset, analyst, names)
-        plan = self._plans.get(key)
-        if plan is None:
-            base = self._make_plan(dataset, analyst, with_blocks=True)
-            template = self._block_template(dataset)
-            own = tuple(self._block_target(template, spec, b) for b in names)
-            opens = max((spec.start(b), b) for b in names)
-            plan = Plan.make(dataset, analyst, (base.targets[0], *own, *base.targets[1:]),
-                             base.checks, {"blocks": canonical(list(names))},
-                             opens if opens[0] > 0.0 else None)
-            if len(self._plans) >= _PLAN_CACHE:
-                self._plans.clear()
-            self._plans[key] = plan
-        return plan
+        return _lru(self._plans, (dataset, analyst, names),
+                    lambda: self._make_block_plan(dataset, analyst, spec, names))
+
+    def _make_block_plan(self, dataset: str, analyst: str | None, spec: Blocks,
+                         names: tuple[str, ...]) -> Plan:
+        base = self._make_plan(dataset, analyst, with_blocks=True)
+        template = self._block_template(dataset)
+        own = tuple(self._block_target(template, spec, b) for b in names)
+        opens = max((spec.start(b), b) for b in names)
+        return Plan.make(dataset, analyst, (base.targets[0], *own, *base.targets[1:]),
+                         base.checks, {"blocks": canonical(list(names))},
+                         opens if opens[0] > 0.0 else None)
 
     def inside_plan(self, dataset: Any, analyst: str | None) -> Plan:
         """The plan of a release made inside a pipeline, as the audit re-checks it: the
@@ -284,13 +279,8 @@ class Planner:
 
     def _block_target(self, template: AccountSpec, spec: Blocks, block: str) -> Target:
         key = template.key + ":" + block
-        target = self._targets.get(key)
-        if target is None:
-            unlock = None if spec.unlock is None else (spec.unlock, spec.start(block))
-            if len(self._targets) >= _PLAN_CACHE:
-                self._targets.clear()  # bounded: blocks are many over the years
-            target = self._targets[key] = Target.of(key, template.rule, None, unlock)
-        return target
+        return _lru(self._targets, key, lambda: Target.of(key, template.rule, None, None if (
+            spec.unlock is None) else (spec.unlock, spec.start(block))))
 
     def _block_template(self, dataset: str) -> AccountSpec:
         spec = self.specs.get(block_template_key(dataset))
@@ -337,10 +327,20 @@ class Planner:
         return self._target(spec)
 
     def _target(self, spec: AccountSpec) -> Target:
-        target = self._targets.get(spec.key)
-        if target is None:
-            target = self._targets[spec.key] = Target.of(spec.key, spec.rule, spec.period)
-        return target
+        return _lru(self._targets, spec.key, lambda: Target.of(spec.key, spec.rule, spec.period))
+
+
+def _lru(cache: OrderedDict[Any, _V], key: Any, make: Callable[[], _V]) -> _V:
+    """``cache[key]``, now the most recently used, or ``make()`` kept there, evicting the least
+    recently used beyond ``_PLAN_CACHE`` (KeyError in a race with another thread: made again)."""
+    try:
+        cache.move_to_end(key)
+        return cache[key]
+    except KeyError:
+        value = cache[key] = make()
+        while len(cache) > _PLAN_CACHE:
+            cache.popitem(last=False)
+        return value
 
 
 def _division(limit: DatasetLimit) -> str:

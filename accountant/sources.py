@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,7 +26,9 @@ _LINE_PREFIX = '{"hash":"'
 
 class Item(NamedTuple):
     """One stored record: where it is (``position``: row seq or line number), the hash stored with
-    it, and its canonical text (None when the stored form could not be read)."""
+    it, and its canonical text (None when the stored form could not be read). ``record``: that
+    text parsed, where the source had to parse it anyway (a JSONL line put in ``seq`` order, or
+    not in the form ``export_line`` writes), so that the audit parses each record once."""
 
     position: int
     hash: str | None
@@ -33,6 +36,7 @@ class Item(NamedTuple):
     error: str = ""
     origin: str = ""  # which file, when several are merged
     refusal: Any = None  # a refused request's log line (``dpbudget.accountant.refusals``): not a record
+    record: Any = None
 
 
 class Source:
@@ -53,8 +57,13 @@ class Source:
 
     def items(self) -> Iterator[Item]:
         if self.ledger is not None:
-            for entry in self.ledger.entries():
-                yield Item(entry.seq, entry.hash, entry.text)
+            position = 0
+            try:
+                for entry in self.ledger.entries():
+                    position = entry.seq
+                    yield Item(position, entry.hash, entry.text)
+            except LedgerError as exc:  # a damaged file: reported, the rest unread
+                yield Item(position + 1, None, None, str(exc))
             return
         assert self.path is not None  # exactly one of ledger and path is set
         if self.reorder:
@@ -137,17 +146,36 @@ def _window(keyed: Iterator[tuple[int, int, Item]],
 
 def _keyed(items: Iterator[Item], origin: str = "") -> Iterator[tuple[int, int, Item]]:
     """Items keyed by ``seq`` (an unreadable line keeps its place: the key of the line before
-    it), and their file order; tagged with the file they come from when ``origin`` is given."""
+    it), and their file order; tagged with the file they come from when ``origin`` is given.
+
+    The key only orders lines; the chain check verifies each record's own ``seq``, and reports a
+    line out of place whatever key put it there. So a canonical text's ``seq`` is read where its
+    sorted keys put it (the last ``,"seq":`` member), without a parse the check would repeat."""
     seq, rank = 0, 0
     for item in items:
-        if item.text is not None and item.refusal is None:
-            try:
-                value = json.loads(item.text).get("seq")
-                seq = value if isinstance(value, int) else seq
-            except (ValueError, AttributeError, RecursionError):
-                pass
+        text, record = item.text, item.record
+        if record is None and text is not None and item.refusal is None:
+            at = text.rfind(',"seq":')
+            found = _DIGITS.match(text, at + 7) if at >= 0 else None
+            if found is not None:
+                seq = int(found.group())
+            else:
+                try:
+                    record = json.loads(text)  # (kept: the check reads it, not the text again)
+                    value = record.get("seq")
+                    seq = value if isinstance(value, int) else seq
+                except (ValueError, AttributeError, RecursionError):
+                    record = None
+        elif isinstance(record, dict) and isinstance(record.get("seq"), int):
+            seq = record["seq"]
         rank += 1
-        yield seq, rank, item._replace(origin=origin) if origin else item
+        if origin or record is not item.record:
+            item = Item(item.position, item.hash, text, item.error, origin or item.origin,
+                        item.refusal, record)
+        yield seq, rank, item
+
+
+_DIGITS = re.compile(r"[0-9]{1,19}(?=[,}])")
 
 
 def _parse_line(number: int, line: str) -> Item:
@@ -158,7 +186,8 @@ def _parse_line(number: int, line: str) -> Item:
         obj = json.loads(line)
         if isinstance(obj, dict) and set(obj) == {"refused"}:
             return Item(number, None, None, refusal=obj["refused"])
-        return Item(number, str(obj["hash"]), canonical(obj["record"]))
+        record = obj["record"]  # (its canonical text is what the chain hashed)
+        return Item(number, str(obj["hash"]), canonical(record), record=record)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:  # hostile nesting too
         return Item(number, None, None, f"unreadable line ({type(exc).__name__})")
 

@@ -1,11 +1,15 @@
 """The "optimal" rule: a fixed per-query cost, composed with Kairouz–Oh–Viswanath's exact theorem.
 
 Invariant: every admitted release is charged exactly the declared per-query cost (ε₀, δ₀); at most
-k_max releases are admitted, k_max fixed once at construction.
+k_max releases are admitted, k_max a function of the limit and (ε₀, δ₀) alone. It is computed when
+first needed (a debit, a read, the account's description), once per process and parameters, never
+when a rule is built: opening a ledger whose policy declares an "optimal" limit at a tiny ε₀ (k_max
+~ 10^10, seconds of work) costs nothing until that account is used.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -31,8 +35,8 @@ class OptimalComposition(CompositionRule):
     ``MechanismNotAllowedError`` (not ``BudgetExceededError``: no amount of remaining budget would
     admit it; the budget was declared for a different per-query cost). Stopping early is covered:
     it is post-processing of k_max releases. k_max, the largest k with the composition
-    (ε_B, δ_B)-DP, is computed once, in log space
-    (:func:`~accountant.composition.bounds.kov_max_steps`).
+    (ε_B, δ_B)-DP, is computed on first use, in log space
+    (:func:`~accountant.composition.bounds.kov_max_steps`), once per process and parameters.
 
     **State** (O(1)): ``count``, the releases admitted so far. **spent** is
     (min(kε₀ while kδ₀ ≤ δ_B, the KOV Thm 3.3 ε for k at δ_B), δ_B); **remaining** is the limit
@@ -59,9 +63,14 @@ class OptimalComposition(CompositionRule):
                 "per_query", per_query, "a Budget with a finite epsilon > 0 for the 'optimal' "
                 "composition rule", "Declare the fixed per-query cost, e.g. "
                 "Accountant(Budget(1.0, 1e-6), composition='optimal', per_query=Budget(0.01))")
-        self.k_max = (sys.maxsize if self.limit is None else
-                      bounds.kov_max_steps(self.limit.epsilon, self.limit.delta,
-                                           per_query.epsilon, per_query.delta))
+
+    @functools.cached_property
+    def k_max(self) -> int:
+        """The most releases the limit admits (``sys.maxsize`` without a limit)."""
+        if self.limit is None:
+            return sys.maxsize
+        e0 = self.cost0
+        return _k_max(self.limit.epsilon, self.limit.delta, e0.epsilon, e0.delta)
 
     def _describe(self) -> dict[str, Any]:
         return {**super()._describe(), "k_max": None if self.limit is None else self.k_max}
@@ -111,3 +120,10 @@ class OptimalComposition(CompositionRule):
         if self.bound.delta > 0.0:
             out.append((bounds.kov_epsilon(k, e0, self.bound.delta, d0), self.bound.delta))
         return out
+
+
+@functools.lru_cache(maxsize=64)
+def _k_max(epsilon: float, delta: float, eps0: float, delta0: float) -> int:
+    # A pure function of four floats: every rule built on the same parameters (each open of a
+    # ledger, each accountant) shares one computation, which is O(k_max^½ log k_max).
+    return bounds.kov_max_steps(epsilon, delta, eps0, delta0)

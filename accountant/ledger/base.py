@@ -150,6 +150,13 @@ class Ledger(ABC):
     def accounts(self) -> list[Account]:
         """Every account, sorted by key."""
 
+    def created_since(self, mark: Any = None) -> tuple[Any, list[str]]:
+        """The keys of the accounts created since ``mark`` (None: every account, oldest first),
+        and the mark of now, to pass next time: what a check that must see every account
+        (``Gate._no_twin``) reads instead of listing them all each time. A backend that cannot
+        tell returns every key and the mark None (correct, O(accounts))."""
+        return None, [a.key for a in self.accounts()]
+
     def entry(self, seq: int) -> Entry | None:
         """The committed record number ``seq``, or None."""
         for entry in self.entries(seq):

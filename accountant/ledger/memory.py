@@ -10,9 +10,11 @@ copy of the budget that the parent never sees, each child as much again (workers
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from dpbudget.accountant.errors import LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
@@ -90,6 +92,14 @@ class MemoryLedger(Ledger):
 
     def _write_accounts(self, accounts: list[Account]) -> None:
         self._staged_accounts.update((a.key, a) for a in accounts)
+
+    def created_since(self, mark: Any = None) -> tuple[int, list[str]]:
+        # Accounts are never removed and a dict keeps insertion order: those created since
+        # ``mark`` (a count of accounts) are the last ones, read from the end in O(their number).
+        with self._lock:
+            count = len(self._accounts)
+            new = list(itertools.islice(reversed(self._accounts), count - (mark or 0)))
+        return count, new[::-1]
 
     def accounts(self) -> list[Account]:
         with self._lock:

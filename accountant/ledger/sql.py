@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, canonical, float_object
 
@@ -97,13 +97,19 @@ class SqlLedger(Ledger):
         with self._lock:
             row = self._execute(self._sql("SELECT seq, record, hash FROM {T}entries WHERE "
                                           "seq = ?"), (seq,)).fetchone()
-        return None if row is None else Entry(row[0], row[1], row[2])
+        return None if row is None else _entry(row[0], row[1], row[2], seq - 1)
 
     def accounts(self) -> list[Account]:
         with self._lock:
             rows = self._execute(self._sql("SELECT key, rule, config, state, seq FROM "
                                            "{T}accounts ORDER BY key")).fetchall()
         return [_account(r) for r in rows]
+
+    def created_since(self, mark: Any = None) -> tuple[Any, list[str]]:
+        # Every key (no state parsed): the tables have no order of creation to start from.
+        with self._lock:
+            rows = self._execute(self._sql("SELECT key FROM {T}accounts")).fetchall()
+        return None, [r[0] for r in rows]
 
     def _reading(self, conn: Any, start: int) -> None:
         """Called on the reading connection before ``entries()`` pages through it. Nothing for
@@ -122,13 +128,32 @@ class SqlLedger(Ledger):
                 rows = conn.execute(query, (seq,)).fetchall()
                 if not rows:
                     return
-                for seq, text, digest in rows:
-                    yield Entry(seq, text, digest)
+                for row in rows:  # (checked: a damaged table can repeat rows, paging forever)
+                    entry = _entry(row[0], row[1], row[2], seq)
+                    seq = entry.seq
+                    yield entry
+
+
+def _entry(seq: Any, text: Any, digest: Any, after: int) -> Entry:
+    """A row of the entries table, read after record ``after``: ``LedgerCorruptedError`` for a
+    row a damaged file gives (out of order, a NULL or a value of another type)."""
+    if type(seq) is not int or seq <= after or type(text) is not str or type(digest) is not str:
+        raise LedgerCorruptedError(f"the entries table is damaged after record {after}: a row "
+                                   "out of order, or holding a NULL or a value of another type; "
+                                   "run `dpbudget audit` on it (nothing was written)")
+    return Entry(seq, text, digest)
 
 
 def _account(row: tuple[Any, ...]) -> Account:
     key, rule, config, state, seq = row
-    return Account(key, rule, _parse_config(config), json.loads(state), seq)
+    try:
+        if type(key) is not str or type(rule) is not str or type(seq) is not int:
+            raise TypeError("a column of another type")
+        return Account(key, rule, _parse_config(config), json.loads(state), seq)
+    except (TypeError, ValueError, RecursionError):
+        raise LedgerCorruptedError("the accounts table is damaged: a row holds a NULL, a value "
+                                   "of another type or unreadable JSON; run `dpbudget audit` on "
+                                   "it (nothing was written)") from None
 
 
 @functools.lru_cache(maxsize=256)

@@ -202,6 +202,18 @@ class SqliteLedger(SqlLedger):
         stats = [os.stat(f"{self.path}{suffix}") for suffix in _FILES]
         return tuple((st.st_dev, st.st_ino) for st in stats)
 
+    def created_since(self, mark: Any = None) -> tuple[Any, list[str]]:
+        """By rowid (new rows get the largest plus one; accounts are never deleted). The mark is
+        the last (rowid, key) read: a VACUUM after a row was deleted by hand may renumber rows,
+        and then the key at that rowid differs and every key is read again."""
+        with self._lock:
+            if mark is not None and self._execute("SELECT key FROM accounts WHERE rowid = ?",
+                                                  (mark[0],)).fetchone() != (mark[1],):
+                mark = None
+            rows = self._execute("SELECT rowid, key FROM accounts WHERE rowid >= ? ORDER BY "
+                                 "rowid", (-(2 ** 63) if mark is None else mark[0] + 1,)).fetchall()
+        return (tuple(rows[-1]) if rows else mark), [r[1] for r in rows]
+
     def _rollback(self) -> None:
         if _forked():
             return  # a forked child: the transaction, and the connection, are the parent's

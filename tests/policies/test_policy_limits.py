@@ -11,6 +11,7 @@ from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
 )
+from dpbudget.accountant import planner as planner_module
 from dpbudget.accountant.composition import Charge, rule_from_config
 from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
 
@@ -231,6 +232,44 @@ def test_plans_do_not_leak_between_dataset_and_analyst_pairs(make):
     assert charged_accounts(acc, "adult", "alice") == alice
     plain = Accountant(Budget(1.0))
     assert charged_accounts(plain, "x") == charged_accounts(plain, "x") == ["dataset:x"]
+
+
+def _plan_misses(monkeypatch, acc, order):
+    """How many of the plans asked for in ``order`` (dataset names) were made afresh."""
+    planner = acc._gate.planner
+    made = []
+    real = type(planner)._make_plan
+    monkeypatch.setattr(type(planner), "_make_plan",
+                        lambda self, d, a, **k: made.append(d) or real(self, d, a, **k))
+    for name in order:
+        planner.plan(name, None)
+    return made
+
+
+def test_a_full_plan_cache_evicts_the_least_recently_used_not_everything(monkeypatch):
+    """With room for 3 plans, a 4th evicts only the coldest (b); a, c, d are still cached."""
+    monkeypatch.setattr(planner_module, "_PLAN_CACHE", 3)
+    acc = Accountant(Budget(10.0))
+    made = _plan_misses(monkeypatch, acc, ["a", "b", "c", "a", "d", "a", "c", "d", "b"])
+    assert made == ["a", "b", "c", "d", "b"]
+
+
+def test_negative_control_a_cache_cleared_when_full_replans_every_dataset(monkeypatch):
+    """The old cache (cleared when full) re-made a, c and d too: the test above sees the
+    difference."""
+    monkeypatch.setattr(planner_module, "_PLAN_CACHE", 3)
+
+    def cleared_when_full(cache, key, make):
+        if key not in cache:
+            if len(cache) >= planner_module._PLAN_CACHE:
+                cache.clear()
+            cache[key] = make()
+        return cache[key]
+
+    monkeypatch.setattr(planner_module, "_lru", cleared_when_full)
+    acc = Accountant(Budget(10.0))
+    made = _plan_misses(monkeypatch, acc, ["a", "b", "c", "a", "d", "a", "c", "d", "b"])
+    assert made == ["a", "b", "c", "d", "a", "c", "b"]
 
 
 def test_record_invariant_every_account_debited_with_the_records_cost(make):
