@@ -3,7 +3,7 @@
 The errors (the bottom layer) are imported here directly. Everything else is loaded on first use
 (PEP 562 ``__getattr__``): importing ``dpbudget.accountant.budget`` from ``mechanisms`` or ``policies``
 must not pull in the ``Accountant``, which is built on them, and ``dpbudget --version`` must not
-pay for pydantic, which ``Budget`` is built on. Either way ``from accountant import Accountant``
+pay for pydantic, which ``Budget`` is built on. Either way ``from dpbudget.accountant import Accountant``
 works as usual.
 
 >>> from dpbudget.accountant import Accountant, Budget

@@ -31,7 +31,7 @@ from dpbudget.accountant.refusals import REFUSALS, log_refusal
 from dpbudget.accountant.session import NumericSession, Session
 from dpbudget.accountant.unnamed import NOT_GIVEN
 from dpbudget.accountant.step import Step, check_continues, check_unlocked, step_account
-from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism, priced
 from dpbudget.mechanisms.queries import bind
 from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
 from dpbudget.policies.accounts import dataset_key, dataset_name
@@ -160,7 +160,7 @@ class Gate:
         run on the committed states outside any transaction. Debits nothing."""
         self._check_policy_now()
         try:
-            plan = self.validate(mechanism, None, where)
+            plan = self.validate(priced(mechanism), None, where)
             now = self._now(plan)
             self._charge(self.ledger.account, Step.of(mechanism), plan,
                          None if now is None else plan.begun(now))
@@ -170,7 +170,7 @@ class Gate:
 
     def max_steps(self, mechanism: Mechanism, where: Where) -> int:
         """How many more releases of exactly ``mechanism`` fit now (each rule in closed form)."""
-        plan = self.validate(mechanism, None, where)
+        plan = self.validate(priced(mechanism), None, where)
         now = self._now(plan)
         if now is not None:
             plan.begun(now)

@@ -55,7 +55,7 @@ def _write_log(path: Path, records: int) -> None:
 
     acc = Accountant(Budget(1e9))
     for i in range(records):
-        acc.release(Laplace(1e-6), 1.0, dataset=f"d{i % 3}")
+        acc.release(Laplace(1e-6, sensitivity=1.0), 1.0, dataset=f"d{i % 3}")
     export_jsonl(acc.ledger, path)
 
 

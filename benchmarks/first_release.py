@@ -36,7 +36,7 @@ def _filled(kind: str, n: int, folder: Path) -> Accountant:
     ledger = MemoryLedger() if kind == "memory" else SqliteLedger(folder / f"{n}.db")
     acc = Accountant(Budget(1e6), ledger=ledger, rng=0, simulation=True)
     for i in range(n):
-        acc.release(Laplace(1e-6), 1.0, dataset=f"d{i}")
+        acc.release(Laplace(1e-6, sensitivity=1.0), 1.0, dataset=f"d{i}")
     return acc
 
 
@@ -44,7 +44,7 @@ def _time(acc: Accountant, name: str, clock: str) -> float:
     tick = time.thread_time if clock == "CPU" else time.perf_counter
     gc.collect()  # (the garbage of the cell before, a scan's 10^4 accounts, is not this one's)
     start = tick()
-    acc.release(Laplace(1e-6), 1.0, dataset=name)
+    acc.release(Laplace(1e-6, sensitivity=1.0), 1.0, dataset=name)
     return tick() - start
 
 

@@ -6,7 +6,7 @@ times, in fresh subprocesses (wall clock, from start to exit), the median of ``-
 
 * ``import dpbudget``;
 * ``dpbudget --version`` and ``dpbudget --help`` (what the installed console script runs:
-  ``from accountant.cli import main``);
+  ``from dpbudget.accountant.cli import main``);
 * ``import`` and the first release, ``Accountant(Budget(1.0)).release(Laplace(1.0), 1.0)``, on the
   in-memory ledger and on a new SQLite ledger (file in a temporary folder);
 
@@ -33,7 +33,7 @@ from compare_revisions import _extract  # (the benchmarks folder is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_CLI = "import sys\nfrom accountant.cli import main\nsys.exit(main({argv!r}))"
+_CLI = "import sys\nfrom dpbudget.accountant.cli import main\nsys.exit(main({argv!r}))"
 _RELEASE = ("import dpbudget as dp\n"
             "acc = dp.Accountant(dp.Budget(1.0){ledger})\n"
             "acc.release(dp.Laplace(1.0, sensitivity=1.0), 1.0)\n")

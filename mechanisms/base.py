@@ -20,6 +20,7 @@ import math
 import numbers
 import sys
 from abc import ABC, ABCMeta, abstractmethod
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -65,9 +66,10 @@ _NAMES: dict[type, str] = {}
 def mechanism_name(cls: type) -> str:
     """The name a mechanism class is recorded, allowed and refused under: its class identity.
 
-    A class of the library (defined in the ``mechanisms`` package, and the very object its module
-    holds under its name) is named by its public name: ``"Laplace"`` is ``dpbudget.mechanisms.Laplace``
-    itself, never a subclass or a look-alike. Every other class is named by its module and
+    A class of the library (the very object the ``dpbudget.mechanisms`` package exports under its
+    name) is named by its public name: ``"Laplace"`` is ``dpbudget.mechanisms.Laplace`` itself,
+    never a subclass, a look-alike, or a class of another module placed under
+    ``dpbudget.mechanisms.`` in ``sys.modules``. Every other class is named by its module and
     qualified name (``"mypkg.mech.Clipped"``; ``"tests.t.test_x.<locals>.Clipped"`` for a class
     defined in a function, which no ``allowed_mechanisms`` entry can name).
 
@@ -88,9 +90,11 @@ def mechanism_name(cls: type) -> str:
         raise TypeError(f"mechanism class {module}.{qualname} is not the class its module holds "
                         "under that name (a rewritten __module__ or __qualname__?): a mechanism "
                         "is named by its class, defined at module level or in a function")
-    library = module == "dpbudget.mechanisms" or module.startswith("dpbudget.mechanisms.")
-    name = _NAMES[cls] = cls.__name__ if library and qualname == cls.__name__ else \
-        f"{module}.{qualname}"
+    package = sys.modules.get("dpbudget.mechanisms")
+    library = qualname == cls.__name__ and getattr(package, cls.__name__, None) is cls
+    name = cls.__name__ if library else f"{module}.{qualname}"
+    if library or not module.startswith("dpbudget.mechanisms"):  # (not while the package loads)
+        _NAMES[cls] = name
     return name
 
 
@@ -315,8 +319,37 @@ class StreamMechanism(Mechanism):
 
 def stated_sensitivity(value: Any, check: Any) -> Any:
     """``sensitivity`` as given to a ``query_norm`` mechanism: None (not stated: it comes from the
-    ``Query`` released, and a plain number is refused) or ``check("sensitivity", value)``."""
-    return None if value is None else check("sensitivity", value)
+    ``Query`` released, and a plain number is refused) or ``check("sensitivity", value)``, never
+    below ``value`` (``rounded_up``)."""
+    return None if value is None else rounded_up(value, check("sensitivity", value))
+
+
+def priced(mechanism: Any) -> Any:
+    """``mechanism``, if its charge is the one its release would debit (``can_afford``,
+    ``max_releases``). A Gaussian-family mechanism whose sensitivity is not stated is charged at
+    Δ = 1 until a ``Query`` binds it, and the bound charge can differ: on DiscreteGaussian's
+    integer lattice by more than rounding (147 releases planned where 146 fit), on the others in
+    the last bits.
+
+    Raises:
+        InvalidArgumentError: such a mechanism, unbound (``sensitivity`` names what to state).
+    """
+    if getattr(type(mechanism), "query_norm", None) == "l2" and \
+            getattr(mechanism, "sensitivity", 0.0) is None:
+        raise InvalidArgumentError(
+            "sensitivity", None, f"stated to plan with {type(mechanism).__name__} (its cost "
+            "depends on Δ): pass sensitivity=query.l2_sensitivity", "Nothing was debited")
+    return mechanism
+
+
+def rounded_up(exact: Any, converted: Any) -> Any:
+    """``converted`` (a float or int made from ``exact``), moved up one double where the
+    conversion rounded an exact rational below itself: a sensitivity of ``Fraction(1, 3)`` or
+    ``2**53 + 1`` must not calibrate noise to a smaller Δ than it states."""
+    if isinstance(converted, float) and isinstance(exact, numbers.Rational) \
+            and not isinstance(exact, bool) and Fraction(converted) < exact:
+        return math.nextafter(converted, math.inf)
+    return converted
 
 
 def unstated_sensitivity(mechanism: Mechanism) -> InvalidArgumentError:

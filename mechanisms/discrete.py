@@ -38,13 +38,16 @@ _MAX_SIGMA = 2.0 ** 20  # the calibration sums ~22σ terms per evaluation
 
 class _IntegerMechanism(Mechanism):
     def prepare(self, value: Any) -> Any:
-        """An ``int`` or a non-empty array of integers (``int64``, |entries| < 2^61).
+        """An ``int`` (or a whole ``Fraction``: ``true_clamped_sum`` of integers) or a non-empty
+        array of integers (``int64``, |entries| < 2^61).
 
         Raises:
             InvalidDataTypeError: a float, bool, string, or an array that is not of integers.
             InvalidDataError: an empty array, or an entry too large for int64 arithmetic.
         """
         if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+        if isinstance(value, Fraction) and value.denominator == 1:  # an exact sum of integers
             return int(value)
         if isinstance(value, (np.ndarray, list, tuple)):
             try:

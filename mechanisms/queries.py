@@ -24,10 +24,10 @@ the sparse vector technique). NaN in the data is refused (it has no clamped valu
 from __future__ import annotations
 
 import enum
+import inspect
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-import inspect
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,7 +39,7 @@ from dpbudget.accountant.errors import (
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.base import Mechanism, rounded_up
 from dpbudget.mechanisms.rows import clamp_range, row_values
 from dpbudget.mechanisms.sums import exact_sum
 
@@ -59,7 +59,9 @@ class Query(NamedTuple):
     the secret.
 
     Released, it sets the mechanism's sensitivity (``bind``): ``l1_sensitivity`` for the Laplace
-    family, ``l2_sensitivity`` for the Gaussian family.
+    family, ``l2_sensitivity`` for the Gaussian family. The helpers here compute them; a Query
+    built by hand states them, exactly as ``sensitivity=`` does, and the caller answers for them
+    (a subclass is refused: its fields could be computed at will).
 
     Attributes:
         value: the true answer: an int for a count, an int64 array for a histogram, or for a sum the exact sum of
@@ -194,12 +196,16 @@ def bind(mechanism: Any, value: Any) -> tuple[Any, Any]:
     """
     if not isinstance(value, Query) or not isinstance(mechanism, Mechanism):
         return mechanism, value  # (not a Mechanism: the gate refuses it by name)
+    if type(value) is not Query:  # a subclass could compute its sensitivities at will
+        raise InvalidTypeError("value", value, "a dpbudget.queries Query itself, not a subclass")
     norm = type(mechanism).query_norm
     if norm not in ("l1", "l2"):
         raise InvalidTypeError("value", value, f"what {type(mechanism).__name__} releases (it "
                                "takes no Query: compute its input yourself and state its "
                                "sensitivity; Queries go to the Laplace or Gaussian family)")
-    needed = _validate.positive(f"{norm}_sensitivity", getattr(value, f"{norm}_sensitivity"))
+    needed = rounded_up(getattr(value, f"{norm}_sensitivity"),
+                        _validate.positive(f"{norm}_sensitivity",
+                                           getattr(value, f"{norm}_sensitivity")))
     stated = getattr(mechanism, "sensitivity", None)
     if stated is not None:
         if not stated >= needed:

@@ -187,7 +187,7 @@ class _Limit(BaseModel):
         json_schema_extra=grants("any-change"))
     order: float | None = Field(
         None, description="'renyi' rule only: the one Renyi order its filter watches, fixed "
-        "now (from accountant.plan_order); omitted: the order the account's first step plans.",
+        "now (from dpbudget.plan_order); omitted: the order the account's first step plans.",
         json_schema_extra=grants("any-change"))
     step: tuple[float, float] | None = Field(
         None, description="'pld' rule only: the fixed step every release takes, (q, z): the "

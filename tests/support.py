@@ -86,7 +86,7 @@ def release_entries(ledger: Ledger) -> list[Any]:
 
 #: A module defining a custom mechanism, ``Halver`` (ε = 0.5, halves its value), for tests that
 #: write it to a file and import it by its qualified name.
-HALVER_MODULE = ("from accountant import Budget\nfrom mechanisms import NumericMechanism\n"
+HALVER_MODULE = ("from dpbudget.accountant import Budget\nfrom dpbudget.mechanisms import NumericMechanism\n"
                  "class Halver(NumericMechanism):\n"
                  "    def __init__(self):\n        self.declare(Budget(0.5))\n"
                  "    def params(self):\n        return {}\n"

@@ -34,7 +34,7 @@ def _keys_read_by_a_first_release(ledger: Ledger, existing: int, monkeypatch,
     datasets were charged through the same accountant (which must never list all accounts)."""
     acc = Accountant(Budget(1.0), ledger=ledger, rng=0, simulation=True)
     for i in range(existing):
-        acc.release(Laplace(0.001), 1.0, dataset=f"d{i}")
+        acc.release(Laplace(0.001, sensitivity=1.0), 1.0, dataset=f"d{i}")
     reads: list[int] = []
     since = ledger.created_since
 
@@ -46,7 +46,7 @@ def _keys_read_by_a_first_release(ledger: Ledger, existing: int, monkeypatch,
     monkeypatch.setattr(ledger, "created_since", counted)
     if not listing:
         monkeypatch.setattr(ledger, "accounts", lambda: pytest.fail("every account was listed"))
-    acc.release(Laplace(0.001), 1.0, dataset="fresh")
+    acc.release(Laplace(0.001, sensitivity=1.0), 1.0, dataset="fresh")
     monkeypatch.undo()
     acc.close()
     return reads
@@ -75,9 +75,9 @@ def test_negative_control_reading_every_key_grows_with_the_datasets(kind, tmp_pa
 
 def _release_elsewhere(url: str, dataset: str) -> None:
     """One release by another process (a fresh interpreter) on the ledger at ``url``."""
-    code = ("import sys; from accountant import Accountant; from mechanisms import Laplace\n"
+    code = ("import sys; from dpbudget.accountant import Accountant; from dpbudget.mechanisms import Laplace\n"
             "acc = Accountant.open(sys.argv[1], rng=0, simulation=True)\n"
-            "acc.release(Laplace(0.1), 1.0, dataset=sys.argv[2]); acc.close()\n")
+            "acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset=sys.argv[2]); acc.close()\n")
     subprocess.run([sys.executable, "-c", code, url, dataset], check=True, cwd=ROOT,
                    timeout=120)
 
@@ -86,7 +86,7 @@ def _twin_after_another_process(tmp_path: Path) -> tuple[Accountant, np.random.G
     url = f"sqlite:///{tmp_path / 'l.db'}"
     rng = np.random.default_rng(31)
     acc = Accountant(Budget(1.0), ledger=url, rng=rng, simulation=True)
-    acc.release(Laplace(0.1), 1.0, dataset="alpha")  # this gate has read the ledger's accounts
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="alpha")  # this gate has read the ledger's accounts
     _release_elsewhere(url, "People")  # then another process opens a budget for "People"
     return acc, rng
 
@@ -95,10 +95,10 @@ def test_a_twin_created_by_another_process_is_refused(tmp_path):
     acc, rng = _twin_after_another_process(tmp_path)
     before = snapshot(acc.ledger, rng)
     with pytest.raises(InvalidArgumentError, match="variant") as refused:
-        acc.release(Laplace(0.1), 1.0, dataset="people")  # a second budget for one table
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="people")  # a second budget for one table
     assert "'People'" in str(refused.value)
     assert snapshot(acc.ledger, rng) == before  # nothing drawn, nothing debited
-    acc.release(Laplace(0.1), 1.0, dataset="People")  # the table's one budget still answers
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="People")  # the table's one budget still answers
     acc.close()
 
 
@@ -107,7 +107,7 @@ def test_negative_control_an_index_never_refreshed_admits_the_twin(tmp_path, mon
     misses "People": the twin gets a budget of its own, which the test above refuses."""
     acc, _ = _twin_after_another_process(tmp_path)
     monkeypatch.setattr(acc.ledger, "created_since", lambda mark=None: (mark, []))
-    acc.release(Laplace(0.1), 1.0, dataset="people")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="people")
     keys = [a.key for a in acc.ledger.accounts()]
     assert "dataset:people" in keys and "dataset:People" in keys
     acc.close()
@@ -117,10 +117,10 @@ def test_negative_control_an_index_never_refreshed_admits_the_twin(tmp_path, mon
 def test_created_since_gives_each_new_key_once_in_order(kind, tmp_path):
     ledger = _ledger(kind, tmp_path)
     acc = Accountant(Budget(1.0), ledger=ledger, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     mark, first = ledger.created_since()
-    acc.release(Laplace(0.1), 1.0, dataset="b")
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="b")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     mark, new = ledger.created_since(mark)
     assert "dataset:a" in first and new == ["dataset:b"]
     assert ledger.created_since(mark)[1] == []
@@ -134,7 +134,7 @@ def test_sqlite_rows_renumbered_behind_the_mark_are_read_again(tmp_path):
 
     ledger = SqliteLedger(tmp_path / "l.db")
     acc = Accountant(Budget(1.0), ledger=ledger, rng=0, simulation=True)
-    acc.release(Laplace(0.1), 1.0, dataset="a")
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="a")
     mark, keys = ledger.created_since()
     acc.close()
     with sqlite3.connect(tmp_path / "l.db") as raw:

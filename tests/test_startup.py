@@ -51,9 +51,11 @@ def test_first_release_on_an_sqlite_ledger_loads_nothing_heavy(tmp_path: Path) -
 def test_every_package_imports_without_scipy() -> None:
     """Every module that used SciPy imported it at module level; none does now (the mechanisms'
     package face imports every mechanism module, the composition package every rule)."""
-    code = ("import mechanisms, policies, accountant.core, accountant.composition, "
-            "dpbudget.accountant.rdp, accountant.composition.bounds, accountant.composition.privacy_loss, "
-            "dpbudget.mechanisms.calibration, mechanisms.discrete, mechanisms.sampling")
+    code = ("import dpbudget.mechanisms, dpbudget.policies, dpbudget.accountant.core, "
+            "dpbudget.accountant.composition, dpbudget.accountant.rdp, "
+            "dpbudget.accountant.composition.bounds, dpbudget.accountant.composition.privacy_loss, "
+            "dpbudget.mechanisms.calibration, dpbudget.mechanisms.discrete, "
+            "dpbudget.mechanisms.sampling")
     assert _loaded(code) == []
 
 
@@ -61,8 +63,8 @@ def test_negative_control_the_probe_sees_scipy_once_a_step_needs_it() -> None:
     """A Gaussian draw needs ``ndtri`` and calibration ``log_ndtr``: the probe must then report
     SciPy, and the calibrated σ is the one the docs give (Balle–Wang, ε = 1, δ = 1e-5)."""
     code = (_FIRST_RELEASE
-            + "from mechanisms.sampling import Sampler\n"
-            "from mechanisms.calibration import analytic_gaussian_sigma\n"
+            + "from dpbudget.mechanisms.sampling import Sampler\n"
+            "from dpbudget.mechanisms.calibration import analytic_gaussian_sigma\n"
             "assert abs(Sampler(7).gaussian(2.0)) < 20.0\n"
             "assert round(analytic_gaussian_sigma(1.0, 1e-5), 6) == 3.730632\n")
     assert _loaded(code) == ["scipy"]
@@ -72,20 +74,20 @@ def test_negative_control_each_deferred_scipy_use_still_runs() -> None:
     """The deferred imports run: the composition bounds, the PLD, the RDP series and the discrete
     Gaussian each load SciPy on their first call and return a finite number."""
     for code in (
-            "from accountant.composition import bounds\n"
+            "from dpbudget.accountant.composition import bounds\n"
             "assert bounds.kov_delta(10, 0.1, 0.5) >= 0.0\n"
             "assert 0.0 < bounds.cks_epsilon(0.5, 1e-6) < 10.0",
-            "from accountant.composition import privacy_loss\n"
+            "from dpbudget.accountant.composition import privacy_loss\n"
             "assert 0.0 < privacy_loss.delta(0.01, 1.1, 4, 1.0) < 1.0",
-            "from accountant import rdp\n"
+            "from dpbudget.accountant import rdp\n"
             "assert rdp._log_a_int(0.01, 1.1, 8) > 0.0 and rdp._log_a_frac(0.01, 1.1, 8.5) > 0.0",
-            "from mechanisms import discrete_gaussian_sigma\n"
+            "from dpbudget.mechanisms import discrete_gaussian_sigma\n"
             "assert 3.0 < discrete_gaussian_sigma(1.0, 1e-5) < 4.0"):
         assert _loaded(code) == ["scipy"], code
 
 
 def _cli(argv: list[str]) -> str:
-    return ("from accountant.cli import main\n"
+    return ("from dpbudget.accountant.cli import main\n"
             "try:\n"
             f"    main({argv!r})\n"
             "except SystemExit:\n"

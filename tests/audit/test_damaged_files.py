@@ -45,7 +45,7 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 def _release(acc: Accountant, n: int) -> None:
     for i in range(n):
-        acc.release(Laplace(0.05), 1.0, dataset=f"d{i % 3}", label=f"q{i}")
+        acc.release(Laplace(0.05, sensitivity=1.0), 1.0, dataset=f"d{i % 3}", label=f"q{i}")
 
 
 @pytest.fixture(scope="module")

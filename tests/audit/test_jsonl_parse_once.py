@@ -22,7 +22,7 @@ N = 40
 def log(tmp_path):
     acc = Accountant(Budget(10.0))
     for i in range(N):
-        acc.release(Laplace(0.01), 1.0, dataset=f"d{i % 3}")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset=f"d{i % 3}")
     path = tmp_path / "log.jsonl"
     export_jsonl(acc.ledger, path)
     return path
