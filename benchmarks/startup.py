@@ -33,7 +33,9 @@ from compare_revisions import _extract  # (the benchmarks folder is on the path)
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_CLI = "import sys\nfrom dpbudget.accountant.cli import main\nsys.exit(main({argv!r}))"
+# The console script's module: dpbudget.accountant.cli, or accountant.cli in a tree from before
+# the one import name (there the editable install would map dpbudget.accountant to this checkout).
+_CLI = "import sys\nfrom {{cli}} import main\nsys.exit(main({argv!r}))"
 _RELEASE = ("import dpbudget as dp\n"
             "acc = dp.Accountant(dp.Budget(1.0){ledger})\n"
             "acc.release(dp.Laplace(1.0, sensitivity=1.0), 1.0)\n")
@@ -56,6 +58,8 @@ def _seconds(code: str, tree: Path | None) -> float:
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
+        new = (tree / "dpbudget" / "accountant").exists()
+        code = code.replace("{cli}", "dpbudget.accountant.cli" if new else "accountant.cli")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tempfile.gettempdir(),
                    stdout=subprocess.DEVNULL)
