@@ -1,7 +1,7 @@
 """dpbudget's gate: the ``Budget`` value type, the ``Accountant``, composition rules, ledgers.
 
 The errors (the bottom layer) are imported here directly. Everything else is loaded on first use
-(PEP 562 ``__getattr__``): importing ``dpbudget.accountant.budget`` from ``mechanisms`` or ``policies``
+(PEP 562 ``__getattr__``): importing ``dpbudget.accountant.values.budget`` from ``mechanisms`` or ``policies``
 must not pull in the ``Accountant``, which is built on them, and ``dpbudget --version`` must not
 pay for pydantic, which ``Budget`` is built on. Either way ``from dpbudget.accountant import Accountant``
 works as usual.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values.errors import (
     AnalystMismatchError,
     BudgetExceededError,
     InvalidArgumentError,
@@ -43,31 +43,31 @@ from dpbudget.accountant.errors import (
 )
 
 if TYPE_CHECKING:
-    from dpbudget.accountant.budget import Budget
-    from dpbudget.accountant.charge import Charge
+    from dpbudget.accountant.values.budget import Budget
+    from dpbudget.accountant.values.charge import Charge
     from dpbudget.accountant.composition import RULES, CompositionRule, plan_order
-    from dpbudget.accountant.estimator import LogisticRegression
-    from dpbudget.accountant.training import (
+    from dpbudget.accountant.training.estimator import LogisticRegression
+    from dpbudget.accountant.training.descent import (
         TrainingResult,
         dp_sgd,
         noise_for_steps,
         noisy_gradient_descent,
     )
-    from dpbudget.accountant.core import Accountant
-    from dpbudget.accountant.pipeline import Pipeline
-    from dpbudget.accountant.receipt import Receipt
-    from dpbudget.accountant.session import NumericSession, Session
+    from dpbudget.accountant.gate.accountant import Accountant
+    from dpbudget.accountant.gate.pipeline import Pipeline
+    from dpbudget.accountant.gate.receipt import Receipt
+    from dpbudget.accountant.gate.session import NumericSession, Session
 
 # Names other than the errors, and the module each is loaded from on first use.
 _LAZY = {
-    "Budget": "dpbudget.accountant.budget", "Charge": "dpbudget.accountant.charge",
+    "Budget": "dpbudget.accountant.values.budget", "Charge": "dpbudget.accountant.values.charge",
     "RULES": "dpbudget.accountant.composition", "CompositionRule": "dpbudget.accountant.composition",
-    "Accountant": "dpbudget.accountant.core", "Pipeline": "dpbudget.accountant.pipeline",
-    "Receipt": "dpbudget.accountant.receipt", "NumericSession": "dpbudget.accountant.session",
-    "Session": "dpbudget.accountant.session", "plan_order": "dpbudget.accountant.composition",
-    "LogisticRegression": "dpbudget.accountant.estimator", "TrainingResult": "dpbudget.accountant.training",
-    "dp_sgd": "dpbudget.accountant.training", "noise_for_steps": "dpbudget.accountant.training",
-    "noisy_gradient_descent": "dpbudget.accountant.training",
+    "Accountant": "dpbudget.accountant.gate.accountant", "Pipeline": "dpbudget.accountant.gate.pipeline",
+    "Receipt": "dpbudget.accountant.gate.receipt", "NumericSession": "dpbudget.accountant.gate.session",
+    "Session": "dpbudget.accountant.gate.session", "plan_order": "dpbudget.accountant.composition",
+    "LogisticRegression": "dpbudget.accountant.training.estimator", "TrainingResult": "dpbudget.accountant.training.descent",
+    "dp_sgd": "dpbudget.accountant.training.descent", "noise_for_steps": "dpbudget.accountant.training.descent",
+    "noisy_gradient_descent": "dpbudget.accountant.training.descent",
 }
 
 __all__ = [

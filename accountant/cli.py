@@ -3,7 +3,7 @@
 
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
 with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
-problem bits (``dpbudget.accountant.audit``).
+problem bits (``dpbudget.accountant.audit.run``).
 
 Each subcommand imports what it needs when it runs: ``--help`` and ``--version`` load argparse and
 importlib.metadata only, not the ledger, pydantic or SciPy (benchmarks/startup.py measures it).
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpbudget.accountant.errors import PolicyError, PrivacyError
+from dpbudget.accountant.values.errors import PolicyError, PrivacyError
 
 if TYPE_CHECKING:
     from dpbudget.accountant.ledger import Ledger
@@ -34,9 +34,9 @@ def _open_existing(location: str) -> Ledger:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dpbudget.accountant import policy_record
-    from dpbudget.accountant.audit_text import SIMULATION, noise_counts, noise_line
-    from dpbudget.accountant.report import budget_rows, budget_table
+    from dpbudget.accountant.gate import policy_record
+    from dpbudget.accountant.audit.text import SIMULATION, noise_counts, noise_line
+    from dpbudget.accountant.audit.status import budget_rows, budget_table
     from dpbudget.policies.policy import load_policy
 
     with _open_existing(args.ledger) as ledger:
@@ -150,7 +150,7 @@ def _contradictions(policy: Any) -> list[str]:
 
 
 def _policy_apply(args: argparse.Namespace) -> int:
-    from dpbudget.accountant import owner_key, policy_record
+    from dpbudget.accountant.gate import owner_key, policy_record
     from dpbudget.accountant.ledger import open_ledger
     from dpbudget.policies.policy import load_policy
     from dpbudget.policies.stored import document
@@ -182,7 +182,7 @@ def _policy_apply(args: argparse.Namespace) -> int:
 
 
 def _keys_new(args: argparse.Namespace) -> int:
-    from dpbudget.accountant.owner_key import new_key_file
+    from dpbudget.accountant.gate.owner_key import new_key_file
 
     public = new_key_file(args.file)  # the private key goes to the file only, never to output
     print(f"{args.file}: new owner key written (mode 0600; keep it off the analysts' machines "
@@ -198,8 +198,8 @@ def _policy_schema(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from dpbudget.accountant.audit import audit
-    from dpbudget.accountant.audit_text import audit_text
+    from dpbudget.accountant.audit.run import audit
+    from dpbudget.accountant.audit.text import audit_text
 
     source = args.source[0] if len(args.source) == 1 else args.source
     report = audit(source, args.policy, since=args.since, until=args.until,
@@ -207,11 +207,11 @@ def _audit(args: argparse.Namespace) -> int:
                    plot=args.plot is not None or args.blocks_plot is not None,
                    complete=args.complete)
     if args.plot is not None:
-        from dpbudget.accountant.plot import plot_audit
+        from dpbudget.accountant.audit.plot import plot_audit
 
         plot_audit(report, args.plot)
     if args.blocks_plot is not None:
-        from dpbudget.accountant.plot_blocks import plot_blocks
+        from dpbudget.accountant.audit.plot_blocks import plot_blocks
 
         if not plot_blocks(report, args.blocks_plot):
             print(f"{args.blocks_plot}: not written (no block was charged)", file=sys.stderr)
@@ -223,7 +223,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl
 
     with _open_existing(args.ledger) as ledger:
         n = export_jsonl(ledger, args.out)
@@ -234,7 +234,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from dpbudget.accountant.ledger import open_ledger
-    from dpbudget.accountant.transfer import import_jsonl
+    from dpbudget.accountant.audit.transfer import import_jsonl
 
     with open_ledger(args.ledger) as ledger:
         n = import_jsonl(args.jsonl, ledger)

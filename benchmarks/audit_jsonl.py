@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _AUDIT = """
 import json, sys, time
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 start = time.process_time()
 report = audit(sys.argv[1])
 assert report.ok, report.problems[:3]
@@ -50,7 +50,7 @@ print(json.dumps(time.process_time() - start))
 def _write_log(path: Path, records: int) -> None:
     sys.path.insert(0, str(ROOT))
     from dpbudget.accountant import Accountant, Budget
-    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl
     from dpbudget.mechanisms import Laplace
 
     acc = Accountant(Budget(1e9))

@@ -28,7 +28,7 @@ SECTION = "## Audit of a large ledger (issue 6)"
 
 _AUDIT = """
 import json, sys, time
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 t = time.perf_counter()
 report = audit(sys.argv[1], progress=False)
 elapsed = time.perf_counter() - t
@@ -41,7 +41,7 @@ print(json.dumps({"seconds": elapsed, "records": report.records, "ok": report.ok
 
 def generate(n: int, jsonl: Path) -> float:
     from dpbudget.accountant import Accountant, Budget
-    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl
     from dpbudget.mechanisms import AnalyticGaussian, Laplace
 
     t = time.perf_counter()
@@ -70,7 +70,7 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE.parent))
     from dpbudget.accountant.ledger import SqliteLedger
-    from dpbudget.accountant.transfer import import_jsonl
+    from dpbudget.accountant.audit.transfer import import_jsonl
 
     with tempfile.TemporaryDirectory() as tmp:
         jsonl, db = Path(tmp) / "ledger.jsonl", Path(tmp) / "ledger.db"

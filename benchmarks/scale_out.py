@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.mechanisms import Laplace
 
 _RECORD = "x" * 520

@@ -35,12 +35,12 @@ for _module, _names in {
         "PolicyChangedError", "PolicyError", "SamplerSpentError", "UnknownAnalystError",
         "UnknownDatasetError", "WindowEndedError",
     ],
-    "dpbudget.accountant.audit": ["audit", "AuditReport"],
-    "dpbudget.accountant.plot": ["plot_audit"],
+    "dpbudget.accountant.audit.run": ["audit", "AuditReport"],
+    "dpbudget.accountant.audit.plot": ["plot_audit"],
     "dpbudget.accountant.ledger": ["Ledger", "open_ledger"],
     "dpbudget.accountant.ledger.postgres.schema": ["grant_statements"],
-    "dpbudget.accountant.transfer": ["export_jsonl", "import_jsonl"],
-    "dpbudget.accountant.logs": ["log_records_to"],
+    "dpbudget.accountant.audit.transfer": ["export_jsonl", "import_jsonl"],
+    "dpbudget.accountant.audit.logs": ["log_records_to"],
     "dpbudget.mechanisms": [
         "Mechanism", "NumericMechanism", "StreamMechanism", "Sampler",
         "Laplace", "DiscreteLaplace", "Gaussian", "AnalyticGaussian", "DiscreteGaussian",
@@ -68,15 +68,15 @@ _MOVED = {"count": "queries.true_count", "clamped_sum": "queries.true_clamped_su
 __all__ = ["__version__", "queries", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and IDEs; lazy at run time
-    from dpbudget.accountant.audit import audit as audit
-    from dpbudget.accountant.audit_report import AuditReport as AuditReport
-    from dpbudget.accountant.budget import Budget as Budget
-    from dpbudget.accountant.charge import Charge as Charge
+    from dpbudget.accountant.audit.run import audit as audit
+    from dpbudget.accountant.audit.findings import AuditReport as AuditReport
+    from dpbudget.accountant.values.budget import Budget as Budget
+    from dpbudget.accountant.values.charge import Charge as Charge
     from dpbudget.accountant.composition import RULES as RULES
     from dpbudget.accountant.composition.base import CompositionRule as CompositionRule
     from dpbudget.accountant.composition.renyi import plan_order as plan_order
-    from dpbudget.accountant.core import Accountant as Accountant
-    from dpbudget.accountant.errors import (
+    from dpbudget.accountant.gate.accountant import Accountant as Accountant
+    from dpbudget.accountant.values.errors import (
         AnalystMismatchError as AnalystMismatchError, BudgetExceededError as BudgetExceededError,
         InvalidArgumentError as InvalidArgumentError, InvalidDataError as InvalidDataError,
         InvalidDataTypeError as InvalidDataTypeError, InvalidTypeError as InvalidTypeError,
@@ -88,20 +88,20 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         SamplerSpentError as SamplerSpentError, UnknownAnalystError as UnknownAnalystError,
         UnknownDatasetError as UnknownDatasetError, WindowEndedError as WindowEndedError
     )
-    from dpbudget.accountant.estimator import LogisticRegression as LogisticRegression
+    from dpbudget.accountant.training.estimator import LogisticRegression as LogisticRegression
     from dpbudget.accountant.ledger import open_ledger as open_ledger
     from dpbudget.accountant.ledger.base import Ledger as Ledger
     from dpbudget.accountant.ledger.postgres.schema import grant_statements as grant_statements
-    from dpbudget.accountant.logs import log_records_to as log_records_to
-    from dpbudget.accountant.pipeline import Pipeline as Pipeline
-    from dpbudget.accountant.plot import plot_audit as plot_audit
-    from dpbudget.accountant.receipt import Receipt as Receipt
-    from dpbudget.accountant.session import NumericSession as NumericSession, Session as Session
-    from dpbudget.accountant.training import (
+    from dpbudget.accountant.audit.logs import log_records_to as log_records_to
+    from dpbudget.accountant.gate.pipeline import Pipeline as Pipeline
+    from dpbudget.accountant.audit.plot import plot_audit as plot_audit
+    from dpbudget.accountant.gate.receipt import Receipt as Receipt
+    from dpbudget.accountant.gate.session import NumericSession as NumericSession, Session as Session
+    from dpbudget.accountant.training.descent import (
         TrainingResult as TrainingResult, dp_sgd as dp_sgd, noise_for_steps as noise_for_steps,
         noisy_gradient_descent as noisy_gradient_descent
     )
-    from dpbudget.accountant.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl as export_jsonl, import_jsonl as import_jsonl
     from dpbudget.mechanisms.base import (
         Mechanism as Mechanism, NumericMechanism as NumericMechanism, StreamMechanism as
         StreamMechanism

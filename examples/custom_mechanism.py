@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
 from dpbudget.mechanisms import Laplace, Mechanism, Sampler
 
 

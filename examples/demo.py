@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.report import budget_table
+from dpbudget.accountant.audit.status import budget_table
 from dpbudget.mechanisms import Laplace, noisy_mean
 from dpbudget.mechanisms.queries import true_count
 

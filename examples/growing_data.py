@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dpbudget.accountant import Accountant, BudgetExceededError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger import Ledger, MemoryLedger
 from dpbudget.mechanisms import Laplace
 from dpbudget.mechanisms.queries import true_count
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
                 print(f"audit of the blocks ledger: clean, {len(blocks)} blocks, the most spent "
                       f"by any block ε = {worst:.2f} (limit 1)")
                 if args.heatmap:
-                    from dpbudget.accountant.plot_blocks import plot_blocks
+                    from dpbudget.accountant.audit.plot_blocks import plot_blocks
 
                     plot_blocks(report, args.heatmap)
     asked = 5 * DAYS

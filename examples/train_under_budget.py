@@ -30,7 +30,7 @@ from dpbudget.accountant import (
     noise_for_steps,
     plan_order,
 )
-from dpbudget.accountant.training import logistic_gradients
+from dpbudget.accountant.training.descent import logistic_gradients
 from dpbudget.mechanisms import SubsampledGaussian
 
 DATA = Path(__file__).resolve().parent / "data" / "breast_cancer.csv"

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,
@@ -231,7 +231,7 @@ class Mechanism(ABC, metaclass=_Frozen):
     @property
     def rdp(self) -> tuple[Any, ...] | None:
         """The Rényi-DP curve where the mechanism has one tighter than its ρ or pure ε imply (a
-        description ``(kind, parameters...)`` that ``dpbudget.accountant.rdp`` evaluates), else None."""
+        description ``(kind, parameters...)`` that ``dpbudget.accountant.values.rdp`` evaluates), else None."""
         return None
 
     @property

@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 __all__ = ["analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma"]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
 from dpbudget.mechanisms.base import Mechanism, stated_sensitivity, unstated_sensitivity
 from dpbudget.mechanisms.exact import (
     discrete_gaussian,

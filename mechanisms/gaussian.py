@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError
 from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
                              unstated_sensitivity)
 from dpbudget.mechanisms.calibration import (

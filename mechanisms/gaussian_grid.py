@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric
+from dpbudget.accountant.values import _numeric
 from dpbudget.mechanisms.bits import RandomBits
 from dpbudget.mechanisms.calibration import analytic_gaussian_sigma
 from dpbudget.mechanisms.exact import wide_gaussian_array

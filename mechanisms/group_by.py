@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataTypeError, InvalidTypeError
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.noisy import Releaser, _releaser, _where
 from dpbudget.mechanisms.queries import Neighbouring, _relation

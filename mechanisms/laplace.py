@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidDataError
 from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
                              unstated_sensitivity)
 from dpbudget.mechanisms.grid import LaplaceGrid
@@ -80,7 +80,7 @@ class Laplace(NumericMechanism):
         noise: the discrete Laplace on a grid leaks slightly more than the continuous one at the
         same ε (the continuous Laplace is a post-processing of it: an exponential's integer and
         fractional parts are independent), so it is charged the pure-DP bound
-        (``dpbudget.accountant.rdp.pure``), valid for every ε-DP mechanism."""
+        (``dpbudget.accountant.values.rdp.pure``), valid for every ε-DP mechanism."""
         return ("laplace", self.epsilon) if self._noise == "float" else None
 
     def params(self) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from dpbudget.accountant import _validate
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidTypeError
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidTypeError
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.quantile import Quantile
 from dpbudget.mechanisms.queries import Neighbouring, _relation, true_clamped_sum, true_count
@@ -73,7 +73,7 @@ def noisy_mean(accountant: Releaser, data: Sequence[float], lower: float, upper:
         epsilon: total ε for the mean.
         count_share: the fraction of ε spent on the count, in (0, 1).
         dataset: as for ``Accountant.release``; ``None`` (left out): left out there too, so
-            the accountant's rule for an unnamed dataset applies (``dpbudget.accountant.unnamed``).
+            the accountant's rule for an unnamed dataset applies (``dpbudget.accountant.gate.unnamed``).
 
     >>> from dpbudget.accountant import Accountant, Budget
     >>> acc = Accountant(Budget(1.0), rng=1)

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 from dpbudget.mechanisms import guarded
 from dpbudget.mechanisms.base import Mechanism
 from dpbudget.mechanisms.exact import discrete_laplace

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 from dpbudget.mechanisms.base import Mechanism
 from dpbudget.mechanisms.exact import bernoulli_exp
 from dpbudget.mechanisms.rows import clamp_range, row_values

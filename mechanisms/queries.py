@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,

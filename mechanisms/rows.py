@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _validate
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
 
 __all__ = ["clamp_range", "row_values"]
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError, SamplerSpentError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError, SamplerSpentError
 from dpbudget.mechanisms.bits import RandomBits
 
 __all__ = ["OneShotSampler", "Sampler"]

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,

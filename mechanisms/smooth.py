@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError
 from dpbudget.mechanisms.base import Mechanism
 from dpbudget.mechanisms.bits import RandomBits
 from dpbudget.mechanisms.exact import _geometric, bernoulli_exp

@@ -18,9 +18,9 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidDataError,
     InvalidDataTypeError,

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from dpbudget.accountant import _validate, rdp
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values import _validate, rdp
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
 from dpbudget.mechanisms.base import NumericMechanism, noise_kind
 from dpbudget.mechanisms.bits import RandomBits
 from dpbudget.mechanisms.calibration import analytic_gaussian_epsilon
@@ -47,7 +47,7 @@ class SubsampledGaussian(_GaussianFamily):
       which bounds both directions because x ↦ v − x maps the lattice onto itself; with
       ``noise="float"``, the sampled Gaussian mechanism of Mironov–Talwar–Zhang 2019,
       ``("poisson-gaussian", q, z)``.
-      (:mod:`dpbudget.accountant.rdp`; the bound and its proof: docs/theory.md §4b.)
+      (:mod:`dpbudget.accountant.values.rdp`; the bound and its proof: docs/theory.md §4b.)
     - ρ = 1/(2z²) (the "advanced" rule): subsampling never hurts (joint convexity of
       exp((α−1)D_α)), but this charges no amplification: use "renyi" for DP-SGD.
     - (ε, δ) at ``delta`` (the "basic" rule, caps): the smaller of the step's own curve converted

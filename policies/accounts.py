@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from dpbudget.accountant.composition import CompositionRule, make_rule
-from dpbudget.accountant.errors import PolicyError, PrivacyError
+from dpbudget.accountant.values.errors import PolicyError, PrivacyError
 from dpbudget.policies.limits import DatasetLimit, _Limit
 from dpbudget.policies.periods import Period, split_window
 from dpbudget.policies.policy import Policy, load_policy

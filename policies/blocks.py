@@ -38,8 +38,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataTypeError
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataTypeError
 from dpbudget.policies.grants import grants
 from dpbudget.policies.periods import Period
 

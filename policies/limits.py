@@ -21,11 +21,11 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
                       ValidationInfo, field_validator)
 
-from dpbudget.accountant import _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import RULES, CompositionRule, make_rule
-from dpbudget.accountant.errors import InvalidArgumentError, from_validation_error
+from dpbudget.accountant.values.errors import InvalidArgumentError, from_validation_error
 from dpbudget.policies.blocks import Blocks
 from dpbudget.policies.grants import grants
 from dpbudget.policies.periods import Period

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Period", "split_window"]
 

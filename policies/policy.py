@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from dpbudget.accountant.errors import InvalidTypeError, PolicyError
+from dpbudget.accountant.values.errors import InvalidTypeError, PolicyError
 from dpbudget.policies.grants import grants
 from dpbudget.policies.limits import AnalystLimit, DatasetLimit, Name, _Limit
 

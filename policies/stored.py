@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.policies.grants import grants, grants_of
 from dpbudget.policies.limits import STORED, AnalystLimit, DatasetLimit
 from dpbudget.policies.policy import Policy, _model_in

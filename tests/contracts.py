@@ -75,10 +75,10 @@ from dpbudget.accountant import (
     SamplerSpentError,
     Session,
 )
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.composition import Charge, Refused, make_rule
 from dpbudget.accountant.ledger import SqliteLedger
-from dpbudget.accountant.logs import LOGGER_NAME
+from dpbudget.accountant.audit.logs import LOGGER_NAME
 
 
 def fields(**members: Any) -> dict[str, str]:
@@ -217,7 +217,7 @@ def assert_names(error: BaseException, argument: str, value: Any) -> None:
 # -- shared by the contracts below -----------------------------------------------------------------
 
 # The documented slack of every limit check: a request within a relative 1e-9 of what remains is
-# admitted (``dpbudget.accountant._numeric.RELATIVE_TOLERANCE``), so spend may exceed a limit by that much.
+# admitted (``dpbudget.accountant.values._numeric.RELATIVE_TOLERANCE``), so spend may exceed a limit by that much.
 TOLERANCE = 1e-9
 
 # The members a ledger record carries (accountant/ledger/record.py documents the format).
@@ -242,7 +242,7 @@ def within_limit(spent: Budget, limit: Budget) -> bool:
 class _CommitSpy(logging.Handler):
     """Notes the generator's state each time the ledger reports a committed record. The ledger
     emits every record on the ``dpbudget.ledger`` logger right after its transaction commits
-    (``dpbudget.accountant.logs``), so the state seen there is the state at the moment of the debit."""
+    (``dpbudget.accountant.audit.logs``), so the state seen there is the state at the moment of the debit."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         super().__init__(logging.INFO)

@@ -94,14 +94,14 @@ HALVER_MODULE = ("from dpbudget.accountant import Budget\nfrom dpbudget.mechanis
 
 
 def __getattr__(name: str) -> Any:
-    """``OWNER``: the ledger owner key (``dpbudget.accountant.owner_key.OwnerKey``) of the tests' ledgers
+    """``OWNER``: the ledger owner key (``dpbudget.accountant.gate.owner_key.OwnerKey``) of the tests' ledgers
     whose policy a test changes: the same in every process (a test's child processes open the
     ledgers its parent created), made on first use (needs ``cryptography``)."""
     if name != "OWNER":
         raise AttributeError(name)
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from dpbudget.accountant.owner_key import OwnerKey
+    from dpbudget.accountant.gate.owner_key import OwnerKey
 
     seed = hashlib.sha256(b"dpbudget tests: the ledger owner").digest()
     globals()["OWNER"] = key = OwnerKey(Ed25519PrivateKey.from_private_bytes(seed))

@@ -593,7 +593,7 @@ def test_a_mechanism_is_charged_its_own_cost_even_if_params_leave_it_out() -> No
     """The gate reuses encoded steps between equal mechanisms; equality includes the declared
     charge, so a mechanism whose ``params()`` omits what its cost depends on is still charged
     exactly its own cost (an attacker's cheap twin cannot borrow another's record, or vice versa)."""
-    from dpbudget.accountant.budget import Budget as B
+    from dpbudget.accountant.values.budget import Budget as B
     from dpbudget.mechanisms.base import NumericMechanism
 
     class Opaque(NumericMechanism):
@@ -619,7 +619,7 @@ def test_a_mechanism_with_its_own_equality_is_charged_its_own_cost() -> None:
     """Review finding: the gate's step cache must go by identity, never by a class's __eq__. A
     class whose equality ignores what its cost depends on must not borrow another's charge."""
     from dpbudget.accountant import BudgetExceededError
-    from dpbudget.accountant.budget import Budget as B
+    from dpbudget.accountant.values.budget import Budget as B
     from dpbudget.mechanisms.base import NumericMechanism
 
     class Scaled(NumericMechanism):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values.errors import InvalidArgumentError
 from dpbudget.accountant.ledger import MemoryLedger, SqliteLedger
 from dpbudget.accountant.ledger.base import Ledger
 from dpbudget.mechanisms import Laplace

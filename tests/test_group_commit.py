@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres.session import Session
 from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema

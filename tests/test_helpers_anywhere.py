@@ -18,7 +18,7 @@ import pytest
 
 import dpbudget as dp
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from dpbudget.accountant.pipeline import Pipeline
+from dpbudget.accountant.gate.pipeline import Pipeline
 
 ALLOCATION = Budget(0.5)
 AGES = [float(a) for a in range(20, 80)]

@@ -30,13 +30,13 @@ from typing import Any
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger import SqliteLedger
 from dpbudget.accountant.ledger.transaction import release_fully
 from dpbudget.mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parent.parent
-_TRACED = ("accountant/gate.py", "accountant/ledger/")
+_TRACED = ("accountant/gate/gate.py", "accountant/ledger/")
 
 
 class _InterruptAt:
@@ -242,7 +242,7 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     import json
     import logging
 
-    from dpbudget.accountant.logs import LOGGER_NAME, log_records_to
+    from dpbudget.accountant.audit.logs import LOGGER_NAME, log_records_to
 
     path = tmp_path / "b.db"
     acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0))

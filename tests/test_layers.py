@@ -22,25 +22,13 @@ FOLDERS = ("accountant", "mechanisms", "policies")
 # Bottom to top. Within a layer, the groups listed together are siblings that must not import each
 # other (mechanisms describe, composition rules interpret: neither knows the other).
 LAYERS: list[tuple[str, list[list[str]]]] = [
-    ("values and errors", [["dpbudget.accountant.errors", "dpbudget.accountant._numeric", "dpbudget.accountant._validate",
-                            "dpbudget.accountant.budget", "dpbudget.accountant.charge", "dpbudget.accountant.rdp",
-                            "dpbudget.accountant.html"]]),
+    ("values and errors", [["dpbudget.accountant.values"]]),
     ("mechanisms and composition rules", [["dpbudget.mechanisms"], ["dpbudget.accountant.composition"]]),
     ("ledger", [["dpbudget.accountant.ledger"]]),
     ("policies", [["dpbudget.policies"]]),
-    ("gate", [["dpbudget.accountant.planner", "dpbudget.accountant.receipt", "dpbudget.accountant.session",
-               "dpbudget.accountant.refusals", "dpbudget.accountant.step", "dpbudget.accountant.continuity",
-               "dpbudget.accountant.owner_key",
-               "dpbudget.accountant.policy_record", "dpbudget.accountant.gate", "dpbudget.accountant.pipeline",
-               "dpbudget.accountant.opening", "dpbudget.accountant.core", "dpbudget.accountant.unnamed"]]),
-    ("training", [["dpbudget.accountant.training", "dpbudget.accountant.estimator"]]),
-    ("audit and reports", [["dpbudget.accountant.sources", "dpbudget.accountant.audit_report",
-                            "dpbudget.accountant.audit_chain", "dpbudget.accountant.audit_policy",
-                            "dpbudget.accountant.audit_release", "dpbudget.accountant.audit_tally", "dpbudget.accountant.audit_text",
-                            "dpbudget.accountant.audit_time", "dpbudget.accountant.audit",
-                            "dpbudget.accountant.report", "dpbudget.accountant.transfer", "dpbudget.accountant.plot",
-                            "dpbudget.accountant.plot_blocks",
-                            "dpbudget.accountant.logs"]]),
+    ("gate", [["dpbudget.accountant.gate"]]),
+    ("training", [["dpbudget.accountant.training"]]),
+    ("audit and reports", [["dpbudget.accountant.audit"]]),
     ("cli", [["dpbudget.accountant.cli"]]),
     ("public face", [["dpbudget.accountant"]]),  # the package's own __init__: re-exports, loaded lazily
     ("one namespace", [["dpbudget"]]),  # `import dpbudget as dp`: everything, loaded lazily
@@ -115,8 +103,13 @@ def _imports(module: str, *, eager_only: bool = False) -> set[str]:
 
 
 def test_every_module_has_a_layer() -> None:
+    """One folder per layer: each module sits in its layer's folder (only the package face and
+    the CLI are at the top of ``accountant/``)."""
     unplaced = [m for m in MODULES if _place(m) is None]
     assert not unplaced, f"give these modules a layer in LAYERS: {unplaced}"
+    loose = [m for m in MODULES if m.count(".") == 2 and m.startswith("dpbudget.accountant.")
+             and m != "dpbudget.accountant.cli" and (ROOT / "accountant" / f"{m.rsplit('.', 1)[1]}.py").exists()]
+    assert not loose, f"put these modules in their layer's folder: {loose}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -154,6 +147,8 @@ def test_no_import_cycles() -> None:
 
 
 @pytest.mark.parametrize("package", ["dpbudget.accountant", "dpbudget.mechanisms", "dpbudget.policies",
+                                     "dpbudget.accountant.values", "dpbudget.accountant.gate",
+                                     "dpbudget.accountant.training", "dpbudget.accountant.audit",
                                      "dpbudget.accountant.composition", "dpbudget.accountant.ledger"])
 def test_package_init_loads_only_lower_layers(package: str) -> None:
     """A package's ``__init__`` runs whenever any of its modules is imported: what it loads
@@ -169,21 +164,21 @@ def test_package_init_loads_only_lower_layers(package: str) -> None:
 
 
 @pytest.mark.parametrize("first", ["dpbudget.mechanisms", "dpbudget.policies", "dpbudget.accountant.ledger",
-                                   "dpbudget.accountant.composition", "dpbudget.accountant.audit", "dpbudget.accountant.cli"])
+                                   "dpbudget.accountant.composition", "dpbudget.accountant.audit.run", "dpbudget.accountant.cli"])
 def test_each_package_imports_alone_in_a_fresh_interpreter(first: str) -> None:
     """No import-order workaround: any package imported first, alone, loads; and the lower layers
     never drag in the gate."""
     code = (f"import sys, {first}\n"
             "from dpbudget.accountant import Accountant, Budget\n"
             "from dpbudget.mechanisms import Laplace\n"
-            "print(sorted(m for m in sys.modules if m in ('dpbudget.accountant.gate', 'dpbudget.accountant.core')))")
+            "print(sorted(m for m in sys.modules if m in ('dpbudget.accountant.gate.gate', 'dpbudget.accountant.gate.accountant')))")
     lower = first in ("dpbudget.mechanisms", "dpbudget.policies", "dpbudget.accountant.ledger", "dpbudget.accountant.composition")
     if lower:
         code = f"import sys, {first}\nprint(sorted(m for m in sys.modules " \
-               "if m.startswith(('dpbudget.accountant.gate', 'dpbudget.accountant.core', 'dpbudget.accountant.planner'))))"
+               "if m.startswith(('dpbudget.accountant.gate.gate', 'dpbudget.accountant.gate.accountant', 'dpbudget.accountant.gate.planner'))))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
-    assert out == ("[]" if lower else "['dpbudget.accountant.core', 'dpbudget.accountant.gate']")
+    assert out == ("[]" if lower else "['dpbudget.accountant.gate.accountant', 'dpbudget.accountant.gate.gate']")
 
 
 def test_one_import_name() -> None:

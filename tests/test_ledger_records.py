@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-import dpbudget.accountant.gate
+import dpbudget.accountant.gate.gate
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger import record
 from dpbudget.accountant.ledger.transaction import Transaction
 from dpbudget.mechanisms import AboveThreshold, Gaussian, Laplace
@@ -65,7 +65,7 @@ def test_every_kind_of_record_keeps_its_bytes(tmp_path: Path,
 def test_negative_control_text_built_beside_record_py_is_caught(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gate that spells a member its own way (here ``noise`` with a space) no longer matches."""
-    monkeypatch.setattr(dpbudget.accountant.gate, "noise_member",
+    monkeypatch.setattr(dpbudget.accountant.gate.gate, "noise_member",
                         lambda kind, source: f'"{kind} {source}"')
     assert _scenario(tmp_path, monkeypatch) != json.loads(GOLDEN.read_text(encoding="utf-8"))
 

@@ -29,7 +29,7 @@ _NOT_EXPORTED = {"AccountSpec", "policy_accounts"}
 
 def test_the_names_are_the_packages_objects() -> None:
     assert dp.Accountant is accountant.Accountant and dp.Laplace is mechanisms.Laplace
-    assert dp.Policy is policies.Policy and dp.audit.__module__ == "dpbudget.accountant.audit"
+    assert dp.Policy is policies.Policy and dp.audit.__module__ == "dpbudget.accountant.audit.run"
 
 
 def test_version_and_types() -> None:
@@ -42,14 +42,14 @@ def test_version_and_types() -> None:
 
 def test_importing_dpbudget_loads_nothing_heavy() -> None:
     code = ("import sys, dpbudget; "
-            "print(any(m.startswith(('dpbudget.accountant.core', 'scipy')) for m in sys.modules))")
+            "print(any(m.startswith(('dpbudget.accountant.gate.accountant', 'scipy')) for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
 
 
 def test_cli_help_lists_every_audit_exit_bit_and_has_no_markup() -> None:
-    from dpbudget.accountant.audit_report import EXIT_BITS
+    from dpbudget.accountant.audit.findings import EXIT_BITS
 
     def help_of(*args: str) -> str:
         return subprocess.run([sys.executable, "-m", "dpbudget.accountant.cli", *args, "--help"],
@@ -74,7 +74,7 @@ def test_notebook_tables_show_spend_and_never_data(tmp_path: Path) -> None:
                      dp.Budget(0.5, 1e-6)._repr_html_(), dp.audit(url)._repr_html_()):
             assert html.startswith("<table>") and "987654" not in html
         assert "dataset:people" in acc._repr_html_()
-    from dpbudget.accountant.html import table
+    from dpbudget.accountant.values._html import table
 
     assert "<td>a&lt;b&gt;</td>" in table(("x",), [("a<b>",)])  # every cell escaped
 

@@ -1,4 +1,4 @@
-"""``dpbudget.accountant._numeric``: every rounding is on the safe side, checked exactly with
+"""``dpbudget.accountant.values._numeric``: every rounding is on the safe side, checked exactly with
 ``Fraction``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpbudget.accountant._numeric import RELATIVE_TOLERANCE, add_up, div_up, mul_up, sub_down, within
+from dpbudget.accountant.values._numeric import RELATIVE_TOLERANCE, add_up, div_up, mul_up, sub_down, within
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 positive = st.floats(min_value=5e-324, allow_infinity=False, allow_nan=False)

@@ -45,7 +45,7 @@ def test_the_wheel_has_one_top_level_name(wheel: Path) -> None:
         assert z.read(info).decode().split() == ["dpbudget"]
         assert "dpbudget = dpbudget.accountant.cli:main" in z.read(entry).decode()
     assert {n.split("/")[0] for n in names} == {"dpbudget", wheel.name.split("-py3")[0] + ".dist-info"}
-    for needed in ("dpbudget/py.typed", "dpbudget/accountant/gate.py", "dpbudget/mechanisms/laplace.py",
+    for needed in ("dpbudget/py.typed", "dpbudget/accountant/gate/gate.py", "dpbudget/mechanisms/laplace.py",
                    "dpbudget/accountant/composition/basic.py", "dpbudget/accountant/ledger/sqlite.py",
                    "dpbudget/accountant/ledger/postgres/schema.sql",
                    "dpbudget/policies/policy.py", "dpbudget/examples/demo.py",
@@ -62,7 +62,7 @@ def test_installed_only_dpbudget_imports(wheel: Path, tmp_path: Path) -> None:
     # bin/ holds the console script, not an import name
     assert {p.name for p in site.iterdir() if not p.name.endswith(".dist-info")} - {"bin"} == \
         {"dpbudget"}
-    code = ("import importlib.util, dpbudget as dp, dpbudget.accountant.gate as g\n"
+    code = ("import importlib.util, dpbudget as dp, dpbudget.accountant.gate.gate as g\n"
             "print(g.__file__.startswith(sys.argv[1]))\n"
             "print([n for n in ('accountant', 'mechanisms', 'policies', 'dpbudget_examples')"
             " if importlib.util.find_spec(n)])\n"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, LedgerError
-from dpbudget.accountant.audit import EXIT_BITS, audit
-from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
+from dpbudget.accountant.audit.transfer import export_jsonl
 from dpbudget.mechanisms import Laplace
 from dpbudget.mechanisms.base import NumericMechanism
 from tests.support import snapshot

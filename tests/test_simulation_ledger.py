@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from dpbudget.accountant import opening
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.gate import opening
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.ledger import Ledger, MemoryLedger, SqliteLedger, canonical
 from dpbudget.mechanisms import Laplace

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.accountant.ledger import open_ledger, record_hash, table_sum
 from dpbudget.mechanisms import Laplace
 from tests.policies.test_policy_attacks import load_policy_text
@@ -80,7 +80,7 @@ def test_the_check_can_fail_only_on_a_change(tmp_path: Path) -> None:
 def test_the_audit_reports_a_forged_commitment(tmp_path: Path) -> None:
     url, _ = _spent_ledger(tmp_path)
     export = tmp_path / "e.jsonl"
-    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl
     with open_ledger(url) as ledger:
         export_jsonl(ledger, export)
     lines = export.read_text().splitlines()
@@ -176,7 +176,7 @@ def test_opening_while_another_thread_writes_is_never_taken_for_tampering(
 
 
 def test_a_name_that_would_forge_an_account_key_is_refused() -> None:
-    from dpbudget.accountant.errors import InvalidArgumentError
+    from dpbudget.accountant.values.errors import InvalidArgumentError
 
     for name in ("x/analyst:bob", "a:b", "a@b", "a+b"):
         with pytest.raises(InvalidArgumentError, match="limits key"):

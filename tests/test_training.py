@@ -19,8 +19,8 @@ from dpbudget.accountant import (
     noise_for_steps,
     noisy_gradient_descent,
 )
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.training import logistic_gradients
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.training.descent import logistic_gradients
 from dpbudget.mechanisms import SubsampledGaussian
 
 LIMIT = Budget(3.0, 1e-5)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.estimator import LogisticRegression
-from dpbudget.accountant.training import dp_sgd
+from dpbudget.accountant.training.estimator import LogisticRegression
+from dpbudget.accountant.training.descent import dp_sgd
 
 SECRET = np.array([123.456, 789.012, 345.678])
 

@@ -2,7 +2,7 @@
 
 ``release(m, x, dataset="survey"); release(m, x)`` used to admit both under a limit of 1.0 (the
 second on a fresh "default" budget). A request without ``dataset=`` is now taken for "default"
-only while no other dataset is known (``dpbudget.accountant.unnamed``); otherwise it is refused before
+only while no other dataset is known (``dpbudget.accountant.gate.unnamed``); otherwise it is refused before
 anything is drawn or debited. ``dpbudget status`` and the audit show each dataset that appeared
 under a default limit, so that a misspelt name shows.
 """
@@ -14,11 +14,11 @@ import json
 import numpy as np
 import pytest
 
-import dpbudget.accountant.planner as planner_module
+import dpbudget.accountant.gate.planner as planner_module
 from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant.cli import main
-from dpbudget.accountant.errors import InvalidArgumentError
-from dpbudget.accountant.unnamed import NOT_GIVEN
+from dpbudget.accountant.values.errors import InvalidArgumentError
+from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.mechanisms import AboveThreshold, Laplace, group_by, noisy_mean, noisy_quantiles
 from tests.support import snapshot
 
@@ -41,7 +41,7 @@ def test_the_issue_reproduction_is_refused() -> None:
 def test_negative_control_the_old_default_lets_it_through(monkeypatch) -> None:
     """With "not given" taken for "default" again, the issue's figure comes back: 1.8 spent on
     one population under a limit of 1.0."""
-    from dpbudget.accountant.gate import Gate
+    from dpbudget.accountant.gate.gate import Gate
 
     monkeypatch.setattr(planner_module, "named",
                         lambda dataset, known: "default" if dataset is NOT_GIVEN else dataset)
@@ -161,7 +161,7 @@ def test_a_second_accountant_on_the_ledger_opens_no_default_beside_a_named_one(
     """Two accountants open one ledger; one charges "survey", then the other releases without
     dataset=. It knew no dataset when it opened, so only the debit's own look at the ledger can
     refuse: 0.9 on "survey" and 0.9 on a fresh "default" would be 1.8 under 1.0."""
-    from dpbudget.accountant.gate import Gate
+    from dpbudget.accountant.gate.gate import Gate
 
     url = f"sqlite:///{tmp_path / 'l.db'}"
     a, b = Accountant(Budget(1.0), ledger=url), Accountant(Budget(1.0), ledger=url)

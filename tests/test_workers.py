@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-import dpbudget.accountant.errors as errors
+import dpbudget.accountant.values.errors as errors
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
 from dpbudget.mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One instance of every error class in accountant/errors.py, built as the library builds it.
+# One instance of every error class in accountant/values/errors.py, built as the library builds it.
 INSTANCES: dict[type[BaseException], BaseException] = {
     errors.PrivacyError: errors.PrivacyError("root"),
     errors.InvalidArgumentError: errors.InvalidArgumentError("epsilon", -1.0, "> 0", "hint"),

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition.advanced import AdvancedComposition
 from dpbudget.accountant.composition.base import CompositionRule, Refused, State
 from dpbudget.accountant.composition.basic import BasicComposition
@@ -18,7 +18,7 @@ from dpbudget.accountant.composition.gaussian import GaussianComposition
 from dpbudget.accountant.composition.optimal import OptimalComposition
 from dpbudget.accountant.composition.pld import PLDComposition
 from dpbudget.accountant.composition.renyi import RenyiComposition, plan_order
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     LedgerCorruptedError,

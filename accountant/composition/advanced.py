@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import bounds
 from dpbudget.accountant.composition.base import CompositionRule, State, sum_up
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 __all__ = ["AdvancedComposition"]
 

@@ -13,10 +13,10 @@ import sys
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from dpbudget.accountant import _numeric, rdp
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
-from dpbudget.accountant.errors import InvalidArgumentError, MechanismNotAllowedError
+from dpbudget.accountant.values import _numeric, rdp
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
+from dpbudget.accountant.values.errors import InvalidArgumentError, MechanismNotAllowedError
 
 State = dict[str, float]
 
@@ -139,7 +139,7 @@ class CompositionRule(ABC):
 
     def admits(self, state: State) -> bool:
         """Whether ``state`` is within the limit (always, without one): what the audit checks of
-        a stored state it could not replay step by step (``dpbudget.accountant.audit``)."""
+        a stored state it could not replay step by step (``dpbudget.accountant.audit.run``)."""
         return self.limit is None or self._fits(state)
 
     @abstractmethod

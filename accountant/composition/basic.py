@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from dpbudget.accountant import _numeric
-from dpbudget.accountant.budget import Budget  # noqa: F401 (doctest)
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _numeric
+from dpbudget.accountant.values.budget import Budget  # noqa: F401 (doctest)
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import bounds
 from dpbudget.accountant.composition.base import CompositionRule, Refused, State, sum_up
 
@@ -19,7 +19,7 @@ class BasicComposition(CompositionRule):
     Valid when every ε_i, δ_i is chosen after seeing earlier answers: this is the filter form of
     basic composition (Rogers, Roth, Ullman, Vadhan 2016, "Privacy Odometers and Filters", Thm 3.6;
     the non-adaptive statement is Dwork–Roth 2014, Thm 3.16). Sums round up; a step within a relative
-    1e-9 of exactly what remains is admitted (see ``dpbudget.accountant._numeric``).
+    1e-9 of exactly what remains is admitted (see ``dpbudget.accountant.values._numeric``).
 
     State: ``{"epsilon": Σε_i, "delta": Σδ_i}``, two running sums, O(1) per step.
     ``spent`` is the two sums; ``remaining`` is the limit minus them (rounded down).

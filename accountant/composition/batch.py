@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from dpbudget.accountant import _numeric
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _numeric
+from dpbudget.accountant.values.charge import Charge
 
 __all__ = ["batch_charge"]
 

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dpbudget.accountant import _numeric, _validate
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values import _numeric, _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 __all__ = [
     "cks_epsilon", "cks_rho_budget", "drv_epsilon", "gdp_delta", "gdp_epsilon", "gdp_mu",

@@ -13,12 +13,12 @@ import functools
 import sys
 from typing import Any
 
-from dpbudget.accountant import _numeric
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _numeric
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import bounds
 from dpbudget.accountant.composition.base import CompositionRule, State, check_charge, clip_delta
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 __all__ = ["OptimalComposition"]
 

@@ -12,12 +12,12 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from dpbudget.accountant import _validate, rdp
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _validate, rdp
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import privacy_loss
 from dpbudget.accountant.composition.base import CompositionRule, State, _budget, check_charge
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["PLDComposition"]
 

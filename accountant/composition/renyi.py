@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any
 
-from dpbudget.accountant import _numeric, _validate, rdp
-from dpbudget.accountant.budget import Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import _numeric, _validate, rdp
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition.base import CompositionRule, State, check_charge, sum_up
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["RenyiComposition", "plan_order"]
 
@@ -32,7 +32,7 @@ class RenyiComposition(CompositionRule):
     **Costs.** Step t costs ρ_t(α) at each watched order α: its declared curve (the
     Poisson-subsampled Gaussian, float Laplace), αρ for a zCDP cost (Gaussian family; Bun–Steinke
     2016, Def. 1.1), or the tight pure-DP bound for a pure ε step (Bun–Steinke 2016, Prop. 3.3) —
-    the least that applies (:func:`dpbudget.accountant.rdp.charge_rdp`). A step with δ_t > 0 and none of
+    the least that applies (:func:`dpbudget.accountant.values.rdp.charge_rdp`). A step with δ_t > 0 and none of
     these (PTR, smooth sensitivity, a pipeline's allocation) has no Rényi bound: it is refused
     with ``MechanismNotAllowedError`` (use "advanced", which keeps a δ allowance for such steps).
 
@@ -40,7 +40,7 @@ class RenyiComposition(CompositionRule):
     Σ_t ρ_t(α) ≤ B gives (α, B)-RDP under full adaptivity (Feldman–Zrnic 2021, "Individual
     Privacy Accounting via a Rényi Filter", Thm 4.3), hence (ε_B, δ_B)-DP with
     B = ε_B − log((α−1)/α) + (log δ_B + log α)/(α−1) (Canonne–Kamath–Steinke 2020, Prop. 12;
-    Balle et al. 2020, Thm 21), rounded down (:func:`dpbudget.accountant.rdp.budget`).
+    Balle et al. 2020, Thm 21), rounded down (:func:`dpbudget.accountant.values.rdp.budget`).
 
     **The default: one order chosen from the first step.** Without ``order``/``orders``, the
     account's first step fixes the order: the one at which that step, repeated, admits the most
@@ -324,7 +324,7 @@ def plan_order(limit: Budget, workload: Any, steps: int | None = None) -> float:
         InvalidArgumentError: δ_B = 0, a non-positive ``steps``, a workload with no Rényi
             bound, or one not one step of which fits the Rényi budget at any order.
 
-    >>> from dpbudget.accountant.charge import Charge
+    >>> from dpbudget.accountant.values.charge import Charge
     >>> plan_order(Budget(3.0, 1e-5), Charge(0.5, 1e-6, rho=0.005))
     7.51
     """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
 from dpbudget.accountant.ledger.base import Account, Entry, Ledger, Transaction
 from dpbudget.accountant.ledger.memory import MemoryLedger
 from dpbudget.accountant.ledger.record import (

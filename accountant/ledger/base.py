@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import GENESIS, auth_name, key_from_env, time_micros
@@ -36,7 +36,7 @@ class Ledger(ABC):
 
     url: str
     # Whether other processes (or a later run) can open the same ledger: only then does it store
-    # the policy its limits come from (``dpbudget.accountant.policy_record``).
+    # the policy its limits come from (``dpbudget.accountant.gate.policy_record``).
     durable = True
     lanes = False  # linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
@@ -75,7 +75,7 @@ class Ledger(ABC):
     def authenticated_analyst(self) -> str | None:
         """The analyst the ledger's storage itself authenticated, read once when it opened: every
         release through this ledger is charged to it, whatever name the caller passes
-        (``dpbudget.accountant.planner``). None where the storage authenticates no one (SQLite, memory):
+        (``dpbudget.accountant.gate.planner``). None where the storage authenticates no one (SQLite, memory):
         there the ``analyst=`` a caller passes stands (docs/threat-model.md)."""
         return None
 

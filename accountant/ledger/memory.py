@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 
 __all__ = ["MemoryLedger"]

@@ -63,8 +63,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Protocol
 
-from dpbudget.accountant.charge import Charge
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values.charge import Charge
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, canonical, float_object
 

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
 from dpbudget.accountant.ledger.sql import SqlLedger
 
 __all__ = ["SqliteLedger"]

@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.accountant.ledger.record import record_hash
 
 __all__ = ["MODULUS", "advance", "at_head", "authentic", "check", "member", "read", "term", "total"]

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.accountant.ledger import lanes as _lanes
 from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry

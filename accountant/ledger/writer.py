@@ -3,7 +3,7 @@ the logging of each committed record to ``dpbudget.ledger`` (``Writer.log``).
 
 Each record's ``writer`` member names the writer (a random id) and its count ``n`` (1, 2, ...),
 so that one process's log can be audited alone as a subsequence of the chain
-(``dpbudget.accountant.audit_chain``): a gap in a writer's count is a deleted line, a gap in ``seq`` that no
+(``dpbudget.accountant.audit.chain``): a gap in a writer's count is a deleted line, a gap in ``seq`` that no
 writer's count explains is other writers' records. The writer is per process *and ledger* — every
 ledger object a process opens on the same durable ledger shares it (a service that opens an
 accountant per request is still one writer with one count) — and a forked child is a new writer.
@@ -37,7 +37,7 @@ from typing import Any
 
 __all__ = ["Writer", "writer_for"]
 
-_LOG = logging.getLogger("dpbudget.ledger")  # accountant.logs documents this logger
+_LOG = logging.getLogger("dpbudget.ledger")  # dpbudget.accountant.audit.logs documents this logger
 
 
 class Writer:

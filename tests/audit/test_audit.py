@@ -12,14 +12,14 @@ import struct
 import pytest
 
 from dpbudget.accountant import RULES, Accountant, Budget
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.composition import BasicComposition
-from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from tests.support import release_fields
 from dpbudget.accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
-from dpbudget.accountant.logs import LOGGER_NAME, log_records_to
-from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.accountant.audit.logs import LOGGER_NAME, log_records_to
+from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
 
 
@@ -378,7 +378,7 @@ def test_the_demo_ledger_audits_clean_and_matches_the_accountant(tmp_path):
 def test_a_mistyped_ledger_is_an_error_and_nothing_is_created(tmp_path, capsys):
     """``dpbudget audit sqlite:///typo.db`` used to create an empty ledger and exit 0."""
     from dpbudget.accountant.cli import main
-    from dpbudget.accountant.errors import LedgerError
+    from dpbudget.accountant.values.errors import LedgerError
 
     typo = tmp_path / "typo.db"
     for location in (f"sqlite:///{typo}", str(typo)):
@@ -393,7 +393,7 @@ def test_a_mistyped_ledger_is_an_error_and_nothing_is_created(tmp_path, capsys):
 def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
     import sqlite3
 
-    from dpbudget.accountant.errors import LedgerError
+    from dpbudget.accountant.values.errors import LedgerError
 
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
@@ -409,7 +409,7 @@ def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
     acc = Accountant(Budget(1.0), rng=0)
     acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     out = tmp_path / "x.jsonl"
-    from dpbudget.accountant.transfer import export_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl
 
     export_jsonl(acc.ledger, out)
     good = out.read_text()
@@ -480,7 +480,7 @@ def test_progress_bars_on_audit_and_import(tmp_path, capsys) -> None:
     """Issue 16: long audits and imports can show progress on stderr (tqdm's when installed),
     never on stdout, and the result is the same."""
     from dpbudget.accountant.ledger import open_ledger
-    from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
     with Accountant(Budget(10.0), ledger=url, rng=0, simulation=True) as acc:

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-import dpbudget.accountant.audit_policy as audit_policy
+import dpbudget.accountant.audit.policy as audit_policy
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.audit_report import EXIT_BITS
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.audit.findings import EXIT_BITS
 from dpbudget.accountant.composition import rule_from_config
 from dpbudget.accountant.ledger import Account
 from dpbudget.accountant.ledger.record import AccountLayout, assemble, canonical

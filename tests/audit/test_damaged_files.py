@@ -24,11 +24,11 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant import cli
-from dpbudget.accountant.audit import EXIT_BITS
-from dpbudget.accountant.errors import LedgerCorruptedError
+from dpbudget.accountant.audit.run import EXIT_BITS
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.accountant.ledger import SqliteLedger, open_ledger, sql
 from dpbudget.accountant.ledger.entry import Entry
-from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.accountant.audit.transfer import export_jsonl
 from dpbudget.mechanisms import Laplace
 
 SEED = 31

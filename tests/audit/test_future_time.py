@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from dpbudget.accountant import Accountant
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.audit_report import EXIT_BITS
-from dpbudget.accountant.audit_time import TimeCheck
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.audit.findings import EXIT_BITS
+from dpbudget.accountant.audit.times import TimeCheck
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from tests.support import set_ledger_clock
@@ -59,7 +59,7 @@ def test_a_clock_pushed_a_day_per_release_is_flagged_once_with_the_count(
         for _ in range(30):  # ε = 30 in 30 releases under ε = 1 a day: each one admitted
             acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="adult")
             released[0] += 1
-    monkeypatch.undo()  # (the audit's clock is its own anyway: accountant.audit_time.time)
+    monkeypatch.undo()  # (the audit's clock is its own anyway: dpbudget.accountant.audit.times.time)
     report = audit(url)
     assert report.exit_status & EXIT_BITS["time"]
     (flagged,) = _future(report)  # one problem, not one per record

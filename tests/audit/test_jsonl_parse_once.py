@@ -10,9 +10,10 @@ import types
 
 import pytest
 
-from dpbudget.accountant import Accountant, Budget, audit_chain, sources  # noqa: F401
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.audit import chain as audit_chain, sources  # noqa: F401
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.audit.transfer import export_jsonl
 from dpbudget.mechanisms import Laplace
 
 N = 40

@@ -13,14 +13,14 @@ import threading
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
-from dpbudget.accountant.errors import BudgetExceededError, LedgerError
+from dpbudget.accountant.values.errors import BudgetExceededError, LedgerError
 from dpbudget.accountant.ledger import open_ledger, record_hash
 from dpbudget.accountant.ledger import writer as writer_module
-from dpbudget.accountant.logs import LOGGER_NAME, log_records_to
-from dpbudget.accountant.refusals import REFUSAL_LOGGER
-from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.accountant.audit.logs import LOGGER_NAME, log_records_to
+from dpbudget.accountant.gate.refusals import REFUSAL_LOGGER
+from dpbudget.accountant.audit.transfer import export_jsonl
 from dpbudget.mechanisms import Laplace
 
 CANARY = 7_351_911.25  # a "true value": must never appear in a log line

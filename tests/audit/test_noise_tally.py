@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.cli import main
 from dpbudget.mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
 

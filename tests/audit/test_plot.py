@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import dpbudget as dp
-from dpbudget.accountant import plot as plot_module
-from dpbudget.accountant.audit_report import AccountReport, AuditReport
-from dpbudget.accountant.plot_blocks import plot_blocks
+from dpbudget.accountant.audit import plot as plot_module
+from dpbudget.accountant.audit.findings import AccountReport, AuditReport
+from dpbudget.accountant.audit.plot_blocks import plot_blocks
 
 matplotlib = pytest.importorskip("matplotlib")
 pyplot = pytest.importorskip("matplotlib.pyplot")

@@ -9,7 +9,7 @@ import mpmath
 import pytest
 
 from dpbudget.accountant.composition import bounds
-from dpbudget.accountant.errors import InvalidArgumentError
+from dpbudget.accountant.values.errors import InvalidArgumentError
 
 REL = 1e-9
 

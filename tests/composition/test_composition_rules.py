@@ -304,8 +304,8 @@ def test_spent_semantics_documented_examples():
 def test_optimal_account_cannot_resume_at_another_per_query(tmp_path):
     """The optimal rule's count means k releases at one fixed cost: reopening the ledger with a
     smaller per_query must not reuse it (found in review: 10 x 0.1 then 552 x 0.01 admitted)."""
-    from dpbudget.accountant.audit import EXIT_BITS, audit
-    from dpbudget.accountant.errors import LedgerConflictError
+    from dpbudget.accountant.audit.run import EXIT_BITS, audit
+    from dpbudget.accountant.values.errors import LedgerConflictError
 
     url = f"sqlite:///{tmp_path / 'o.db'}"
     with Accountant(Budget(1.0, 1e-6), composition="optimal", per_query=Budget(0.1),

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import bounds, optimal
 from dpbudget.accountant.composition.optimal import OptimalComposition
 

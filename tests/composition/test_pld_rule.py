@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, MechanismNotAllowedError
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.composition import make_rule, privacy_loss
 from dpbudget.accountant.composition.privacy_loss import _PLD, _single
 from dpbudget.accountant.ledger import Account, MemoryLedger

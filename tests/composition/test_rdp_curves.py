@@ -1,4 +1,4 @@
-"""The Rényi curves (accountant.rdp): THEORY vectors, dp-accounting as an oracle, and each bound
+"""The Rényi curves (dpbudget.accountant.values.rdp): THEORY vectors, dp-accounting as an oracle, and each bound
 checked against the exact divergence computed independently at high precision (mpmath)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import mpmath
 import pytest
 
-from dpbudget.accountant import rdp
+from dpbudget.accountant.values import rdp
 
 dp_rdp = pytest.importorskip("dp_accounting.rdp.rdp_privacy_accountant")
 

@@ -17,7 +17,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from dpbudget.accountant import Accountant, Budget, plan_order, rdp
+from dpbudget.accountant import Accountant, Budget, plan_order
+from dpbudget.accountant.values import rdp
 from dpbudget.mechanisms import SubsampledGaussian
 
 QS = (0.01, 0.05, 0.1, 0.2)

@@ -4,9 +4,10 @@ crash the pure-DP curve."""
 
 from __future__ import annotations
 
-from dpbudget.accountant import Accountant, Budget, rdp
-from dpbudget.accountant._numeric import within_budget
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.values import rdp
+from dpbudget.accountant.values._numeric import within_budget
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import RenyiComposition
 from dpbudget.mechanisms import Median
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import Refused, RenyiComposition
-from dpbudget.accountant.errors import PrivacyError
+from dpbudget.accountant.values.errors import PrivacyError
 from dpbudget.accountant.ledger import open_ledger
-from dpbudget.accountant.transfer import export_jsonl
+from dpbudget.accountant.audit.transfer import export_jsonl
 from dpbudget.mechanisms import SubsampledGaussian
 
 

@@ -12,17 +12,16 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as oracle
 
+from dpbudget.accountant.values import _numeric, rdp
 from dpbudget.accountant import (
     Accountant,
     Budget,
     BudgetExceededError,
     InvalidArgumentError,
-    _numeric,
     plan_order,
-    rdp,
 )
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import Refused, RenyiComposition
 from dpbudget.accountant.composition import renyi as renyi_module
 from dpbudget.accountant.composition.renyi import _candidate_orders

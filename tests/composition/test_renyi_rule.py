@@ -18,9 +18,9 @@ from dpbudget.accountant import (
     MechanismNotAllowedError,
     plan_order,
 )
-from dpbudget.accountant import rdp
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.values import rdp
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.composition import RenyiComposition, make_rule
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SubsampledGaussian
 from tests.support import snapshot

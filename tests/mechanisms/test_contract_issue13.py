@@ -12,7 +12,7 @@ import pytest
 
 from dpbudget import mechanisms
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.values.errors import InvalidDataError
 from dpbudget.accountant.ledger.record import canonical
 from dpbudget.mechanisms import (
     Median,

@@ -62,6 +62,6 @@ def test_huge_integer_query_is_a_typed_error():
 
 
 def test_errors_module_exports():
-    from dpbudget.accountant import errors
+    from dpbudget.accountant.values import errors
     assert "MechanismExhaustedError" in errors.__all__
     assert issubclass(accountant.MechanismExhaustedError, accountant.PrivacyError)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from dpbudget.accountant.errors import MechanismNotAllowedError
+from dpbudget.accountant.values.errors import MechanismNotAllowedError
 from dpbudget.mechanisms import DiscreteGaussian, DiscreteLaplace, discrete_gaussian_delta
 from dpbudget.mechanisms import discrete_gaussian_sigma
 from tests.contracts import MechanismContract, _bad, _number_cases

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.values.errors import InvalidDataError
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, ProposeTestRelease, SampleAndAggregate
 from dpbudget.mechanisms.grid import LaplaceGrid
 from dpbudget.mechanisms.group_by import group_by

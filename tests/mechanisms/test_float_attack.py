@@ -137,7 +137,7 @@ def test_exponential_terminates_when_one_score_dominates() -> None:
 
 
 def test_report_noisy_max_refuses_scores_off_its_grid() -> None:
-    from dpbudget.accountant.errors import InvalidDataError
+    from dpbudget.accountant.values.errors import InvalidDataError
     from dpbudget.mechanisms import ReportNoisyMax
     acc = Accountant(Budget(1.0), rng=1)
     m = ReportNoisyMax(1.0, candidates=["a", "b"], sensitivity=1e-300)

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidArgumentError, InvalidDataError, MechanismNotAllowedError
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, MechanismNotAllowedError
 from dpbudget.mechanisms import AnalyticGaussian, Gaussian
 from dpbudget.mechanisms import exact
 from dpbudget.mechanisms.bits import RandomBits

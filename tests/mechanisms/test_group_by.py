@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
-from dpbudget.accountant.errors import InvalidDataError
-from dpbudget.accountant.errors import InvalidTypeError
+from dpbudget.accountant.values.errors import InvalidDataError
+from dpbudget.accountant.values.errors import InvalidTypeError
 from dpbudget.mechanisms import Neighbouring, group_by
 from dpbudget.mechanisms.group_by import _group_index
 from tests.mechanisms.stat_checks import ks_with_power, laplace_cdf

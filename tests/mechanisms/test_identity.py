@@ -22,11 +22,11 @@ from dpbudget.accountant import (
     MechanismNotAllowedError,
     SamplerSpentError,
 )
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.audit_report import EXIT_BITS
-from dpbudget.accountant.charge import Charge
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.audit.findings import EXIT_BITS
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.ledger.record import canonical, step_fragments
-from dpbudget.accountant.step import Step
+from dpbudget.accountant.gate.step import Step
 from dpbudget.mechanisms import AboveThreshold, NumericMechanism, Sampler
 from dpbudget.mechanisms import base as mechanisms_base
 from dpbudget.mechanisms.sampling import OneShotSampler

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values.errors import InvalidDataError, InvalidDataTypeError
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, Median, noisy_mean
 from dpbudget.mechanisms.queries import true_clamped_sum
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError
-from dpbudget.accountant.errors import InvalidDataError, InvalidDataTypeError
+from dpbudget.accountant.values.errors import InvalidDataError, InvalidDataTypeError
 from dpbudget.mechanisms import Median, Quantile, noisy_quantiles
 from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, chi2_with_power, epsilon_lower_bound

@@ -91,7 +91,7 @@ def test_a_class_posing_under_the_library_package_is_not_a_library_mechanism(
         tmp_path: Path) -> None:
     fake = types.ModuleType("dpbudget.mechanisms.fake")
     code = ("from dpbudget.mechanisms import NumericMechanism\n"
-            "from dpbudget.accountant.budget import Budget\n"
+            "from dpbudget.accountant.values.budget import Budget\n"
             "class Laplace(NumericMechanism):\n"
             "    def __init__(self, epsilon):\n"
             "        self.declare(Budget(epsilon))\n"

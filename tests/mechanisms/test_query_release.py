@@ -25,7 +25,7 @@ import pytest
 
 import dpbudget as dp
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError, PrivacyError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.mechanisms import (AnalyticGaussian, DiscreteGaussian, DiscreteLaplace, Exponential,
                         Gaussian, Laplace, Quantile, ReportNoisyMax, SubsampledGaussian)
 from dpbudget.mechanisms.queries import Neighbouring, Query, true_clamped_sum, true_count, true_histogram
@@ -80,7 +80,7 @@ def test_the_query_itself_is_released_at_its_own_sensitivity() -> None:
 def test_negative_control_without_binding_the_query_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The old gate (no binding), re-created: the Query is taken as the value and refused."""
-    import dpbudget.accountant.gate as gate_module
+    import dpbudget.accountant.gate.gate as gate_module
 
     monkeypatch.setattr(gate_module, "bind", lambda m, v: (m, v))
     acc = _acc()
@@ -280,7 +280,7 @@ def test_the_audit_flags_a_record_of_a_mechanism_with_no_sensitivity(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Sensitivity may now be None on a constructor, so a forged record with ``sensitivity:
     null`` rebuilds a mechanism; no release can be recorded so (the gate refuses it)."""
-    from dpbudget.accountant.audit_release import LibraryRecords
+    from dpbudget.accountant.audit.release import LibraryRecords
     from dpbudget.accountant.ledger.record import charge_record
 
     def record(mechanism: Any) -> dict[str, Any]:

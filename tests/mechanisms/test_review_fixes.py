@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant.errors import InvalidDataError
+from dpbudget.accountant.values.errors import InvalidDataError
 from dpbudget.mechanisms import Exponential, Laplace, RandomizedResponse, ReportNoisyMax, Sparse
 from dpbudget.mechanisms.bits import RandomBits
 from dpbudget.mechanisms.sampling import Sampler

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from dpbudget.accountant.errors import InvalidDataTypeError
+from dpbudget.accountant.values.errors import InvalidDataTypeError
 from dpbudget.mechanisms import SampleAndAggregate
 from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, ks_with_power, laplace_cdf

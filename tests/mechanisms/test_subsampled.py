@@ -200,7 +200,7 @@ def test_a_steps_noise_comes_from_the_sources_pool_and_stops_with_the_release() 
     """The pool belongs to the accountant's source, not to the mechanism: a step run through
     ``Sampler.once`` takes its 31 draws from the source's pool (4,096 made, 31 taken per step),
     and the one-shot sampler it was handed takes nothing once the release has returned."""
-    from dpbudget.accountant.errors import SamplerSpentError
+    from dpbudget.accountant.values.errors import SamplerSpentError
     from dpbudget.mechanisms.sampling import Sampler
 
     mech = SubsampledGaussian(2.0, sampling_rate=0.05, sensitivity=1.0)

@@ -17,7 +17,7 @@ from dpbudget.accountant import (
     LedgerConflictError,
     PolicyError,
 )
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.mechanisms import AboveThreshold, Laplace, SubsampledGaussian
 from dpbudget.policies.blocks import Blocks, block_names, block_of, block_start
 from tests.policies.conftest import DAY, T0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.errors import InvalidArgumentError, PolicyError, PrivacyError
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.errors import InvalidArgumentError, PolicyError, PrivacyError
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.blocks import Blocks, block_names, rows_in_blocks
 from tests.support import OWNER
@@ -126,7 +126,7 @@ def test_blocks_refusals_are_typed(make) -> None:
 
 # 8. Status: block accounts of a dataset under other_datasets are reported "not in the policy".
 def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock) -> None:
-    from dpbudget.accountant.report import budget_rows
+    from dpbudget.accountant.audit.status import budget_rows
 
     text = ('[datasets.a]\nlimit = { epsilon = 1.0 }\n[other_datasets]\n'
             'limit = { epsilon = 10.0 }\n[other_datasets.blocks]\nby = "day"\n'

@@ -13,8 +13,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from dpbudget.accountant import Accountant
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.budget import Budget
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.budget import Budget
 from dpbudget.policies import stored
 from dpbudget.policies.grants import GRANTS, grants_of
 from dpbudget.policies.limits import DatasetLimit

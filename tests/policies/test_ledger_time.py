@@ -16,7 +16,7 @@ import json
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.ledger import MemoryLedger, SqliteLedger
 from dpbudget.accountant.ledger.record import time_micros

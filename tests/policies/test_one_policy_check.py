@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-import dpbudget.accountant.audit_policy
-import dpbudget.accountant.gate
+import dpbudget.accountant.audit.policy
+import dpbudget.accountant.gate.gate
 from dpbudget.accountant import Accountant
-from dpbudget.accountant.audit import audit
-from dpbudget.accountant.errors import BudgetExceededError, MechanismNotAllowedError, PrivacyError
+from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.values.errors import BudgetExceededError, MechanismNotAllowedError, PrivacyError
 from dpbudget.mechanisms import DiscreteLaplace, Gaussian, Laplace
 
 POLICY = """
@@ -55,7 +55,7 @@ def _record(db: Path, write: Any, mechanisms: Callable[[], list[Any]],
         except (MechanismNotAllowedError, BudgetExceededError):
             pass
         with monkeypatch.context() as patch:
-            patch.setattr(dpbudget.accountant.gate, "refusal", lambda *args: None)
+            patch.setattr(dpbudget.accountant.gate.gate, "refusal", lambda *args: None)
             _release(acc, mechanisms())
         return True
 
@@ -77,7 +77,7 @@ def test_negative_control_an_audit_without_the_check_passes_the_broken_writers_r
     db = tmp_path / "l.db"
     assert _record(db, write, lambda: [Laplace(0.1, sensitivity=1.0), DiscreteLaplace(0.1, sensitivity=1)], monkeypatch)
     assert not audit(f"sqlite:///{db}").ok
-    monkeypatch.setattr(dpbudget.accountant.audit_policy, "refusal", lambda *args: None)
+    monkeypatch.setattr(dpbudget.accountant.audit.policy, "refusal", lambda *args: None)
     assert audit(f"sqlite:///{db}").ok  # the test above fails against such an audit
 
 
@@ -86,8 +86,8 @@ def test_the_audit_reads_a_recorded_cost_as_the_gate_checked_it() -> None:
     Budget.unlimited() = (inf, 0), which a δ-only cap admits: the audit passed a record whose δ
     was 1,000 times the cap, that the gate refuses. Now it is decoded like every record's cost,
     and one the gate could not have written is a problem of its own."""
-    from dpbudget.accountant.audit_policy import _cost
-    from dpbudget.accountant.charge import Charge
+    from dpbudget.accountant.audit.policy import _cost
+    from dpbudget.accountant.values.charge import Charge
     from dpbudget.policies.limits import Cap, DatasetLimit, refusal
 
     checks = [("d", DatasetLimit(max_per_query=Cap(delta=1e-6)))]

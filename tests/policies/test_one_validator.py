@@ -13,7 +13,7 @@ import pytest
 from dpbudget.policies import limits as policy_limits
 from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant.cli import main
-from dpbudget.accountant.errors import MechanismNotAllowedError, PolicyError
+from dpbudget.accountant.values.errors import MechanismNotAllowedError, PolicyError
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies import load_policy
 from dpbudget.policies.policy import Policy

@@ -19,14 +19,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerCorruptedError
-from dpbudget.accountant import policy_record
-from dpbudget.accountant.audit import EXIT_BITS, audit
-from dpbudget.accountant.audit_text import audit_text
+from dpbudget.accountant.gate import policy_record
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
+from dpbudget.accountant.audit.text import audit_text
 from dpbudget.accountant.cli import main as cli
-from dpbudget.accountant.errors import OwnerKeyError
+from dpbudget.accountant.values.errors import OwnerKeyError
 from dpbudget.accountant.ledger import Account, open_ledger
 from dpbudget.accountant.ledger.record import ZERO_COST, canonical
-from dpbudget.accountant.owner_key import OwnerKey, new_key_file, signed_text, verify
+from dpbudget.accountant.gate.owner_key import OwnerKey, new_key_file, signed_text, verify
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from dpbudget.policies.stored import POLICY_KEY, document
@@ -288,7 +288,7 @@ def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
 
 
 def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_path: Path) -> None:
-    from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+    from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 
     memory = Accountant(Budget(1.0))  # records no policy: like a ledger from before them
     memory.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")

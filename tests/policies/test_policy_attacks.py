@@ -21,25 +21,25 @@ from dpbudget.accountant import (
     LedgerConflictError,
     PolicyChangedError,
 )
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     InvalidTypeError,
     LedgerError,
     PolicyError,
     UnknownDatasetError,
 )
-from dpbudget.accountant.gate import Gate
+from dpbudget.accountant.gate.gate import Gate
 from dpbudget.accountant.ledger import MemoryLedger, open_ledger
-from dpbudget.accountant.planner import Planner
-from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.accountant.gate.planner import Planner
+from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 from dpbudget.mechanisms import DiscreteLaplace, Laplace
 from dpbudget.mechanisms.sampling import Sampler
 from dpbudget.policies.limits import DatasetLimit
 from dpbudget.policies.policy import Policy
 from dpbudget.policies.stored import raised
-from dpbudget.accountant.owner_key import new_key_file
+from dpbudget.accountant.gate.owner_key import new_key_file
 from tests.support import OWNER
 
 CANARY = 4_918_273.5

@@ -8,7 +8,7 @@ import pytest
 from conftest import RNGS
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from dpbudget.accountant.report import budget_rows
+from dpbudget.accountant.audit.status import budget_rows
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies import load_policy
 from tests.support import OWNER

@@ -264,7 +264,7 @@ def test_rules_are_validated_against_the_registry_at_load_time(write, other_rule
 
 def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
     from dpbudget.accountant.composition import RULES, BasicComposition
-    from dpbudget.accountant.errors import InvalidArgumentError as IAE
+    from dpbudget.accountant.values.errors import InvalidArgumentError as IAE
 
     class NeedsPerQuery(BasicComposition):
         name = "needy"
@@ -286,7 +286,7 @@ def test_a_rule_that_cannot_be_built_is_a_policy_error(write, monkeypatch):
 
 def test_conversion_share_reaches_the_advanced_rule(tmp_path):
     from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-    from dpbudget.accountant.errors import PolicyError
+    from dpbudget.accountant.values.errors import PolicyError
     from dpbudget.policies import load_policy
 
     path = tmp_path / "p.toml"

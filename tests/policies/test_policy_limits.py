@@ -11,7 +11,7 @@ from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
 )
-from dpbudget.accountant import planner as planner_module
+from dpbudget.accountant.gate import planner as planner_module
 from dpbudget.accountant.composition import Charge, rule_from_config
 from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
 

@@ -215,7 +215,7 @@ def test_a_pipeline_may_use_its_own_rule(make, other_rule):
 
 def test_sessions_and_batches_inside_a_pipeline_charge_only_its_allocation():
     from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-    from dpbudget.accountant.audit import audit
+    from dpbudget.accountant.audit.run import audit
     from dpbudget.mechanisms import AboveThreshold, Laplace
 
     acc = Accountant(Budget(1.0), rng=2)

@@ -11,24 +11,24 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, LedgerConflictError
-from dpbudget.accountant.audit import EXIT_BITS, audit
+from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
-from dpbudget.accountant.errors import (
+from dpbudget.accountant.values.errors import (
     InvalidArgumentError,
     LedgerCorruptedError,
     LedgerError,
     UnknownDatasetError,
 )
-from dpbudget.accountant.gate import Gate
+from dpbudget.accountant.gate.gate import Gate
 from dpbudget.accountant.ledger import MemoryLedger, open_ledger
-from dpbudget.accountant.planner import Planner
-from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.accountant.gate.planner import Planner
+from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 from dpbudget.mechanisms import Laplace
 from dpbudget.mechanisms.sampling import Sampler
 from dpbudget.policies.limits import DatasetLimit
 from dpbudget.policies.policy import Policy
 from tests.support import assert_chain
-from dpbudget.accountant.owner_key import new_key_file
+from dpbudget.accountant.gate.owner_key import new_key_file
 from tests.support import OWNER
 
 POLICY = """

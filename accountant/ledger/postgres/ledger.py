@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 from dpbudget.accountant.ledger.lanes import FORMAT, START
 from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, READS, Tx, account, entries

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.lanes import START
 from dpbudget.accountant.ledger.record import time_micros

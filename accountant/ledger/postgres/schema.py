@@ -18,7 +18,7 @@ import hashlib
 from importlib import resources
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger import table_sum
 
 __all__ = ["SCHEMA_VERSION", "TRIGGERS", "check_rows", "ddl", "grant_statements", "lock_id",

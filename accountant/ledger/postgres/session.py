@@ -15,7 +15,7 @@ import os
 import select
 from typing import Any
 
-from dpbudget.accountant.errors import LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 
 __all__ = ["Session"]
 

@@ -30,10 +30,10 @@ from dpbudget.accountant import (
     LedgerError,
     UnknownAnalystError,
 )
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.record import canonical, record_hash
-from dpbudget.accountant.refusals import REFUSAL_LOGGER
+from dpbudget.accountant.gate.refusals import REFUSAL_LOGGER
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from tests.support import snapshot

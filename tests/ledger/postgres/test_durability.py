@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.postgres.schema import _current
 from dpbudget.accountant.ledger.postgres.session import Session

@@ -16,11 +16,11 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger import SqliteLedger
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.record import GENESIS, canonical, export_line, record_hash
-from dpbudget.accountant.transfer import export_jsonl, import_jsonl
+from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies import Policy
 from tests.conftest import _fresh_schema
@@ -379,7 +379,7 @@ def test_an_account_row_rewound_by_the_owner_is_refused_on_opening(dsn: str) -> 
         conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
         conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
                      "'dataset:a'", (canonical(state), earlier[0]))
-    from dpbudget.accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.values.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
@@ -429,7 +429,7 @@ def test_a_row_rewound_behind_a_session_close_is_refused_on_opening(dsn: str) ->
         conn.execute("SET session_replication_role = replica")
         conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = "
                      "'dataset:a'", (canonical(state), first[0]))
-    from dpbudget.accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.values.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):
@@ -474,7 +474,7 @@ def test_an_account_row_deleted_by_the_owner_is_refused_on_opening(dsn: str) -> 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET session_replication_role = replica")  # (triggers off: superuser)
         conn.execute("DELETE FROM dpbudget_accounts WHERE key = 'dataset:a'")
-    from dpbudget.accountant.errors import LedgerCorruptedError
+    from dpbudget.accountant.values.errors import LedgerCorruptedError
 
     with PostgresLedger(dsn) as ledger:
         with pytest.raises(LedgerCorruptedError, match="dataset:a"):

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.mechanisms import Laplace
 from tests.conftest import _fresh_schema

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError, PolicyChangedError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.postgres.schema import grant_statements
 from dpbudget.accountant.ledger.record import canonical, record_hash

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, PolicyChangedError
-from dpbudget.accountant.audit import audit
+from dpbudget.accountant.audit.run import audit
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from tests.conftest import _fresh_schema
@@ -78,7 +78,7 @@ def test_a_pipeline_is_named_by_its_own_record(two: tuple[Accountant, Accountant
 def test_a_stale_debit_is_redone_and_charged_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A LedgerStaleError (a debit that locked another renewal window's accounts; nothing
     written) is redone by the gate, and the release is charged once."""
-    from dpbudget.accountant.errors import LedgerStaleError
+    from dpbudget.accountant.values.errors import LedgerStaleError
 
     acc = Accountant(Budget(1.0), rng=0)  # (in memory: the gate's logic alone)
     ledger = acc.ledger

@@ -1,0 +1,74 @@
+"""Ledger records as logs: every committed record can also go to Python's ``logging``, in the same
+JSONL form as ``dpbudget export``, so that a pipeline's logs can be audited like its ledger
+(``dpbudget audit pipeline.jsonl``).
+
+The ledger emits each committed record on the logger ``dpbudget.ledger`` at INFO level with the
+record attached (``record.dpbudget_entry``), in ``seq`` order within a process; the gate reports
+each refused request on its child ``dpbudget.ledger.refusals`` at WARNING level
+(``dpbudget.accountant.gate.refusals``). ``JsonlHandler`` writes both — records as ``{"hash":..., "record":...}``
+lines, refusals as ``{"refused": {...}}`` lines, which are never part of the chain — and ignores any
+other log record. Nothing is emitted (and nothing costs anything) until a handler is attached.
+
+A process's log holds only the records that process wrote: ``dpbudget audit`` checks it alone as
+a subsequence of the chain, and merges several (``dpbudget audit a.jsonl b.jsonl``;
+``dpbudget.accountant.audit.chain``).
+
+>>> import logging, tempfile, os
+>>> from dpbudget.accountant import Accountant, Budget
+>>> from dpbudget.mechanisms import Laplace
+>>> path = os.path.join(tempfile.mkdtemp(), "records.jsonl")
+>>> handler = log_records_to(path)
+>>> _ = Accountant(Budget(1.0), rng=0).release(Laplace(0.5, sensitivity=1.0), 3.0)
+>>> handler.close(); logging.getLogger(LOGGER_NAME).removeHandler(handler)
+>>> with open(path) as f:
+...     print(f.read()[:9])
+{"hash":"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+from dpbudget.accountant.ledger.record import export_line
+
+__all__ = ["LOGGER_NAME", "JsonlHandler", "log_records_to"]
+
+LOGGER_NAME = "dpbudget.ledger"
+
+
+class JsonlHandler(logging.FileHandler):
+    """A file handler that writes ledger records as JSONL lines (``{"hash":..., "record":...}``),
+    flushing each line, and skips log records that carry no ledger entry."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path, mode="a", encoding="utf-8", delay=False)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        entry = getattr(record, "dpbudget_entry", None)
+        refusal = getattr(record, "dpbudget_refusal", None)
+        if entry is None and refusal is None:
+            return
+        try:
+            stream = self.stream
+            if stream is None:  # closed
+                return
+            if entry is not None:
+                line = export_line(entry.hash, entry.text)
+            else:
+                line = json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False)
+            stream.write(line + "\n")
+            self.flush()
+        except Exception:  # logging must never break the pipeline it observes
+            self.handleError(record)
+
+
+def log_records_to(path: str | os.PathLike[str]) -> JsonlHandler:
+    """Attach a ``JsonlHandler`` for ``path`` to the ledger logger (level INFO) and return it."""
+    handler = JsonlHandler(path)
+    logger = logging.getLogger(LOGGER_NAME)
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
