@@ -26,9 +26,9 @@ from typing import Any
 from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 from dpbudget.accountant.ledger.lanes import FORMAT, START
-from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, READS, Tx, account, entries
+from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, BEGIN, READS, Tx, account, entries
 from dpbudget.accountant.ledger.postgres.schema import check_rows, lock_id, prepare
-from dpbudget.accountant.ledger.postgres.session import Session
+from dpbudget.accountant.ledger.postgres.session import Session, shown
 from dpbudget.accountant.ledger.record import canonical, float_object
 
 __all__ = ["PostgresLedger"]
@@ -68,7 +68,7 @@ class PostgresLedger(Ledger):
                               'pip install "dpbudget[postgres]"') from None
         if not (isinstance(timeout, (int, float)) and 0.0 < timeout < math.inf):
             raise LedgerError(f"timeout must be a finite number of seconds > 0; got {timeout!r}")
-        self.dsn, self.url, self.timeout = dsn, dsn, float(timeout)
+        self.url, self.timeout = shown(dsn), float(timeout)
         self._salt: str | None = None  # read on the first transaction (only writers may)
         self._tx: Tx | None = None  # the open transaction
         self._anchor: tuple[int, int] | None = None  # (server µs, monotonic µs) at the last begin
@@ -131,7 +131,7 @@ class PostgresLedger(Ledger):
         ids = sorted(modes)
         locks = "SELECT " + (", ".join(f"pg_advisory_xact_lock{modes[i]}(${n}::bigint)"
                                        for n, i in enumerate(ids, 1)) or "1")
-        statements = [("BEGIN", ()), (locks, tuple(ids)), (READS, (json.dumps(every),))]
+        statements = [(BEGIN, ()), (locks, tuple(ids)), (READS, (json.dumps(every),))]
         try:
             rows = session.send(statements)
         except LedgerError:

@@ -13,7 +13,13 @@ from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.lanes import START
 from dpbudget.accountant.ledger.record import time_micros
 
-__all__ = ["ACCOUNTS", "READS", "Tx", "account", "entries"]
+__all__ = ["ACCOUNTS", "BEGIN", "READS", "Tx", "account", "entries"]
+
+# A debit's transaction is read committed whatever the role, database or DSN sets: each statement
+# reads what was committed before it began, so the reads after the locks see the last holder's
+# commit. A repeatable-read snapshot, taken as the lock statement starts (before it waits), would
+# miss it: a twin name's budget, or a policy lowered meanwhile, unseen.
+BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 
 ACCOUNTS = "SELECT key, rule, config, state, seq FROM dpbudget_accounts"
 # A debit's reads, once its locks are held (a statement of its own: its snapshot is taken after

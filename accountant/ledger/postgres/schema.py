@@ -15,6 +15,7 @@ server) nor that a cost is what was really spent. The functions pin their ``sear
 from __future__ import annotations
 
 import hashlib
+import re
 from importlib import resources
 from typing import Any
 
@@ -80,9 +81,12 @@ def ddl(schema: str) -> str:
         for table, name, when, each, function in _TRIGGERS)
     name = quote_ident(schema)
     literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
-    text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8")
-    return text.replace("{TRIGGERS}", triggers).replace("{S_LITERAL}", literal).replace(
-        "{S}", name).replace("{V}", SCHEMA_VERSION)
+    text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8").replace(
+        "{TRIGGERS}", triggers)
+    # One pass: a value filled in is never read again for placeholders (a schema named
+    # "a{S}');..." must stay inside its quotes).
+    fill = {"{S_LITERAL}": literal, "{S}": name, "{V}": SCHEMA_VERSION}
+    return re.sub(r"\{S_LITERAL\}|\{S\}|\{V\}", lambda m: fill[m.group(0)], text)
 
 
 def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,

@@ -117,7 +117,7 @@ class Session:
                 (then it is left in pipeline mode, which ``rollback`` closes).
         """
         pq, pgconn = self._psycopg.pq, self.conn.pgconn
-        last, error, fresh = None, None, []
+        last, error, state, fresh = None, None, None, []
         try:
             pgconn.enter_pipeline_mode()
             for sql, args in statements:
@@ -137,6 +137,7 @@ class Session:
                         last = result
                     elif result.status == pq.ExecStatus.FATAL_ERROR and error is None:
                         error = result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"?"
+                        state = result.error_field(pq.DiagnosticField.SQLSTATE)
                 if pgconn.status == pq.ConnStatus.BAD:
                     raise self._psycopg.OperationalError("the connection was lost")
             result = self._result()
@@ -148,8 +149,8 @@ class Session:
             if isinstance(exc, self._psycopg.Error):
                 raise _error(exc) from exc
             raise
-        if error is not None:
-            self._forget(fresh)
+        if error is not None:  # a plan DDL made stale (0A000) or a statement gone (26000): all anew
+            self._forget(list(self._prepared) if state in (b"0A000", b"26000") else fresh)
             raise LedgerError(f"PostgreSQL ledger: {bytes(error).decode('utf-8', 'replace')}")
         if last is None:
             return []
@@ -214,4 +215,19 @@ def _error(exc: Any) -> LedgerError:
     record's text."""
     message = getattr(getattr(exc, "diag", None), "message_primary", None)
     return LedgerError(f"PostgreSQL ledger: {message or str(exc).strip() or type(exc).__name__}")
+
+
+def shown(dsn: str) -> str:
+    """``dsn`` as the ledger shows it (``url``: in errors, ``dpbudget status``, reports, the
+    writers' logs): without its password, which a URL or a key=value string may hold."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # (the session's own connect reports it, typed)
+        return "postgresql://(a DSN that does not parse)"
+    if "password" not in params:
+        return dsn
+    params.pop("password")
+    return make_conninfo("", **params)
 

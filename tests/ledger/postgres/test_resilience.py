@@ -124,3 +124,28 @@ def test_forked_children_never_use_their_parents_session(dsn: str) -> None:
     report = audit(acc.ledger)
     assert report.ok, [p.message for p in report.problems]
     acc.close()
+
+
+@pytest.mark.postgres
+def test_a_plan_made_stale_by_ddl_fails_one_debit_and_the_next_prepares_anew(
+        postgres_database: str) -> None:
+    """A column's type changed under a prepared read ("cached plan must not change result
+    type"): the object refused every later debit until reopened, since only the statements of the
+    failed round trip were forgotten (review of the one-package ledger). Now that debit fails,
+    debiting nothing, and the next one prepares everything anew."""
+    dsn = _fresh_schema(postgres_database)
+    ledger = PostgresLedger(dsn)
+    acc = Accountant(Budget(10.0), ledger=ledger, rng=0, simulation=True)
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_lanes ALTER COLUMN hash TYPE varchar(64)")
+    outcomes = []
+    for _ in range(3):
+        try:
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="d")
+            outcomes.append("answered")
+        except LedgerError:
+            outcomes.append("refused")
+    assert outcomes[1:] == ["answered", "answered"]
+    assert acc.spent("d").epsilon == pytest.approx(0.1 * (1 + outcomes.count("answered")))
+    acc.close()

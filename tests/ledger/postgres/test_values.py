@@ -58,3 +58,29 @@ def test_the_session_speaks_utf8_whatever_the_environment_says(
     assert labels == ["語\\u0041", "ünïcödé \\ back", "Ω\\\\"]
     assert audit(again.ledger).ok
     again.close()
+
+
+def test_a_schema_name_is_filled_in_once_never_read_again_for_placeholders() -> None:
+    """The DDL template was filled by chained replaces, ``{S_LITERAL}`` before ``{S}``: a schema
+    named ``a{S}'); ...`` had its ``{S}`` replaced again inside the string literal, ending it
+    early, and ``ledger{V}`` became ``"ledger9"`` (review of the one-package ledger)."""
+    from dpbudget.accountant.ledger.postgres.schema import ddl
+
+    text = ddl("ledger{V}")
+    assert '"ledger{V}"' in text and '"ledger9"' not in text
+    evil = "a{S}'); DROP TABLE victim; --"
+    text = ddl(evil)
+    assert "'\"a{S}''); DROP TABLE victim; --\"'" in text  # one literal, quotes doubled
+    assert text.count("DROP TABLE victim") == text.count('"a{S}\'); DROP TABLE victim; --"') + \
+        text.count("'\"a{S}''); DROP TABLE victim; --\"'")
+
+
+def test_the_ledger_never_shows_a_password() -> None:
+    """``url`` appears in errors, ``dpbudget status``, report captions and the writers' logs; a
+    DSN's password stayed in it (review of the one-package ledger)."""
+    from dpbudget.accountant.ledger.postgres.session import shown
+
+    for dsn in ("postgresql://bob:s3cret@db.example:5432/ledger?sslmode=require",
+                "host=db.example user=bob password=s3cret dbname=ledger"):
+        assert "s3cret" not in shown(dsn) and "bob" in shown(dsn)
+    assert shown("postgresql://bob@db.example/ledger") == "postgresql://bob@db.example/ledger"
