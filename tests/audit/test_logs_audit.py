@@ -172,7 +172,7 @@ def test_two_records_with_one_seq_are_reported(tmp_path):
 def test_a_forked_child_is_a_new_writer(tmp_path):
     """A forked child never goes on with its parent's writer id and count (its records would
     read as the parent's). Checked on the writers themselves: a child of a process that opened an
-    SQLite ledger is refused SQLite (tests/test_fork_sqlite.py), and PostgreSQL's forked children
+    SQLite ledger is refused SQLite (tests/system/test_fork_sqlite.py), and PostgreSQL's forked children
     write through the same ``writer_for`` (tests/test_postgres_resilience.py)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")

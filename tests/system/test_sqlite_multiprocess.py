@@ -23,7 +23,7 @@ from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.mechanisms import Laplace
 from tests.support import SEED, assert_chain
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 WORKER = textwrap.dedent("""
     import json, os, sys, time

@@ -20,7 +20,7 @@ from dpbudget.accountant.ledger.base import Ledger
 from dpbudget.mechanisms import Laplace
 from tests.support import snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ledger(kind: str, tmp_path: Path) -> Ledger:

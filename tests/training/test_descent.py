@@ -142,6 +142,6 @@ def test_logistic_gradients_match_finite_differences() -> None:
 
 @pytest.mark.slow
 def test_example_is_within_two_points_of_non_private() -> None:
-    path = Path(__file__).resolve().parents[1] / "examples" / "train_under_budget.py"
+    path = Path(__file__).resolve().parents[2] / "examples" / "train_under_budget.py"
     summary = runpy.run_path(str(path))["main"](["--runs", "4"])
     assert summary["non-private"] - summary["DP-SGD (renyi, planned order)"] <= 0.02

@@ -5,7 +5,7 @@ commit is durable before any noise is drawn.
 PostgreSQL commits asynchronously and then waits for the log to reach the disk through a
 synchronous write. Each check has a negative control: with the sync switched off, the same test
 sees the missing syncs. (SQLite syncs inside each commit itself, ``synchronous=FULL``:
-tests/test_ledger.py.)
+tests/ledger/test_backends.py.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Records are built from values by ``dpbudget.accountant.ledger.record`` (a typed ``RecordKind``, the
 ``noise`` and ``accounts`` members) and keep their bytes: the members every kind of record is
 written with in a fixed scenario — a policy record, a release, a batch, a session and its close, a
-pipeline and a release inside it — are those pinned in ``ledger_records.golden.json``, captured
+pipeline and a release inside it — are those pinned in ``record.golden.json``, captured
 from the gate that built them as text (commit aa05bf2), so existing ledgers audit as before."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dpbudget.accountant.ledger import record
 from dpbudget.accountant.ledger.transaction import Transaction
 from dpbudget.mechanisms import AboveThreshold, Gaussian, Laplace
 
-GOLDEN = Path(__file__).with_name("ledger_records.golden.json")
+GOLDEN = Path(__file__).with_name("record.golden.json")
 POLICY = """limit = { epsilon = 9.0, delta = 1e-3 }
 [datasets.adult]
 limit = { epsilon = 5.0, delta = 1e-4 }

@@ -3,7 +3,7 @@ exactly where the debit was (or may have been) committed but not confirmed on di
 is spent, the answer withheld — and a ledger error before the commit stays a plain
 ``LedgerError`` (nothing written: a retry pays once). Nothing is drawn in either case.
 
-Each fault is injected where the ledger tests already inject it (``tests/test_group_commit.py``,
+Each fault is injected where the ledger tests already inject it (``tests/ledger/test_group_commit.py``,
 ``tests/ledger/postgres/test_resilience.py``), with their stand-ins; the refusals before the commit are
 the negative controls: the same assertions fail on them.
 """
@@ -18,7 +18,7 @@ import pytest
 import dpbudget as dp
 from dpbudget.accountant import Accountant, Budget, LedgerError, LedgerUnconfirmedError
 from dpbudget.mechanisms import Laplace
-from tests.test_group_commit import _Watched
+from tests.ledger.test_group_commit import _Watched
 
 CANARY = 987654.321  # the true answer: never in a message
 

@@ -25,7 +25,7 @@ import dpbudget.accountant.values.errors as errors
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
 from dpbudget.mechanisms import Laplace
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # One instance of every error class in accountant/values/errors.py, built as the library builds it.
 INSTANCES: dict[type[BaseException], BaseException] = {

@@ -35,7 +35,7 @@ from dpbudget.accountant.ledger import SqliteLedger
 from dpbudget.accountant.ledger.transaction import release_fully
 from dpbudget.mechanisms import Laplace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _TRACED = ("accountant/gate/gate.py", "accountant/ledger/")
 
 

@@ -20,7 +20,7 @@ from dpbudget.accountant import Accountant, Budget, LedgerError
 from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.accountant.ledger.sqlite import SqliteLedger
 from dpbudget.mechanisms import Laplace
-from tests.test_fork import _HUNG, _in_child, _one_release
+from tests.system.test_fork import _HUNG, _in_child, _one_release
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork only")
 
@@ -154,7 +154,7 @@ def _release_after_replacing(tmp_path: Path, suffix: str) -> int:
 def test_a_replaced_wal_or_shm_file_is_refused(tmp_path: Path, suffix: str) -> None:
     """While a connection is open SQLite never replaces its -wal or -shm file: one with another
     identity means that our commits may go to the old one, or that another process locks
-    another index (tests/test_sqlite_multiprocess.py), so the release is refused."""
+    another index (tests/system/test_sqlite_multiprocess.py), so the release is refused."""
     assert _release_after_replacing(tmp_path, suffix) == 10
 
 
