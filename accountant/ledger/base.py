@@ -21,10 +21,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
-from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
-from dpbudget.accountant.ledger.record import GENESIS, auth_name, key_from_env, time_micros
-from dpbudget.accountant.ledger.transaction import Scope, Transaction
+from dpbudget.accountant.ledger.record import (GENESIS, auth_name, canonical, key_from_env,
+                                                record_hash, time_micros)
+from dpbudget.accountant.ledger.transaction import Transaction
 from dpbudget.accountant.ledger.writer import Writer
 
 __all__ = ["Account", "Entry", "Ledger", "Transaction"]
@@ -51,10 +51,7 @@ class Ledger(ABC):
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
         self._w: Writer | None = None  # this process's writer of this ledger, on first use
-        # (seq, hash, table sum) of the last record this object wrote: the next append's
-        # starting sum without re-reading the head record (re-read when another writer moved on).
-        self._table: tuple[int, str, int] | None = None
-        self._terms: dict[str, tuple[int, int]] = {}  # key -> (seq, its term), as last added
+        self._configs: dict[int, tuple[dict[str, Any], str]] = {}  # (``_config_text``)
 
     def _landed(self, entry: Entry) -> bool:
         """Whether ``entry`` is in the ledger as written (after a commit an interrupt cut off)."""
@@ -88,7 +85,7 @@ class Ledger(ABC):
         none makes it stop being one. One read of the first record (not on any release's path).
         """
         for first in self.entries():
-            if not table_sum.authentic(self, first):
+            if not self._authentic(first):
                 return False
             try:
                 return json.loads(first.text).get("simulation") is True
@@ -96,10 +93,10 @@ class Ledger(ABC):
                 return False
         return False
 
-    def transaction(self) -> "Scope":
-        """An exclusive read-check-append unit (a context manager yielding a ``Transaction``);
-        committed when the block ends, rolled back if it raises."""
-        return Scope(self)
+    def transaction(self) -> Transaction:
+        """An exclusive read-check-append unit (a context manager yielding itself); committed
+        when the block ends, rolled back if it raises."""
+        return Transaction(self)
 
     def account(self, key: str) -> Account | None:
         """A limit's state as last committed (a read; takes no write lock)."""
@@ -170,23 +167,19 @@ class Ledger(ABC):
         hand (set back to zero, say) would hand out budget again. Run when an accountant opens
         the ledger. O(number of accounts).
 
-        In a ledger of one chain the rows must also be the whole table the chain commits to:
-        their sum must equal the head record's ``table`` (``dpbudget.accountant.ledger.table_sum``), which
-        shows a row rewound to an earlier record, deleted or added by hand. Each record a row
-        names must be authentic (its hash; an HMAC on a keyed ledger).
+        Each record a row names must be authentic (its hash; an HMAC on a keyed ledger). A row
+        rewound to an earlier record (with that record's state), deleted or added by hand is the
+        audit's to see: it replays every record and compares every row (``dpbudget audit``).
 
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
-        # One chain commits to the whole table in its head record; lanes cannot share one
-        # running sum (their rows are guarded by the server, accountant.ledger.lanes).
-        rows = self.accounts() if self.lanes else table_sum.check(self)
-        for account in rows:
+        for account in self.accounts():
             entry = self.entry(account.seq)
             recorded = None
             # The record a row names must itself be authentic (under the ledger's key, when it
             # has one): a state edited in the record and the row together would refund budget.
-            if entry is not None and table_sum.authentic(self, entry):
+            if entry is not None and self._authentic(entry):
                 try:
                     recorded = json.loads(entry.text)["accounts"][account.key]["state"]
                 except (KeyError, TypeError, ValueError):
@@ -215,14 +208,29 @@ class Ledger(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _locks(self) -> tuple[Any, ...]:
-        """Every lock a thread of this object may hold: what ``Scope.abandon`` frees, after
-        an interrupt, whatever it interrupted (``dpbudget.accountant.ledger.transaction``)."""
-        return (self._lock,)
+    def _authentic(self, entry: Entry) -> bool:
+        """Whether a stored record matches its stored hash — under the ledger's key when it has
+        one (a keyed ledger accepts no unkeyed record, whatever the record says of itself)."""
+        try:
+            says_keyed = json.loads(entry.text).get("auth") == "hmac-sha256"
+        except (ValueError, AttributeError):
+            return False
+        if self._key is not None and not says_keyed:
+            return False
+        return bool(record_hash(entry.text, self._key if says_keyed else None) == entry.hash)
+
+    def _config_text(self, config: dict[str, Any]) -> str:
+        """A rule's configuration as canonical JSON, encoded once per configuration object."""
+        cached = self._configs.get(id(config))
+        if cached is None or cached[0] is not config:
+            if len(self._configs) > 1024:
+                self._configs.clear()
+            cached = self._configs[id(config)] = (config, canonical(config))
+        return cached[1]
 
     def _after_fork(self) -> None:
         """In a child process just forked (one thread: the one that forked): new locks in place
-        of ``_locks()``. A lock another thread of the parent held at the fork is held for good
+        of ``_lock``. A lock another thread of the parent held at the fork is held for good
         here, since that thread does not exist in the child: the child's first transaction would
         wait for it forever. What that thread's transaction left half done is the backend's to
         discard without touching the parent's session (a backend overrides this to do so)."""
@@ -237,12 +245,8 @@ class Ledger(ABC):
         ``shared`` (also in ``prefetch``) only to read them."""
 
     @abstractmethod
-    def _commit(self) -> Any:
-        """Commit; returns what ``_sync`` needs to make this commit durable, if anything."""
-
-    def _sync(self, token: Any) -> None:
-        """Make the commit that returned ``token`` durable, if ``_commit`` did not (called
-        without the lock). Raises ``LedgerError`` when it cannot be confirmed."""
+    def _commit(self) -> None:
+        """Commit; durable (on disk, or a server's) when it returns: the caller draws next."""
 
     @abstractmethod
     def _rollback(self) -> None: ...
@@ -280,8 +284,7 @@ class Ledger(ABC):
 
 EMPTY_HEAD = (0, GENESIS)
 
-# Every ledger object of this process, for ``_after_fork`` (weakly: a ledger no one
-# uses any more is not kept alive by this).
+# Every ledger object of this process, for ``_after_fork`` (weakly: none is kept alive by it).
 _LIVE: "weakref.WeakSet[Ledger]" = weakref.WeakSet()
 
 

@@ -44,10 +44,9 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
   what that record wrote (``Ledger.check_accounts``) and against its lane's last record
   (``dpbudget.accountant.ledger.postgres.schema.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
-  undeleted, for every role but the owner. One chain also pinned the whole table to its head
-  record (``dpbudget.accountant.ledger.table_sum``), a running sum no parallel writers can share: a row
-  rewound together with its lane by the tables' owner (who can disable the triggers) is a
-  truncated lane, seen by the audit when a later record links or reads past it.
+  undeleted, for every role but the owner. A row rewound together with its lane by the tables'
+  owner (who can disable the triggers) is a truncated lane, seen by the audit when a later
+  record links or reads past it; the audit also compares every row with its replay.
 
 Ledgers of one chain are not rewritten: a PostgreSQL ledger made by an older version keeps its
 format 1 records, and each account's lane starts at the last record that lists it.

@@ -24,8 +24,7 @@ Rényi curve ``[kind, parameters...]``, only when the mechanism declares one), `
 existed have none, and the audit counts them as ``unrecorded``), ``writer`` (``id``: a random
 id of this process's writer of this ledger, new in each process; ``n``: that writer's count of records,
 1, 2, ...; absent from records written before this member existed; ``dpbudget.accountant.ledger.writer``),
-``table`` (durable ledgers only: the running commitment to the accounts table,
-``dpbudget.accountant.ledger.table_sum``), and ``prev``.
+and ``prev``. (Durable records of earlier versions also carry ``table``, read as nothing.)
 
 Invariant of every record that debits (an auditor replays on it): ``cost`` is exactly the charge
 given to ``rule.debit(state, charge)`` for EVERY account listed in ``accounts``; a step that would
@@ -76,11 +75,9 @@ __all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout",
            "step_fragments", "time_micros", "utc_now", "utc_time"]
 
 
-# One encoder for the process: json.dumps with non-default options builds a new encoder per call,
-# which is most of the cost of writing a record.
+# One encoder for the process (json.dumps with options builds one per call: most of a record's cost).
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                             allow_nan=False)
-
 
 # The encoder's own string escaper (C, no ASCII escaping), used directly for keys and strings.
 _string = json.encoder.encode_basestring
@@ -88,7 +85,7 @@ _string = json.encoder.encode_basestring
 
 def canonical(record: Any) -> str:
     """The canonical JSON text of a record (or of any JSON value)."""
-    if record is None:
+    if record is None:  # (an unnamed analyst or label: on every release's path)
         return "null"
     return _string(record) if isinstance(record, str) else _ENCODER.encode(record)
 

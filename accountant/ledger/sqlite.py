@@ -167,8 +167,7 @@ class SqliteLedger(SqlLedger):
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
-    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = (),
-               cached: bool = False) -> None:
+    def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         self._in_this_process()
         self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN IMMEDIATE")

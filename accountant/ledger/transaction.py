@@ -1,5 +1,15 @@
 """``Ledger.transaction()``: the one way to change a ledger (``dpbudget.accountant.ledger.base``), as a
-context manager or explicit ``begin``/``commit``/``abandon``, and the view inside it."""
+context manager or explicit ``begin``/``commit``/``abandon``, and the view inside it.
+
+Interrupts: a KeyboardInterrupt (or any BaseException) may land between any two bytecodes — right
+after BEGIN has run on the backend, or between the end of a ``with`` block and the call of
+``__exit__``, which Python then never makes. The gate therefore uses the explicit form: one ``try``
+around ``begin`` and ``commit`` whose ``except BaseException`` calls ``abandon`` and re-raises.
+Every exit then rolls back and releases the lock, so an interrupted debit leaves no open
+transaction behind (which would wedge the ledger and hold the write lock against every other
+process). A backend's ``_begin`` also rolls back whatever a second interrupt, landing inside
+``abandon`` itself, may have left open.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +20,20 @@ from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.accountant.ledger import lanes as _lanes
-from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
 from dpbudget.accountant.ledger.writer import writer_for
 
 # The ledger (``dpbudget.accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
-__all__ = ["Scope", "Transaction", "release_fully"]
+__all__ = ["Transaction"]
 
 _VERSION = str(FORMAT_VERSION)
 _LANES_VERSION = str(_lanes.FORMAT)
 
 
 class Transaction:
-    """The view of a ledger inside ``Ledger.transaction()``.
+    """``Ledger.transaction()``: a context manager yielding itself, or explicit ``begin`` (which
+    returns it), ``commit`` and ``abandon``; between them, the view of the ledger.
 
     Its time (``time``, ``micros``) is the ledger's, never the caller's: fixed once read, it is
     the ``time`` of every record the transaction appends, so that the windows and blocks a debit
@@ -31,6 +41,8 @@ class Transaction:
     comes from (``Ledger._tx_micros``): the server's clock (PostgreSQL), this process's wall
     clock but never earlier than the head record's (SQLite), the clock it was given (in memory).
     """
+
+    __slots__ = ("_ledger", "appended", "_read", "_micros")
 
     def __init__(self, ledger: Any) -> None:
         self._ledger = ledger
@@ -97,9 +109,13 @@ class Transaction:
             reads = [k for k in ledger._tx_shared if k not in keys]
             if reads:  # what the record was checked against (the policy in force)
                 extra["reads"] = _lanes.links_member((k, ledger._lane(k)) for k in reads)
-            table = None
         else:
-            extra, table, seq = self._chain(ledger, accounts)
+            seq, prev = ledger._head()
+            if self._micros is None:  # (from the head just read: no second read of it)
+                self._micros = ledger._tx_micros((seq, prev))
+            for account in accounts:
+                self._check_state(account)
+            extra = {"v": _VERSION, "prev": f'"{prev}"'}
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
@@ -115,30 +131,12 @@ class Transaction:
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
         self._read.update((a.key, a) for a in written)
-        if table is not None:
-            ledger._table = (seq + 1, entry.hash, table)
-            ledger._last_time = (entry.seq, entry.hash, micros)  # (the next one's floor)
         if ledger.lanes:
             ledger._advance(keys, entry)
+        else:
+            ledger._last_time = (entry.seq, entry.hash, micros)  # (the next one's floor)
         self.appended.append(entry)
         return entry
-
-    def _chain(self, ledger: Any,
-               accounts: list[Account]) -> tuple[dict[str, str], int | None, int]:
-        """The members that link a record of one chain (format 1), the table sum, and the
-        head's seq."""
-        seq, prev = ledger._head()
-        if self._micros is None:  # (from the head just read: no second read of it)
-            self._micros = ledger._tx_micros((seq, prev))
-        table = None
-        if ledger.durable:  # only a stored table can be edited behind the chain's back
-            table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
-            extra = {"table": table_sum.member(table)}
-        else:
-            extra = {}
-            for account in accounts:
-                self._check_state(account)
-        return {**extra, "v": _VERSION, "prev": f'"{prev}"'}, table, seq
 
     def _check_state(self, new: Account) -> Account | None:
         """Refuse a running state that is not finite and >= 0 in every component, or that is
@@ -158,60 +156,6 @@ class Transaction:
                                       "decreases: that would refund budget); nothing was written")
         return old
 
-
-def _release_each(locks: tuple[Any, ...]) -> None:
-    """``release_fully`` each of ``locks``, the rest even if one is interrupted."""
-    if locks:
-        try:
-            release_fully(locks[0])
-        finally:
-            _release_each(locks[1:])
-
-
-def release_fully(lock: Any) -> None:
-    """Release ``lock`` (re-entrant, with ``_is_owned``) as many times as this thread holds it,
-    even if an interrupt lands in between; an interrupt caught while releasing is raised once the
-    lock is free.
-
-    Why two passes: an interrupt can land where no handler of a pass catches it (its loop's own
-    test, or its handler), and then the second pass, in ``finally``, frees the lock. Only a second
-    interrupt landing within those few bytecodes of the first could leave it held."""
-    try:
-        _drain(lock)
-    finally:
-        _drain(lock)
-
-
-def _drain(lock: Any) -> None:
-    interrupted: BaseException | None = None
-    while lock._is_owned():
-        try:
-            lock.release()
-        except KeyboardInterrupt as exc:
-            interrupted = exc  # (each pass re-checks ownership: never a release too many)
-    if interrupted is not None:
-        raise interrupted
-
-
-class Scope:
-    """``Ledger.transaction()``: a context manager, or explicit ``begin``/``commit``/``abandon``.
-
-    Interrupts: a KeyboardInterrupt (or any BaseException) may land between any two bytecodes —
-    right after BEGIN has run on the backend, or between the end of a ``with`` block and the call
-    of ``__exit__``, which Python then never makes. The gate therefore uses the explicit form, with
-    ``begin`` and ``commit`` inside one ``try`` whose handler calls ``abandon``: every exit rolls
-    back and releases the lock, so an interrupted debit leaves no open transaction behind (which
-    would wedge the ledger — "cannot start a transaction within a transaction" — and hold the
-    write lock against every other process). A backend's ``_begin`` also rolls back whatever an
-    interrupt outside these handlers may still have left open, before it begins.
-    """
-
-    __slots__ = ("_ledger", "_tx")
-
-    def __init__(self, ledger: Any) -> None:
-        self._ledger = ledger
-        self._tx: Transaction | None = None
-
     def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read
         (an optimisation only: any account can still be read). In a ledger of lanes
@@ -225,61 +169,42 @@ class Scope:
             writer = ledger._w = writer_for(ledger._writer_key())
         ledger._begin(prefetch, shared)
         writer.begin(ledger._landed)
-        self._tx = Transaction(ledger)
-        return self._tx
+        return self
 
     def commit(self) -> None:
-        """Commit and release the lock; on any failure (or interrupt) roll back, then raise."""
+        """Commit and release the lock. On a failure (or an interrupt) the caller's ``abandon``
+        rolls back and releases; after a commit a rollback is harmless (nothing is open)."""
         ledger = self._ledger
-        appended = () if self._tx is None else tuple(self._tx.appended)
         writer = ledger._w
         assert writer is not None  # set by begin
-        committed = False
-        try:
-            box = writer.committing(appended)
-            token = ledger._commit()
-            committed = True
-            writer.committed(box)  # the next transaction counts these without a read
-        except BaseException:
-            if not committed:  # (a rollback after the commit is harmless: nothing is open)
-                self.abandon()
-            raise
-        finally:
-            release_fully(ledger._lock)
+        box = writer.committing(tuple(self.appended))
+        ledger._commit()  # durable when it returns (each backend syncs its own commit)
+        writer.committed(box)  # the next transaction counts these without a read
+        lock = ledger._lock
+        while lock._is_owned():  # (every level: one an interrupt left would hold other threads)
+            lock.release()
         # Logged only now, with no ledger lock held: a handler that blocks, or whose own lock an
         # interrupt left held, must not hold every other thread's debit (writer.py).
         writer.log()
         if writer.pid != os.getpid():  # (a log handler, say, forked during the debit)
             raise LedgerError("this process was forked during a debit: the process that began "
                               "it paid for one answer, and draws it; this one draws nothing")
-        # On disk before the caller may act on it (draw noise): after the lock, so that other
-        # threads' transactions go on meanwhile and one sync covers them all.
-        ledger._sync(token)
 
     def abandon(self) -> None:
-        """Roll back the open transaction (if any) and release every lock of the ledger this
-        thread holds, even if interrupted again while doing so. An interrupt during the rollback
-        is absorbed (the exception that brought us here is already on its way to the caller);
-        one during the release is raised once the locks are free (``release_fully``), in place
-        of that exception — either way nothing was drawn. Idempotent."""
-        ledger = self._ledger
-        # Decided by the lock's own state, not by a flag an interrupt could leave stale: this
-        # thread rolls back only what it owns (never another thread's transaction), and releases
-        # every level it holds (the gate never nests transactions). It also frees any other lock
-        # of the ledger an interrupt left this thread holding (``Ledger._locks``), so that other
-        # threads do not wait for it.
-        locks = ledger._locks()
+        """Roll back the open transaction (if any) and release the ledger's lock, as many times
+        as this thread holds it. Decided by the lock's own state, not by a flag an interrupt
+        could leave stale: this thread rolls back only what it owns, never another thread's
+        transaction. Idempotent."""
+        lock = self._ledger._lock
+        if not lock._is_owned():
+            return
         try:
-            while ledger._lock._is_owned():
-                try:
-                    ledger._rollback()
-                    break
-                except KeyboardInterrupt:
-                    continue  # finish the clean-up first; the first interrupt still propagates
-                except Exception:
-                    break  # the connection is broken: nothing uncommitted survives it
+            self._ledger._rollback()
+        except Exception:  # noqa: S110 - the connection is broken: nothing uncommitted survives it
+            pass
         finally:
-            _release_each(locks)
+            while lock._is_owned():
+                lock.release()
 
     def __enter__(self) -> Transaction:
         try:
@@ -293,7 +218,7 @@ class Scope:
             try:
                 self.commit()
             except BaseException:
-                self.abandon()  # whatever an interrupt left held (idempotent)
+                self.abandon()
                 raise
         else:
             self.abandon()

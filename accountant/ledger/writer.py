@@ -97,11 +97,11 @@ class Writer:
         the next call, and lost (a gap the audit of the logs shows) if it fails again. An interrupt is raised once the
         logging lock is free."""
         queue, lock = self.unlogged, self._logging
-        while lock._is_owned():  # (left held in this thread by an interrupt in an earlier call)
-            lock.release()
         if not _LOG.isEnabledFor(logging.INFO):
             queue.clear()  # (no one listens: nothing to keep)
             return
+        while lock._is_owned():  # (left held in this thread by an interrupt in an earlier call)
+            lock.release()
         while queue:
             mine = False
             try:

@@ -286,11 +286,11 @@ def test_negative_control_without_the_check_both_processes_draw(
 
     from dpbudget.accountant.ledger import transaction
 
-    source = textwrap.dedent(inspect.getsource(transaction.Scope.commit))
+    source = textwrap.dedent(inspect.getsource(transaction.Transaction.commit))
     broken = source.replace("if writer.pid != os.getpid():", "if False:")
     assert broken != source
     scope = dict(vars(transaction))
     exec(compile(broken, "<broken commit>", "exec"), scope)  # noqa: S102 - a test's mutant
-    monkeypatch.setattr(transaction.Scope, "commit", scope["commit"])
+    monkeypatch.setattr(transaction.Transaction, "commit", scope["commit"])
     child, spent = _fork_during_the_debit()
     assert child == 0 and spent == pytest.approx(0.5)  # two answers on one debit

@@ -32,7 +32,6 @@ import pytest
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError
 from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger import SqliteLedger
-from dpbudget.accountant.ledger.transaction import release_fully
 from dpbudget.mechanisms import Laplace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,76 +261,3 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     logged = {json.loads(line)["record"]["seq"] for line in log.read_text().splitlines()}
     assert logged == set(range(first, acc.ledger.head()[0] + 1))
     acc.close()
-
-
-class _CountedLock:
-    """A re-entrant lock held ``depth`` times whose ``_is_owned`` or ``release`` raises
-    KeyboardInterrupt at its ``at``-th call (counting both), as a Ctrl-C landing there would."""
-
-    def __init__(self, depth: int, at: int) -> None:
-        self.depth, self.at, self.calls = depth, at, 0
-
-    def _tick(self) -> None:
-        self.calls += 1
-        if self.calls == self.at:
-            raise KeyboardInterrupt
-
-    def _is_owned(self) -> bool:
-        self._tick()
-        return self.depth > 0
-
-    def release(self) -> None:
-        if self.depth <= 0:
-            raise RuntimeError("cannot release un-acquired lock")
-        self._tick()
-        self.depth -= 1
-
-
-def test_an_interrupt_anywhere_in_releasing_a_lock_still_frees_it_and_is_raised() -> None:
-    for depth in (1, 3):
-        calls = _CountedLock(depth, 0)
-        release_fully(calls)
-        for at in range(1, calls.calls + 1):
-            lock = _CountedLock(depth, at)
-            with pytest.raises(KeyboardInterrupt):  # never swallowed
-                release_fully(lock)
-            assert lock.depth == 0, (depth, at)
-
-
-def test_an_interrupt_at_any_line_of_releasing_a_lock_frees_it() -> None:
-    """The same with a real lock and a tracer raising at each line the release runs, after its
-    first: an interrupt there lands before the call has begun, as if just before it, and is the
-    caller's to handle (``Scope.abandon`` frees every lock of the ledger: the test below)."""
-    from dpbudget.accountant.ledger import transaction
-
-    def traced(n: int) -> tuple[threading.RLock, _InterruptAt]:
-        lock = threading.RLock()
-        for _ in range(3):
-            lock.acquire()
-        tracer = _InterruptAt(n)
-        sys.settrace(tracer)
-        try:
-            transaction.release_fully(lock)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-        return lock, tracer
-
-    _, counted = traced(-1)
-    assert counted.count > 5
-    for n in range(2, counted.count + 1):
-        lock, tracer = traced(n)
-        assert tracer.fired
-        assert not lock._is_owned(), f"the lock was left held after an interrupt at {tracer.where}"  # type: ignore[attr-defined]
-
-
-def test_negative_control_one_pass_leaves_the_lock_held() -> None:
-    """Without the second pass, an interrupt at the loop's own test leaves the lock held: the
-    tests above can fail."""
-    from dpbudget.accountant.ledger import transaction
-
-    lock = _CountedLock(2, 1)  # (the first ``_is_owned``)
-    with pytest.raises(KeyboardInterrupt):
-        transaction._drain(lock)
-    assert lock.depth == 2

@@ -29,7 +29,7 @@ from dpbudget.accountant.ledger.lanes import FORMAT, START
 from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, BEGIN, READS, Tx, account, entries
 from dpbudget.accountant.ledger.postgres.schema import check_rows, lock_id, prepare
 from dpbudget.accountant.ledger.postgres.session import Session, shown
-from dpbudget.accountant.ledger.record import canonical, float_object
+from dpbudget.accountant.ledger.record import float_object
 
 __all__ = ["PostgresLedger"]
 
@@ -73,7 +73,6 @@ class PostgresLedger(Ledger):
         self._tx: Tx | None = None  # the open transaction
         self._anchor: tuple[int, int] | None = None  # (server µs, monotonic µs) at the last begin
         self._audited: list[Account] | None = None  # read with the last full entries()
-        self._configs: dict[int, tuple[dict[str, Any], str]] = {}
         try:
             self._s = Session(psycopg, dsn, self.timeout)
             conn = self._s.conn
@@ -224,15 +223,6 @@ class PostgresLedger(Ledger):
             tx.writes.append((sql, (a.rule, self._config_text(a.config), float_object(a.state),
                                     a.seq, a.key)))
             tx.read[a.key] = a
-
-    def _config_text(self, config: dict[str, Any]) -> str:
-        # A rule's configuration is encoded once per configuration object (every debit writes it).
-        cached = self._configs.get(id(config))
-        if cached is None or cached[0] is not config:
-            if len(self._configs) > 1024:
-                self._configs.clear()
-            cached = self._configs[id(config)] = (config, canonical(config))
-        return cached[1]
 
     def _commit(self) -> None:
         """Send the transaction's writes and COMMIT in one round trip; it returns once the

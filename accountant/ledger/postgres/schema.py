@@ -20,7 +20,6 @@ from importlib import resources
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
-from dpbudget.accountant.ledger import table_sum
 
 __all__ = ["SCHEMA_VERSION", "TRIGGERS", "check_rows", "ddl", "grant_statements", "lock_id",
            "prepare", "quote_ident"]
@@ -220,7 +219,7 @@ def check_rows(conn: Any, ledger: Any) -> None:
             head = ledger.entry(at) if at > seq else None
             record: dict[str, Any] = {} if head is None else head.record
             link = (record.get("links") or {}).get(key)
-            fine = (head is not None and head.hash == digest and table_sum.authentic(ledger, head)
+            fine = (head is not None and head.hash == digest and ledger._authentic(head)
                     and key not in (record.get("accounts") or {})
                     and isinstance(link, list) and len(link) == 2)
             if fine and isinstance(link, list):
