@@ -265,6 +265,10 @@ class PostgresLedger(Ledger):
     def accounts(self) -> list[Account]:
         return [account(*row) for row in self._query(ACCOUNTS + " ORDER BY key")]
 
+    def created_since(self, mark: Any = None) -> tuple[Any, list[str]]:
+        # Every key, no state parsed: the table keeps no order of creation to start from.
+        return None, [str(row[0]) for row in self._query("SELECT key FROM dpbudget_accounts")]
+
     def audited_accounts(self) -> list[Account]:
         audited, self._audited = self._audited, None  # (once: a later call reads afresh)
         return self.accounts() if audited is None else audited
