@@ -19,7 +19,8 @@ import numpy as np
 from dpbudget.accountant.values import _numeric, _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, InvalidDataTypeError
-from dpbudget.mechanisms.base import Mechanism, stated_sensitivity, unstated_sensitivity
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.sensitivity import stated_sensitivity, unstated_sensitivity
 from dpbudget.mechanisms.exact import (
     discrete_gaussian,
     discrete_gaussian_array,

@@ -12,8 +12,8 @@ import numpy as np
 from dpbudget.accountant.values import _numeric, _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError
-from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
-                             unstated_sensitivity)
+from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.sensitivity import stated_sensitivity, unstated_sensitivity
 from dpbudget.mechanisms.calibration import (
     analytic_gaussian_delta,
     analytic_gaussian_epsilon,

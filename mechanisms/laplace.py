@@ -11,8 +11,8 @@ import numpy as np
 from dpbudget.accountant.values import _numeric, _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import InvalidDataError
-from dpbudget.mechanisms.base import (NumericMechanism, noise_kind, stated_sensitivity,
-                             unstated_sensitivity)
+from dpbudget.mechanisms.base import NumericMechanism, noise_kind
+from dpbudget.mechanisms.sensitivity import stated_sensitivity, unstated_sensitivity
 from dpbudget.mechanisms.grid import LaplaceGrid
 from dpbudget.mechanisms.sampling import Sampler
 from dpbudget.mechanisms.sums import rational_value, within

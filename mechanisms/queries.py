@@ -39,7 +39,8 @@ from dpbudget.accountant.values.errors import (
     InvalidDataTypeError,
     InvalidTypeError,
 )
-from dpbudget.mechanisms.base import Mechanism, rounded_up
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.sensitivity import rounded_up
 from dpbudget.mechanisms.rows import clamp_range, row_values
 from dpbudget.mechanisms.sums import exact_sum
 

@@ -193,3 +193,12 @@ def test_one_import_name() -> None:
         files += (ROOT / folder).rglob("*.py")
     offenders = [str(f.relative_to(ROOT)) for f in files if bare.search(f.read_text("utf-8"))]
     assert not offenders, f"import these through dpbudget.*: {offenders}"
+
+
+def test_no_module_over_its_size() -> None:
+    """No module over 400 lines, and none over 300 in the storage wing (issue 31): a module that
+    grows past it has taken on a second concept."""
+    over = [f"{m} ({n} lines)" for m, path in MODULES.items()
+            if (n := len(path.read_text("utf-8").splitlines()))
+            > (300 if m.startswith("dpbudget.accountant.ledger") else 400)]
+    assert not over, f"split these: {over}"

@@ -31,7 +31,8 @@ from dpbudget.accountant.gate.refusals import REFUSALS, log_refusal
 from dpbudget.accountant.gate.session import NumericSession, Session
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.accountant.gate.step import Step, check_continues, check_unlocked, step_account
-from dpbudget.mechanisms.base import Mechanism, StreamMechanism, priced
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.sensitivity import priced
 from dpbudget.mechanisms.queries import bind
 from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
 from dpbudget.policies.accounts import dataset_key, dataset_name
