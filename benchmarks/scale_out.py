@@ -32,6 +32,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import platform
+import queue
 import re
 import shutil
 import sqlite3
@@ -48,7 +49,7 @@ from dpbudget.accountant.audit.run import audit
 from dpbudget.mechanisms import Laplace
 
 _RECORD = "x" * 520
-_CTX = mp.get_context("fork")
+_CTX = mp.get_context("forkserver")  # (a fork of this process, which opened SQLite, is refused it)
 
 
 # -- workers (run in child processes) ------------------------------------------------------------
@@ -102,7 +103,13 @@ def _run(make: Any, target: str, processes: int, distinct: bool, n: int) -> floa
                 for i in range(processes)]
     for child in children:
         child.start()
-    times = [out.get(timeout=600) for _ in children]
+    times: list[tuple[float, float]] = []
+    while len(times) < processes:  # (a worker that died says so at once, never a 10-minute wait)
+        try:
+            times.append(out.get(timeout=1.0))
+        except queue.Empty:
+            if any(child.exitcode not in (None, 0) for child in children):
+                raise RuntimeError("a worker failed before it finished its releases") from None
     for child in children:
         child.join()
         if child.exitcode:
