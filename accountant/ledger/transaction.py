@@ -194,17 +194,20 @@ class Transaction:
         """Roll back the open transaction (if any) and release the ledger's lock, as many times
         as this thread holds it. Decided by the lock's own state, not by a flag an interrupt
         could leave stale: this thread rolls back only what it owns, never another thread's
-        transaction. Idempotent."""
-        lock = self._ledger._lock
-        if not lock._is_owned():
-            return
-        try:
-            self._ledger._rollback()
-        except Exception:  # noqa: S110 - the connection is broken: nothing uncommitted survives it
-            pass
-        finally:
-            while lock._is_owned():
-                lock.release()
+        transaction. Idempotent; an interrupt landing in it is raised once the lock is free."""
+        lock, interrupted = self._ledger._lock, None
+        while lock._is_owned():  # (a second Ctrl-C in here: finish the clean-up, then raise it)
+            try:
+                try:
+                    self._ledger._rollback()
+                except Exception:  # noqa: S110 - a broken connection: nothing uncommitted survives
+                    pass
+                while lock._is_owned():
+                    lock.release()
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
 
     def __enter__(self) -> Transaction:
         try:

@@ -16,6 +16,7 @@ releasing, while another process releases on the same ledger.
 
 from __future__ import annotations
 
+import linecache
 import os
 import random
 import signal
@@ -260,4 +261,65 @@ def test_an_interrupt_at_any_line_never_loses_a_record_from_the_process_log(
     assert report.ok, [p.message for p in report.problems]
     logged = {json.loads(line)["record"]["seq"] for line in log.read_text().splitlines()}
     assert logged == set(range(first, acc.ledger.head()[0] + 1))
+    acc.close()
+
+
+class _SecondInterrupt:
+    """A trace function raising KeyboardInterrupt at the ``k``-th line of the clean-up's work: a
+    line of the backend's ``_rollback``, or ``abandon``'s call of it or release of the lock (a
+    second Ctrl-C landing in the clean-up of the first; before its ``try`` no code can catch it)."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.count, self.fired = k, 0, False
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> Any:
+        return self._line if frame.f_code.co_name in ("abandon", "_rollback") else None
+
+    def _line(self, frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and not self.fired and (
+                (frame.f_code.co_name == "_rollback" and frame.f_back.f_code.co_name == "abandon")
+                or any(call in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+                       for call in ("_rollback()", "release()"))):
+            self.count += 1
+            if self.count == self.k:
+                self.fired = True
+                raise KeyboardInterrupt("the second Ctrl-C")
+        return self._line
+
+
+@pytest.mark.parametrize("k", range(1, 6))
+def test_a_second_interrupt_in_the_clean_up_frees_the_lock(tmp_path: Path, k: int,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second Ctrl-C inside ``abandon`` (review of the smaller transaction): between the
+    rollback and the release of the lock it left the ledger's lock (and SQLite's write lock)
+    held, so another thread waited until this one debited again. Now the clean-up finishes
+    first: another thread and another writer release at once."""
+    from dpbudget.accountant.ledger.transaction import Transaction
+
+    path = tmp_path / "l.db"
+    acc = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=30.0))
+    acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
+
+    def first_interrupt(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt("the first Ctrl-C")
+
+    monkeypatch.setattr(Transaction, "append", first_interrupt)
+    tracer = _SecondInterrupt(k)
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            acc.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")
+    finally:
+        sys.settrace(None)
+    assert tracer.fired, f"the clean-up runs fewer than {k} lines"
+    monkeypatch.undo()
+    worker = threading.Thread(target=acc.release, args=(Laplace(0.01, sensitivity=1.0), 1.0),
+                              kwargs={"dataset": "d"})
+    worker.start()
+    worker.join(10.0)
+    assert not worker.is_alive(), f"the lock stayed held (second interrupt at line {k})"
+    other = Accountant(Budget(1000.0), ledger=SqliteLedger(path, timeout=2.0))
+    other.release(Laplace(0.01, sensitivity=1.0), 1.0, dataset="d")  # SQLite's lock is free too
+    other.close()
+    assert acc.spent("d").epsilon == pytest.approx(0.03)
     acc.close()
