@@ -116,7 +116,7 @@ class _Replay:
         self.over_in_force: set[str] = set()
         self.in_force: InForce | None = None  # from the ledger's own policy records
         self.policies = PolicyRecords()
-        self.library = LibraryRecords()  # what release records claim (``audit_release``)
+        self.library = LibraryRecords()  # what release records claim (``dpbudget.accountant.audit.release``)
         # Whether the first record, verified, says the ledger was created for simulation (None
         # until read); only there, or in an in-memory ledger, is seeded noise no problem.
         self.simulation: bool | None = None
@@ -128,7 +128,7 @@ class _Replay:
         self.charges: dict[tuple[Any, ...], Charge] = {}
         self.first_time: str | None = None
         self.last_time: str | None = None
-        self.tallies = Tallies()  # per analyst, mechanism, label... (``audit_tally``)
+        self.tallies = Tallies()  # per analyst, mechanism, label... (``dpbudget.accountant.audit.tally``)
 
     def problem(self, kind: str, message: str, seq: int | None = None,
                 position: int | None = None) -> None:

@@ -308,8 +308,3 @@ def budget(eps: float, delta: float, alpha: float) -> float:
     b = eps - math.log1p(-1.0 / alpha) + (math.log(delta) + math.log(alpha)) / (alpha - 1.0)
     b -= abs(b) * _RELATIVE + 64.0 * math.ulp(eps + abs(math.log(delta)))
     return math.nextafter(b, -math.inf)
-
-
-def best_order(steps_at: Any, orders: Sequence[float]) -> float:
-    """The order among ``orders`` at which ``steps_at(order)`` is largest (the first on ties)."""
-    return max(orders, key=lambda a: (steps_at(a), -a))

@@ -78,6 +78,9 @@ def ddl(schema: str) -> str:
         f"CREATE TRIGGER {name} {when} ON {{S}}.{table}\n"
         f"    FOR EACH {each} EXECUTE FUNCTION {{S}}.{function}();\n"
         for table, name, when, each, function in _TRIGGERS)
+    if "$" in schema:  # the server functions' bodies are dollar-quoted: a name must not end one
+        raise LedgerError(f"PostgreSQL ledger: a schema name with '$' is not supported "
+                          f"({len(schema)} characters); nothing was created")
     name = quote_ident(schema)
     literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
     text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8").replace(

@@ -26,7 +26,7 @@ DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint),
     {S}.dpbudget_expect(text[], text[], bigint[]), {S}.dpbudget_expect(text[], bigint[]),
     {S}.dpbudget_take(text[], text[]);
 -- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the record
--- its row names (checked against the chain's table sum on every opening before).
+-- its row names.
 INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
     JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
 -- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger.

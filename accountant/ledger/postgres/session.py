@@ -226,8 +226,8 @@ def shown(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except Exception:  # (the session's own connect reports it, typed)
         return "postgresql://(a DSN that does not parse)"
-    if "password" not in params:
+    secret = [k for k in params if "password" in k]  # (password, sslpassword)
+    if not secret:
         return dsn
-    params.pop("password")
-    return make_conninfo("", **params)
+    return make_conninfo("", **{k: v for k, v in params.items() if k not in secret})
 

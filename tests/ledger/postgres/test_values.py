@@ -81,6 +81,18 @@ def test_the_ledger_never_shows_a_password() -> None:
     from dpbudget.accountant.ledger.postgres.session import shown
 
     for dsn in ("postgresql://bob:s3cret@db.example:5432/ledger?sslmode=require",
-                "host=db.example user=bob password=s3cret dbname=ledger"):
+                "host=db.example user=bob password=s3cret dbname=ledger",
+                "host=db.example user=bob sslpassword=s3cret dbname=ledger"):
         assert "s3cret" not in shown(dsn) and "bob" in shown(dsn)
     assert shown("postgresql://bob@db.example/ledger") == "postgresql://bob@db.example/ledger"
+
+
+def test_a_schema_name_that_could_end_a_dollar_quote_is_refused() -> None:
+    """The server functions' bodies are dollar-quoted (``DO $logged$ ... $logged$``): a schema
+    named with ``$logged$`` closed one early (review of the one-package ledger)."""
+    from dpbudget.accountant.ledger.postgres.schema import ddl
+    from dpbudget.accountant.values.errors import LedgerError
+
+    with pytest.raises(LedgerError):
+        ddl("a$logged$b")
+    assert '"plain"' in ddl("plain")
