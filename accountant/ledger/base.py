@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.ledger import table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import (GENESIS, auth_name, canonical, key_from_env,
                                                 record_hash, time_micros)
@@ -168,13 +169,13 @@ class Ledger(ABC):
         the ledger. O(number of accounts).
 
         Each record a row names must be authentic (its hash; an HMAC on a keyed ledger). A row
-        rewound to an earlier record (with that record's state), deleted or added by hand is the
-        audit's to see: it replays every record and compares every row (``dpbudget audit``).
+        rewound to an earlier record, deleted or added: on a keyed file refused here (its head
+        record pins the table: ``table_sum``), else the audit's to see (``dpbudget audit``).
 
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
-        for account in self.accounts():
+        for account in table_sum.checked_rows(self):
             entry = self.entry(account.seq)
             recorded = None
             # The record a row names must itself be authentic (under the ledger's key, when it
@@ -215,9 +216,8 @@ class Ledger(ABC):
             says_keyed = json.loads(entry.text).get("auth") == "hmac-sha256"
         except (ValueError, AttributeError):
             return False
-        if self._key is not None and not says_keyed:
-            return False
-        return bool(record_hash(entry.text, self._key if says_keyed else None) == entry.hash)
+        return not (self._key is not None and not says_keyed) and bool(
+            record_hash(entry.text, self._key if says_keyed else None) == entry.hash)
 
     def _config_text(self, config: dict[str, Any]) -> str:
         """A rule's configuration as canonical JSON, encoded once per configuration object."""

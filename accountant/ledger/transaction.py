@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError
-from dpbudget.accountant.ledger import lanes as _lanes
+from dpbudget.accountant.ledger import lanes as _lanes, table_sum
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
 from dpbudget.accountant.ledger.writer import writer_for
@@ -113,9 +113,13 @@ class Transaction:
             seq, prev = ledger._head()
             if self._micros is None:  # (from the head just read: no second read of it)
                 self._micros = ledger._tx_micros((seq, prev))
-            for account in accounts:
-                self._check_state(account)
             extra = {"v": _VERSION, "prev": f'"{prev}"'}
+            if table_sum.committed(ledger):  # a keyed file: the head pins the accounts table
+                table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
+                extra["table"] = table_sum.member(table)
+            else:
+                for account in accounts:
+                    self._check_state(account)
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
@@ -128,6 +132,8 @@ class Transaction:
         # The record first: a PostgreSQL server checks each account row against the record it
         # points at (accountant.ledger.postgres.schema).
         ledger._write_entry(entry)
+        if "table" in extra:
+            table_sum.remember(ledger, seq + 1, entry.hash, table)
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
         self._read.update((a.key, a) for a in written)
