@@ -35,8 +35,7 @@ from dpbudget.accountant.values.errors import (
 from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["NOISE_KINDS", "Mechanism", "NumericMechanism", "StreamMechanism", "array_as_float",
-           "mechanism_name", "noise_kind", "real_as_float", "real_values", "stated_sensitivity",
-           "unstated_sensitivity"]
+           "mechanism_name", "noise_kind", "real_as_float", "real_values"]
 
 # "exact": noise from the exact integer samplers, released on a grid (the default);
 # "float": the textbook floating-point samplers, an explicit opt-out (docs/exact-noise.md).

@@ -10,13 +10,14 @@ from types import ModuleType
 
 import pytest
 
-PACKAGES = ["accountant", "dpbudget.accountant.composition", "dpbudget.accountant.ledger", "mechanisms", "policies"]
+PACKAGES = ["dpbudget.accountant", "dpbudget.accountant.composition", "dpbudget.accountant.ledger",
+            "dpbudget.mechanisms", "dpbudget.policies"]
 
 
 def _modules() -> list[str]:
     """Every public module of the three packages (names starting with '_' are private)."""
     names = []
-    for package in ("accountant", "mechanisms", "policies"):
+    for package in ("dpbudget.accountant", "dpbudget.mechanisms", "dpbudget.policies"):
         mod = importlib.import_module(package)
         names.append(package)
         for info in pkgutil.walk_packages(mod.__path__, prefix=package + "."):
@@ -86,5 +87,5 @@ def test_every_mechanism_class_is_exported() -> None:
         return out
 
     for cls in subclasses(Mechanism):
-        if cls.__module__.startswith("mechanisms.") and not cls.__name__.startswith("_"):
+        if cls.__module__.startswith("dpbudget.mechanisms.") and not cls.__name__.startswith("_"):
             assert cls.__name__ in mechanisms.__all__, cls

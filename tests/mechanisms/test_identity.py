@@ -147,7 +147,7 @@ def test_a_custom_class_is_admitted_by_its_qualified_name_only() -> None:
 
 
 @pytest.mark.parametrize("module, qualname", [("dpbudget.mechanisms.laplace", "Laplace"),
-                                              (__name__, "Clipped"), ("mechanisms", "Laplace")])
+                                              (__name__, "Clipped"), ("dpbudget.mechanisms", "Laplace")])
 def test_a_class_posing_under_another_class_name_cannot_be_built(module: str,
                                                                   qualname: str) -> None:
     """A rewritten ``__module__``/``__qualname__`` does not make a class another one: the name
