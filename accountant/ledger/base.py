@@ -11,6 +11,7 @@ limit (an "account") is kept beside the records, so resuming or debiting costs O
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -177,14 +178,12 @@ class Ledger(ABC):
         """
         for account in table_sum.checked_rows(self):
             entry = self.entry(account.seq)
-            recorded = None
-            # The record a row names must itself be authentic (under the ledger's key, when it
-            # has one): a state edited in the record and the row together would refund budget.
-            if entry is not None and self._authentic(entry):
-                try:
-                    recorded = json.loads(entry.text)["accounts"][account.key]["state"]
-                except (KeyError, TypeError, ValueError):
-                    recorded = None
+            recorded = None  # the record a row names is authentic (a refund edits both), and
+            if entry is not None and self._authentic(entry):  # stored under its own number (an
+                with contextlib.suppress(KeyError, TypeError, ValueError):  # older one moved up)
+                    record = json.loads(entry.text)
+                    if record.get("seq") == account.seq:
+                        recorded = record["accounts"][account.key]["state"]
             if recorded != account.state:
                 raise LedgerCorruptedError(
                     f"{account.key}: its stored running state is not the one its last record "

@@ -108,7 +108,8 @@ def check(ledger: Any) -> list[Any]:
     The rows and the head are read until the head did not move while the rows were read (another
     process may be committing: a row set and a head from two moments would not match). The head
     record must be authentic — HMAC-keyed when the ledger has a key, whatever it says of itself —
-    and carry the member, unless no record of the ledger does (one from before it existed).
+    and stored under its own number; a head without the member (written by a version that kept
+    none) is left to the audit.
 
     Raises:
         LedgerCorruptedError: a row rewound, deleted or added by hand, or the head record
@@ -129,11 +130,13 @@ def check(ledger: Any) -> list[Any]:
         claimed = read(head.text)
     except (ValueError, AttributeError):
         claimed = -1
-    if claimed is None and any(read(e.text) is not None for e in ledger.entries()):
-        claimed = -1  # stripped from the head while earlier records carry it: forged
-    if claimed is None:  # no record carries it: a ledger from before the member existed
+    if claimed is None:  # a head written without it (a version that kept none): the audit's
         return list(rows)
-    if not ledger._authentic(head) or claimed != total((a.key, a.seq) for a in rows):
+    try:  # the head stored under its own number: an older record inserted as a new head is not
+        placed = json.loads(head.text).get("seq") == seq
+    except (ValueError, AttributeError):
+        placed = False
+    if not (placed and ledger._authentic(head)) or claimed != total((a.key, a.seq) for a in rows):
         raise LedgerCorruptedError(
             "the ledger's accounts table is not the one its last record commits to (a row "
             "rewound to an earlier record, deleted or added outside dpbudget, or the last "
