@@ -85,8 +85,8 @@ def ddl(schema: str) -> str:
     literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
     text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8").replace(
         "{TRIGGERS}", triggers)
-    # One pass: a value filled in is never read again for placeholders (a schema named
-    # "a{S}');..." must stay inside its quotes).
+    # Filled in one pass, so a value is never searched for placeholders again: a schema
+    # named "a{S}');..." stays inside its quotes.
     fill = {"{S_LITERAL}": literal, "{S}": name, "{V}": SCHEMA_VERSION}
     return re.sub(r"\{S_LITERAL\}|\{S\}|\{V\}", lambda m: fill[m.group(0)], text)
 
