@@ -11,7 +11,9 @@ with the server started once per session by the ``postgres_server`` fixture).
 
 from __future__ import annotations
 
+import json
 import os
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -186,3 +188,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if fixture in metafunc.fixturenames:
             cases = getattr(cls, attribute)()
             metafunc.parametrize(fixture, cases)
+
+
+@pytest.fixture
+def write(tmp_path: Path):
+    """``write(text, suffix=".toml")`` -> the path of a new policy file with ``text``."""
+    counter = iter(range(10_000))
+
+    def _write(text: str | dict, suffix: str = ".toml") -> Path:
+        path = tmp_path / f"policy{next(counter)}{suffix}"
+        body = json.dumps(text) if isinstance(text, dict) else textwrap.dedent(text)
+        path.write_text(body, encoding="utf-8")
+        return path
+    return _write

@@ -130,3 +130,30 @@ def set_ledger_clock(clock: Any, monkeypatch: Any = None) -> None:
         base.time = LedgerTime(clock)  # type: ignore[assignment]
     else:
         monkeypatch.setattr(base, "time", LedgerTime(clock))
+
+
+def records(acc: Any) -> list[dict[str, Any]]:
+    """Every record of an accountant's ledger, parsed, in order."""
+    return [e.record for e in acc.ledger.entries()]
+
+
+def replay_ledger(ledger: Ledger) -> int:
+    """Replay every record's debit from an empty state under its account's own rule and check
+    each state written and the final account table; return how many account steps were replayed."""
+    from dpbudget.accountant.composition import Charge, rule_from_config
+
+    states: dict[str, dict[str, Any]] = {}
+    n = 0
+    for entry in ledger.entries():
+        rec = entry.record
+        cost = rec["cost"]
+        charge = Charge(cost["epsilon"], cost["delta"], cost["rho"], cost["mu"])
+        for key, account in rec["accounts"].items():
+            config = {k: v for k, v in account.items() if k != "state"}
+            rule = rule_from_config(config)
+            before = states.get(key, rule.initial_state())
+            assert rule.debit(before, charge) == account["state"], (rec["seq"], key)
+            states[key] = account["state"]
+            n += 1
+    assert states == {a.key: a.state for a in ledger.accounts()}
+    return n

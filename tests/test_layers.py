@@ -8,6 +8,7 @@ Every module of the three packages must be placed in ``LAYERS``; a new module th
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -203,3 +204,230 @@ def test_no_module_over_its_size() -> None:
             if (n := len(path.read_text("utf-8").splitlines()))
             > (300 if m.startswith("dpbudget.accountant.ledger") else 400)]
     assert not over, f"split these: {over}"
+
+
+# --- Every module has its test file (issue 31) --------------------------------------------------
+
+TESTS = ROOT / "tests"
+# Test files that hold behaviour of a whole layer or of the system, not of one module: they have
+# no module of their own name. Keep this list short; a test of one module goes in its file.
+_BEHAVIOUR = (
+    "tests/system/test_*.py",  # multi-process runs: forks, interrupts, workers
+    "tests/mechanisms/test_contract_*.py",  # the contract every mechanism keeps (tests/contracts.py)
+    "tests/test_docs.py",  # the docs' code blocks run
+    "tests/test_examples.py",  # the examples run
+    "tests/test_exports.py",  # the public names of every package
+    "tests/test_layers.py",  # this file: the layering of every module
+    "tests/test_namespace.py",  # `import dpbudget as dp`: the one namespace
+    "tests/test_no_data_in_errors.py",  # a canary fed through every error path
+    "tests/test_packaging.py",  # the installed wheel
+    "tests/test_startup.py",  # import time and what an import loads
+)
+# TEMPORARY, for the lead to delete when merging: the other half of issue 31's test tree
+# (composition, ledger, mechanisms, policies), moved in parallel on another branch: the test files
+# its modules lack yet, then its test files not yet named after a module.
+_OTHER_HALF = frozenset({
+    "tests/composition/test_advanced.py", "tests/composition/test_base.py",
+    "tests/composition/test_basic.py", "tests/composition/test_batch.py",
+    "tests/composition/test_bounds.py", "tests/composition/test_gaussian.py",
+    "tests/composition/test_optimal.py", "tests/composition/test_pld.py",
+    "tests/composition/test_privacy_loss.py", "tests/composition/test_renyi.py",
+    "tests/ledger/postgres/test_ledger.py", "tests/ledger/postgres/test_rows.py",
+    "tests/ledger/postgres/test_schema.py", "tests/ledger/postgres/test_session.py",
+    "tests/ledger/test_base.py", "tests/ledger/test_entry.py", "tests/ledger/test_lanes.py",
+    "tests/ledger/test_memory.py", "tests/ledger/test_sql.py", "tests/ledger/test_sqlite.py",
+    "tests/ledger/test_table_sum.py", "tests/ledger/test_transaction.py",
+    "tests/ledger/test_writer.py", "tests/mechanisms/test_base.py", "tests/mechanisms/test_bits.py",
+    "tests/mechanisms/test_calibration.py", "tests/mechanisms/test_grid.py",
+    "tests/mechanisms/test_guarded.py", "tests/mechanisms/test_noisy.py",
+    "tests/mechanisms/test_rows.py", "tests/mechanisms/test_sensitivity.py",
+    "tests/mechanisms/test_sums.py", "tests/policies/test_accounts.py",
+    "tests/policies/test_limits.py", "tests/policies/test_periods.py",
+    "tests/policies/test_policy.py", "tests/policies/test_stored.py",
+    "tests/composition/test_composition_bounds.py", "tests/composition/test_composition_rules.py",
+    "tests/composition/test_optimal_open.py", "tests/composition/test_pld_rule.py",
+    "tests/composition/test_rdp_discrete_subsampled.py", "tests/composition/test_release_many.py",
+    "tests/composition/test_renyi_edges.py", "tests/composition/test_renyi_forged_curves.py",
+    "tests/composition/test_renyi_orders.py", "tests/composition/test_renyi_rule.py",
+    "tests/composition/test_rule_contract.py", "tests/ledger/postgres/test_analysts.py",
+    "tests/ledger/postgres/test_durability.py", "tests/ledger/postgres/test_isolation.py",
+    "tests/ledger/postgres/test_lanes.py", "tests/ledger/postgres/test_resilience.py",
+    "tests/ledger/postgres/test_roles.py", "tests/ledger/postgres/test_values.py",
+    "tests/ledger/postgres/test_writers.py", "tests/ledger/test_account_rows.py",
+    "tests/ledger/test_backends.py", "tests/ledger/test_group_commit.py",
+    "tests/ledger/test_keyed_rows.py", "tests/ledger/test_outcomes.py",
+    "tests/mechanisms/test_exact_choice_inputs.py", "tests/mechanisms/test_exact_sums.py",
+    "tests/mechanisms/test_float_attack.py", "tests/mechanisms/test_helpers_anywhere.py",
+    "tests/mechanisms/test_identity.py", "tests/mechanisms/test_keyword_only.py",
+    "tests/mechanisms/test_pandas_inputs.py", "tests/mechanisms/test_query_binding_edges.py",
+    "tests/mechanisms/test_query_release.py", "tests/mechanisms/test_selection_statistical.py",
+    "tests/mechanisms/test_smooth_calibration.py", "tests/mechanisms/test_sparse_vector_privacy.py",
+    "tests/mechanisms/test_sparse_vector_statistical.py",
+    "tests/mechanisms/test_user_function_raises.py",
+    "tests/policies/test_block_names_and_changes.py", "tests/policies/test_blocks_replace_one.py",
+    "tests/policies/test_ledger_time.py", "tests/policies/test_one_policy_check.py",
+    "tests/policies/test_one_validator.py", "tests/policies/test_policy_attacks.py",
+    "tests/policies/test_policy_changes.py", "tests/policies/test_policy_concurrency.py",
+    "tests/policies/test_policy_files.py", "tests/policies/test_policy_limits.py",
+    "tests/policies/test_policy_windows.py",
+    "tests/policies/test_stored_policy.py", "tests/policies/test_window_allocations.py",
+})
+
+
+def _test_file(path: Path) -> str:
+    """The test file of library module ``path``: accountant's folders map to tests/<folder>/,
+    mechanisms/ and policies/ to tests/mechanisms/ and tests/policies/; ``_name`` to ``test_name``."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    folders = parts[1:-1] if parts[0] == "accountant" else parts[:-1]
+    return "/".join(("tests", *folders, f"test_{parts[-1].lstrip('_')}.py"))
+
+
+def _tested_modules() -> dict[str, str]:
+    """Each library module (not a package's ``__init__``) by its test file's path."""
+    return {_test_file(path): ".".join(["dpbudget", *path.relative_to(ROOT).with_suffix("").parts])
+            for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))
+            if path.name != "__init__.py"}
+
+
+def _origins(name: str, base: str, attrs: tuple[str, ...] = ()) -> set[str]:
+    """The modules a name imported from ``base`` (then ``.attr`` ...) comes from: ``base`` and the
+    module that defines each object reached (re-exports count for the module that defines them)."""
+    import importlib
+
+    found = {base}
+    try:
+        obj: object = importlib.import_module(base)
+        for attr in (name, *attrs) if name else attrs:
+            obj = getattr(obj, attr)
+            found.add(obj.__name__ if isinstance(obj, type(importlib)) else getattr(obj, "__module__", None) or base)
+    except (ImportError, AttributeError):
+        pass
+    return found
+
+
+def _helpers(tree: ast.Module) -> dict[str, ast.AST]:
+    return {node.name: node for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _imported(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """Local name -> (module it is imported from, attribute name or "" for a module)."""
+    names: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = (alias.name, "")
+                else:
+                    names[alias.name.split(".")[0]] = (alias.name.split(".")[0], "")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                names[alias.asname or alias.name] = (node.module, alias.name)
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def _helper_tree(module: str) -> ast.Module | None:
+    """The source of a helper module of the tests (``tests.support``, ``tests.contracts``, ...)."""
+    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    return ast.parse(path.read_text("utf-8")) if module.startswith("tests.") and path.exists() else None
+
+
+def reaches(source: str, module: str,
+            fixtures: dict[str, tuple[ast.AST, ast.Module]] | None = None) -> bool:
+    """Whether some test function of ``source`` uses ``module``: a name (or ``name.attr...``)
+    imported from it, or from a package that re-exports it, or a helper (a function or class of
+    the file, a fixture of conftest.py, a function of ``tests.*``) that does. Reading an import
+    alone, or naming the module in a string, is not enough: an empty file never reaches."""
+    tree = ast.parse(source)
+    seen: set[int] = set()
+
+    def uses(node: ast.AST, tree: ast.Module) -> bool:
+        if id(node) in seen:
+            return False
+        seen.add(id(node))
+        imported, local = _imported(tree), _helpers(tree)
+        params: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in node.args.args + node.args.kwonlyargs]
+        for name in params:  # a fixture the test asks for is a helper it calls
+            fixture = (local[name], tree) if name in local else (fixtures or {}).get(name)
+            if fixture is not None and uses(*fixture):
+                return True
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) or isinstance(sub, ast.Name):
+                chain: list[str] = []
+                head: ast.AST = sub
+                while isinstance(head, ast.Attribute):
+                    chain.insert(0, head.attr)
+                    head = head.value
+                if not isinstance(head, ast.Name):
+                    continue
+                if head.id in imported:
+                    base, name = imported[head.id]
+                    helper = _helper_tree(base)
+                    if helper is not None:
+                        target = _helpers(helper).get(name)
+                        if target is not None and uses(target, helper):
+                            return True
+                    elif module in _origins(name, base, tuple(chain)):
+                        return True
+                elif head.id in local and local[head.id] is not node and uses(local[head.id], tree):
+                    return True
+        return False
+
+    return any(uses(node, tree) for node in ast.walk(tree)
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"))
+
+
+def _fixtures(path: Path) -> dict[str, tuple[ast.AST, ast.Module]]:
+    """The fixtures of the conftest.py files above ``path`` (the nearest wins)."""
+    found: dict[str, tuple[ast.AST, ast.Module]] = {}
+    for folder in reversed(path.relative_to(TESTS).parents):
+        conftest = TESTS / folder / "conftest.py"
+        if conftest.exists():
+            tree = ast.parse(conftest.read_text("utf-8"))
+            found.update({name: (node, tree) for name, node in _helpers(tree).items()})
+    return found
+
+
+def test_every_module_has_its_test_file() -> None:
+    """Tests mirror the tree: each module's file exists and one of its tests uses the module."""
+    missing, hollow = [], []
+    for test, module in _tested_modules().items():
+        if test in _OTHER_HALF:
+            continue
+        path = ROOT / test
+        if not path.exists():
+            missing.append(test)
+        elif not reaches(path.read_text("utf-8"), module, _fixtures(path)):
+            hollow.append(test)
+    assert not missing, f"write the test file of each module: {missing}"
+    assert not hollow, f"these test files have no test that uses their module: {hollow}"
+
+
+def test_every_test_file_has_its_module() -> None:
+    """A test file named after a module that no longer exists is moved or deleted with it; only
+    the behaviour files listed in ``_BEHAVIOUR`` test no one module."""
+    modules = _tested_modules()
+    orphans = [rel for path in sorted(TESTS.rglob("test_*.py"))
+               if (rel := path.relative_to(ROOT).as_posix()) not in modules and rel not in _OTHER_HALF
+               and not any(path.relative_to(ROOT).match(pattern) for pattern in _BEHAVIOUR)]
+    assert not orphans, f"name these after the module they test, or list them in _BEHAVIOUR: {orphans}"
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("", False),
+    ("from dpbudget.accountant.gate.receipt import Receipt\n", False),
+    ("from dpbudget.accountant.gate.receipt import Receipt\ndef test_a():\n    assert 'Receipt'\n", False),
+    ("from dpbudget.accountant.gate.receipt import Receipt\ndef test_a():\n    Receipt\n", True),
+    ("from dpbudget.accountant import Receipt\ndef test_a():\n    Receipt\n", True),
+    ("import dpbudget as dp\ndef test_a():\n    dp.Receipt\n", True),
+    ("import dpbudget as dp\ndef test_a():\n    dp.Budget\n", False),
+    ("from dpbudget.accountant import Receipt\ndef _h():\n    return Receipt\ndef test_a():\n    _h()\n", True),
+    ("from dpbudget.accountant import Receipt\ndef helper():\n    return Receipt\n", False),
+])
+def test_a_test_file_reaches_its_module_only_by_a_test_that_uses_it(source: str, expected: bool) -> None:
+    """The check's own negative controls: an empty file, an import no test uses, the name in a
+    string, or a helper no test calls does not satisfy it."""
+    assert reaches(source, "dpbudget.accountant.gate.receipt") is expected

@@ -1,7 +1,8 @@
 """Argument checks shared by every public constructor, written so that NaN fails.
 
-Each check returns the value as a plain Python ``float`` (so that numpy scalars, ``Fraction`` and
-``Decimal`` behave like floats downstream) or raises a typed error naming the argument.
+Each check returns the value as a plain Python ``float`` (so that numpy scalars and ``Fraction``
+behave like floats downstream) or raises a typed error naming the argument. A ``Decimal`` is not a
+``numbers.Real`` and is refused like any other non-real type.
 """
 
 from __future__ import annotations

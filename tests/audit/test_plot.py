@@ -4,7 +4,6 @@ matplotlib (its backend, its open figures), refuses a report that holds no serie
 
 from __future__ import annotations
 
-import struct
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,7 @@ import pytest
 
 import dpbudget as dp
 from dpbudget.accountant.audit import plot as plot_module
-from dpbudget.accountant.audit.findings import AccountReport, AuditReport
-from dpbudget.accountant.audit.plot_blocks import plot_blocks
+from tests.audit.support import png_size as _png
 
 matplotlib = pytest.importorskip("matplotlib")
 pyplot = pytest.importorskip("matplotlib.pyplot")
@@ -31,23 +29,6 @@ def _ledger(path: Path, releases: int = 6) -> str:
             acc.release(dp.Laplace(0.1, sensitivity=1.0), float(i), dataset="adult" if i % 2 else "census",
                         analyst="alice" if i % 3 else "bob")
     return url
-
-
-def _png(path: Path) -> tuple[int, int, int]:
-    """(width, height, size in bytes) of a PNG file, checking its signature."""
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    return width, height, len(data)
-
-
-@pytest.fixture
-def svg_backend() -> Any:
-    """The caller's own (non-default) backend, restored afterwards."""
-    before = matplotlib.get_backend()
-    matplotlib.use("svg")
-    yield "svg"
-    matplotlib.use(before)
 
 
 @pytest.fixture
@@ -83,17 +64,6 @@ def test_negative_control_the_old_backend_switch_is_seen(svg_backend: str) -> No
     the assertion above."""
     matplotlib.use("Agg")
     assert matplotlib.get_backend() != svg_backend
-
-
-def test_block_heat_map_leaves_the_backend_alone(tmp_path: Path, svg_backend: str) -> None:
-    series = [("2026-01-01T00:00:00+00:00", 0.25, 0.0), ("2026-01-02T00:00:00+00:00", 0.5, 0.0)]
-    report = AuditReport(source="test", accounts=[AccountReport(
-        account="dataset:d/block:2026-01", rule="basic", limit={"epsilon": 1.0, "delta": 0.0},
-        spent={"epsilon": 0.5, "delta": 0.0}, remaining={"epsilon": 0.5, "delta": 0.0},
-        releases=2, over_limit=False, series=series)])
-    assert plot_blocks(report, tmp_path / "blocks.png")
-    assert matplotlib.get_backend() == svg_backend
-    assert _png(tmp_path / "blocks.png")[2] > 5_000
 
 
 def test_a_report_without_series_is_refused_not_drawn_empty(tmp_path: Path) -> None:

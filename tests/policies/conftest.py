@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -36,19 +35,6 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-@pytest.fixture
-def write(tmp_path: Path):
-    """``write(text, suffix=".toml")`` -> the path of a new policy file with ``text``."""
-    counter = iter(range(10_000))
-
-    def _write(text: str | dict, suffix: str = ".toml") -> Path:
-        path = tmp_path / f"policy{next(counter)}{suffix}"
-        body = json.dumps(text) if isinstance(text, dict) else textwrap.dedent(text)
-        path.write_text(body, encoding="utf-8")
-        return path
-    return _write
 
 
 @pytest.fixture

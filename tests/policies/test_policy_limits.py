@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import charged_accounts
+from tests.support import charged_accounts, replay_ledger
 
 from dpbudget.accountant import (
     Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError,
     MechanismNotAllowedError, UnknownAnalystError, UnknownDatasetError,
 )
 from dpbudget.accountant.gate import planner as planner_module
-from dpbudget.accountant.composition import Charge, rule_from_config
 from dpbudget.mechanisms import AnalyticGaussian, Gaussian, Laplace
 
 POLICY = """
@@ -283,21 +282,3 @@ def test_record_invariant_every_account_debited_with_the_records_cost(make):
         with p.pipeline("q", budget=Budget(0.1)) as q:
             q.release(Laplace(0.05, sensitivity=1.0), 1.0)
     replay_ledger(acc.ledger)
-
-
-def replay_ledger(ledger):
-    states: dict[str, dict] = {}
-    n = 0
-    for entry in ledger.entries():
-        rec = entry.record
-        cost = rec["cost"]
-        charge = Charge(cost["epsilon"], cost["delta"], cost["rho"], cost["mu"])
-        for key, account in rec["accounts"].items():
-            config = {k: v for k, v in account.items() if k != "state"}
-            rule = rule_from_config(config)
-            before = states.get(key, rule.initial_state())
-            assert rule.debit(before, charge) == account["state"], (rec["seq"], key)
-            states[key] = account["state"]
-            n += 1
-    assert states == {a.key: a.state for a in ledger.accounts()}
-    return n

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.audit.findings import AuditReport
 from dpbudget.accountant.audit.run import audit
+from dpbudget.accountant.audit.tally import Tallies
 from dpbudget.accountant.cli import main
+from dpbudget.accountant.values.charge import Charge
 from dpbudget.mechanisms import AnalyticGaussian, DiscreteLaplace, Laplace
 
 
@@ -52,3 +55,43 @@ def test_status_and_audit_show_the_count(tmp_path: Path,
     assert json.loads(capsys.readouterr().out)["noise"] == {"exact-csprng": 4, "float-csprng": 3}
     assert main(["audit", location]) == 0
     assert "3 WITHOUT secure noise" in capsys.readouterr().out
+
+
+def _record(seq: int, accounts: list[str], **members: object) -> dict[str, object]:
+    return {"seq": seq, "time": f"t{seq}", "dataset": "people", "analyst": "alice",
+            "mechanism": {"name": "Laplace"}, "noise": "exact-csprng", "accounts": accounts,
+            **members}
+
+
+def test_a_pipelines_inside_release_is_never_counted_twice() -> None:
+    """The allocation (charged to the dataset) is the spend; a release charged only to the
+    pipeline's own account was paid for by it, so it goes in the inside columns, not the totals."""
+    tallies = Tallies()
+    tallies.add(_record(1, ["dataset:people"], pipeline="p"), Charge(0.5, 1e-6))
+    tallies.add(_record(2, ["pipeline:1"], pipeline="p"), Charge(0.2, 0.0))
+    tallies.add(_record(3, ["pipeline:1"], pipeline="p"), Charge(0.3, 0.0))
+    report = AuditReport(source="test")
+    tallies.into(report)
+    people = report.by_dataset["people"]
+    assert (people.releases, people.epsilon, people.delta) == (1, 0.5, 1e-6)
+    assert (people.inside_releases, people.inside_epsilon) == (2, 0.5)
+    assert report.by_pipeline["p"].epsilon == 0.5 and report.by_analyst["alice"].releases == 1
+
+
+def test_the_first_record_of_each_dataset_is_noted_even_before_since() -> None:
+    tallies = Tallies()
+    tallies.add(_record(4, ["dataset:people"]), Charge(0.1, 0.0), counted=False)
+    tallies.add(_record(7, ["dataset:peolpe"], dataset="peolpe"), Charge(0.1, 0.0))
+    tallies.add(_record(9, ["dataset:people"]), Charge(0.1, 0.0))
+    report = AuditReport(source="test")
+    tallies.into(report)
+    assert report.datasets_first == {"people": (4, "t4"), "peolpe": (7, "t7")}
+    assert report.by_dataset["people"].releases == 1  # the record before ``since`` is not tallied
+
+
+def test_a_record_without_a_noise_member_is_unrecorded_noise() -> None:
+    tallies = Tallies()
+    tallies.add(_record(1, ["dataset:people"], noise=None), Charge(0.1, 0.0))
+    report = AuditReport(source="test")
+    tallies.into(report)
+    assert set(report.by_noise) == {"unrecorded"} and report.insecure_releases == 1

@@ -12,7 +12,7 @@ from dpbudget.accountant import (
 )
 from dpbudget.mechanisms import Gaussian, Laplace
 
-from test_policy_limits import replay_ledger
+from tests.support import replay_ledger
 
 POLICY = """
     [datasets.adult]

@@ -15,30 +15,13 @@ from dpbudget.accountant import RULES, Accountant, Budget
 from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.composition import BasicComposition
-from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 from tests.support import release_fields
+from tests.audit.support import exported as _export, six_releases as _ledger
 from dpbudget.accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger
 from dpbudget.accountant.audit.logs import LOGGER_NAME, log_records_to
 from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
 from dpbudget.mechanisms import AnalyticGaussian, Laplace, SubsampledGaussian
-
-
-def _ledger(path, n=6, **kw) -> str:
-    url = f"sqlite:///{path}"
-    with Accountant(limits={"adult": Budget(1.0, 1e-6), "census": Budget(2.0)}, ledger=url,
-                    rng=1, simulation=True, **kw) as acc:
-        for i in range(n):
-            acc.release(Laplace(0.1, sensitivity=1.0), float(i), dataset="adult" if i % 2 else "census",
-                        analyst="alice" if i % 3 else "bob", label=f"q{i}")
-    return url
-
-
-def _export(tmp_path, n=6):
-    url = _ledger(tmp_path / "l.db", n)
-    out = tmp_path / "l.jsonl"
-    with open_ledger(url) as ledger:
-        export_jsonl(ledger, out)
-    return out, out.read_text().splitlines()
 
 
 def _kinds(report):
@@ -227,23 +210,6 @@ def test_hmac_keyed_chain(tmp_path, monkeypatch):
     assert audit(forged, key="k3y").exit_status & EXIT_BITS["auth"]
 
 
-def test_export_import_round_trip(tmp_path):
-    path, _ = _export(tmp_path)
-    target = SqliteLedger(tmp_path / "copy.db")
-    assert import_jsonl(path, target) == 7
-    report = audit(target)
-    assert report.ok and report.head_seq == 7
-    with pytest.raises(LedgerError, match="not empty"):
-        import_jsonl(path, target)
-    target.close()
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[:2] + lines[3:]) + "\n")
-    fresh = MemoryLedger()
-    with pytest.raises(LedgerCorruptedError):
-        import_jsonl(path, fresh)
-    assert fresh.head()[0] == 0
-
-
 def test_logs_audit_like_the_ledger(tmp_path):
     log = tmp_path / "pipeline.jsonl"
     handler = log_records_to(log)
@@ -402,26 +368,6 @@ def test_an_sqlite_file_that_is_not_a_ledger_is_left_alone(tmp_path):
     with pytest.raises(LedgerError, match="not a dpbudget ledger"):
         audit(f"sqlite:///{other}")
     assert other.read_bytes() == before
-
-
-def test_every_exit_bit_survives_any_number_of_problems(tmp_path):
-    """1,500 garbled lines, then a forged limit: the limit bit is still in the exit status."""
-    acc = Accountant(Budget(1.0), rng=0)
-    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
-    out = tmp_path / "x.jsonl"
-    from dpbudget.accountant.audit.transfer import export_jsonl
-
-    export_jsonl(acc.ledger, out)
-    good = out.read_text()
-    out.write_text("garbage\n" * 1500 + good)
-
-    class Strict:
-        def limit_for(self, key):
-            return Budget(0.1)
-
-    report = audit(out, policy=Strict())
-    assert report.problem_count > 1000 and len(report.problems) == 1000
-    assert report.exit_status & EXIT_BITS["malformed"] and report.exit_status & EXIT_BITS["limit"]
 
 
 def test_hostile_input_never_ends_in_a_traceback(tmp_path, capsys):
