@@ -32,7 +32,8 @@ for _module, _names in {
         "InvalidDataTypeError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
         "LedgerError", "LedgerUnconfirmedError", "MechanismExhaustedError",
         "MechanismNotAllowedError", "OwnerKeyError",
-        "PolicyChangedError", "PolicyError", "SamplerSpentError", "UnknownAnalystError",
+        "PolicyChangedError", "PolicyError", "SamplerSpentError", "UnitRequiredError",
+        "UnknownAnalystError",
         "UnknownDatasetError", "WindowEndedError",
     ],
     "dpbudget.accountant.audit.run": ["audit", "AuditReport"],
@@ -56,6 +57,7 @@ for _module, _names in {
     "dpbudget.policies": ["Policy", "DatasetLimit", "AnalystLimit", "Cap", "Period", "load_policy",
                  "parse_policy", "policy_schema"],
     "dpbudget.policies.blocks": ["Blocks", "Unlock"],
+    "dpbudget.policies.units": ["ContributionBounds"],
 }.items():
     for _name in _names:
         _EXPORTS[_name] = _module
@@ -85,7 +87,8 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         MechanismExhaustedError as MechanismExhaustedError, MechanismNotAllowedError as
         MechanismNotAllowedError, OwnerKeyError as OwnerKeyError, PolicyChangedError as
         PolicyChangedError, PolicyError as PolicyError, PrivacyError as PrivacyError,
-        SamplerSpentError as SamplerSpentError, UnknownAnalystError as UnknownAnalystError,
+        SamplerSpentError as SamplerSpentError, UnitRequiredError as UnitRequiredError,
+        UnknownAnalystError as UnknownAnalystError,
         UnknownDatasetError as UnknownDatasetError, WindowEndedError as WindowEndedError
     )
     from dpbudget.accountant.training.estimator import LogisticRegression as LogisticRegression
@@ -147,6 +150,7 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         AnalystLimit as AnalystLimit, Cap as Cap, DatasetLimit as DatasetLimit
     )
     from dpbudget.policies.periods import Period as Period
+    from dpbudget.policies.units import ContributionBounds as ContributionBounds
     from dpbudget.policies.policy import (
         Policy as Policy, load_policy as load_policy, parse_policy as parse_policy, policy_schema as
         policy_schema

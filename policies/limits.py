@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError,
-                      ValidationInfo, field_validator)
+                      ValidationInfo, field_validator, model_validator)
 
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
@@ -29,6 +29,7 @@ from dpbudget.accountant.values.errors import InvalidArgumentError, from_validat
 from dpbudget.policies.blocks import Blocks
 from dpbudget.policies.grants import grants
 from dpbudget.policies.periods import Period
+from dpbudget.policies.units import ContributionBounds
 
 __all__ = ["STORED", "AnalystLimit", "Cap", "DatasetLimit", "Name", "Refusal",
            "mechanism_problem", "refusal", "unchecked_mechanism", "valid_name"]
@@ -264,6 +265,11 @@ class DatasetLimit(_Limit):
         other_analysts: ``"allow"`` (default): an analyst not listed in ``analysts`` (and
             ``analyst=None``) is held to the dataset-level limits only; ``"deny"``: refused.
         blocks: per-block lifetime limits (``dpbudget.policies.blocks.Blocks``); ``None``: no blocks.
+        privacy_unit: the column whose value names one protected unit (a person): the limit is
+            per unit, all its rows together; ``None``: per row (``dpbudget.policies.units``).
+        bounds: the default contribution bounds of its table queries (``ContributionBounds``).
+        raw_values: ``"deny"`` (default): with a ``privacy_unit``, raw-value releases are
+            refused (``UnitRequiredError``); ``"allow"``: admitted, per row.
 
     >>> DatasetLimit(limit=Budget(1.0, 1e-6)).composition
     'basic'
@@ -287,6 +293,32 @@ class DatasetLimit(_Limit):
                                   "or by name), each with a lifetime limit of its own; every "
                                   "release then names the blocks its data came from.",
                                   json_schema_extra=grants("higher"))
+    privacy_unit: str | None = Field(None, min_length=1, max_length=255, description="The "
+                                     "column naming whom the limit protects (one person, all "
+                                     "their rows); omitted: each row (dpbudget.policies.units).",
+                                     json_schema_extra=grants("any-change"))
+    bounds: ContributionBounds | None = Field(None, description="Default contribution bounds "
+                                              "of its table queries (needs privacy_unit).",
+                                              json_schema_extra=grants("higher"))
+    raw_values: Literal["deny", "allow"] = Field(
+        "deny", description="'allow': raw-value releases (acc.release) on a dataset with a "
+        "privacy_unit, whose sensitivity per unit nobody checks; 'deny': the table API only.",
+        json_schema_extra=grants("allow"))
+
+    @model_validator(mode="after")
+    def _unit_first(self) -> "DatasetLimit":
+        for field, given in (("bounds", self.bounds is not None),
+                             ("raw_values", self.raw_values != "deny")):
+            if given and self.privacy_unit is None:
+                raise ValueError(f"'{field}' is set without 'privacy_unit' (the column of the "
+                                 "unit it is per)")
+        return self
+
+    @property
+    def checked(self) -> bool:
+        """Whether ``refusal`` has anything to check on this dataset's releases."""
+        return (self.allowed_mechanisms is not None or self.max_per_query is not None
+                or self.privacy_unit is not None)
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
@@ -310,13 +342,18 @@ class Refusal(NamedTuple):
 
 
 def refusal(checks: Iterable[tuple[str, DatasetLimit]], mechanism: str,
-            cost: Budget | Charge | None) -> Refusal | None:
+            cost: Budget | Charge | None, raw: bool = True) -> Refusal | None:
     """The first of the policy's stateless checks that refuses a release of ``mechanism`` (its
     recorded name, ``dpbudget.mechanisms.base.mechanism_name``) at ``cost``, or None: the one check the gate
     runs before drawing and the audit runs on every record (``Plan.checks``: each dataset's limit
     that has such checks). ``cost``: what the debit charges; None (a record from before batch
-    items stated their cost) checks the name only."""
+    items stated their cost) checks the name only. ``raw``: a raw value (not a table query,
+    ``release_bounded``), refused on a dataset with a ``privacy_unit`` and ``raw_values = "deny"``
+    (``"raw_values"``; the audit checks records by ``dpbudget.policies.units.unit_problem``)."""
     for dataset, limit in checks:
+        if raw and limit.privacy_unit is not None and limit.raw_values == "deny":
+            return Refusal(dataset, "raw_values", f"datasets.{dataset}.privacy_unit is "
+                           f"{limit.privacy_unit!r}: a raw value is refused")
         allowed = limit.allowed_mechanisms
         if allowed is not None and mechanism not in allowed:
             return Refusal(dataset, "allowed_mechanisms",

@@ -91,6 +91,7 @@ class AccountReport(BaseModel):
     remaining: dict[str, float]
     releases: int
     over_limit: bool
+    per: str = "per row"  # what its ε is per: "per person_id" (the dataset's privacy unit)
     stored_state_agrees: bool | None = None
     series: list[tuple[str, float, float]] | None = None
 

@@ -29,6 +29,7 @@ from dpbudget.policies.accounts import PolicyLimits, pipeline_key
 from dpbudget.policies.limits import refusal
 from dpbudget.policies.periods import split_window
 from dpbudget.policies.stored import from_document, raised
+from dpbudget.policies.units import per_account, unit_problem
 
 __all__ = ["InForce", "PolicyRecords", "charged"]
 
@@ -80,10 +81,31 @@ class InForce:
                 cost = _cost(item.get("cost"))
             except (KeyError, TypeError, ValueError, PrivacyError):
                 return "its cost is not one the gate could have written (malformed)"
-            refused = refusal(plan.checks, str(item.get("name")), cost)
+            # (raw values on a dataset with a unit: ``unit_problem``, a release problem)
+            refused = refusal(plan.checks, str(item.get("name")), cost, False)
             if refused is not None:
                 return refused.why
         return None
+
+    def unit_problem(self, record: dict[str, Any]) -> str | None:
+        """Why a release record is not per its dataset's privacy unit as the policy in force
+        declares it (``dpbudget.policies.units.unit_problem``), or None."""
+        if record.get("kind") not in ("release", "session"):
+            return None
+        names = record.get("datasets") or [record.get("dataset")]
+        for name in names if isinstance(names, list) else ():
+            try:
+                limit = self.planner.limit(name)
+            except (PrivacyError, TypeError):  # (an unknown dataset: ``refuses`` reports it)
+                continue
+            why = unit_problem(name, limit.privacy_unit, limit.raw_values, record)
+            if why is not None:
+                return why
+        return None
+
+    def per(self, key: str) -> str:
+        """What account ``key``'s ε is per under this policy (``per_account``)."""
+        return per_account(key, self.planner.policy.datasets, self.planner.default)
 
     def over(self, key: str, rule: CompositionRule, state: dict[str, float]) -> str | None:
         """How the replayed spend of account ``key`` exceeds its limit in force, or None."""

@@ -192,6 +192,9 @@ class _Replay:
                 self.over.update(accounts)
                 self.problem("limit", f"record {seq}: the policy in force (policy record "
                              f"{self.in_force.seq}) refuses it: {why}", seq)
+            why = self.in_force.unit_problem(record)
+            if why is not None:  # (a release problem: not per the unit the policy declares)
+                self.problem("release", f"record {seq}: {why}", seq)
         if accounts:
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
@@ -378,6 +381,7 @@ class _Replay:
                 spent=spent.model_dump(), remaining=remaining.model_dump(),
                 releases=self.counts.get(key, 0),
                 over_limit=key in self.over,
+                per="per row" if self.in_force is None else self.in_force.per(key),
                 stored_state_agrees=agrees, series=self.series.get(key) if self.plot else None))
         for key in sorted(set(stored) - set(self.states)):
             if self.until is None:

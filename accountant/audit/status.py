@@ -27,13 +27,15 @@ from dpbudget.policies.accounts import (
 from dpbudget.policies.limits import DatasetLimit
 from dpbudget.policies.periods import split_window
 from dpbudget.policies.stored import POLICY_KEY
+from dpbudget.policies.units import per_account
 
 __all__ = ["budget_rows", "budget_table"]
 
 
 def budget_rows(ledger: Ledger, policy: Any = None,
                 default: DatasetLimit | None = None) -> list[dict[str, Any]]:
-    """One row per limit in the ledger: key, rule, limit, spent, remaining, last record.
+    """One row per limit in the ledger: key, rule, limit, spent, remaining, last record, and what
+    its ε is ``per`` ("per person_id": the dataset's privacy unit; "per row" where none).
 
     Args:
         policy: a ``dpbudget.policies.Policy`` to report against (its limits, not the recorded ones):
@@ -68,6 +70,7 @@ def budget_rows(ledger: Ledger, policy: Any = None,
             "limit": None if rule.limit is None else rule.limit.model_dump(),
             "spent": spent.model_dump(), "remaining": remaining.model_dump(),
             "exhausted": exhausted, "last_seq": account.seq,
+            "per": per_account(account.key, getattr(policy, "datasets", {}), default),
         }
         if policy is not None:
             row["over_limit"] = _over(rule, account)
@@ -108,14 +111,14 @@ def _over(rule: CompositionRule, account: Account) -> bool:
 
 def budget_table(ledger: Ledger, policy: Any = None, default: DatasetLimit | None = None) -> str:
     """A fixed-width text table of ``budget_rows`` (with a ``status`` column given a policy)."""
-    head: tuple[str, ...] = ("account", "rule", "limit ε", "limit δ", "spent ε", "spent δ",
-                             "remaining ε", "remaining δ")
+    head: tuple[str, ...] = ("account", "ε is", "rule", "limit ε", "limit δ", "spent ε",
+                             "spent δ", "remaining ε", "remaining δ")
     if policy is not None:
         head += ("status",)
     lines = [head]
     for r in budget_rows(ledger, policy, default):
         lim = r["limit"]
-        lines.append((r["account"], r["rule"],
+        lines.append((r["account"], r["per"], r["rule"],
                       "none" if lim is None else f"{lim['epsilon']:.6g}",
                       "none" if lim is None else f"{lim['delta']:.3g}",
                       f"{r['spent']['epsilon']:.6g}", f"{r['spent']['delta']:.3g}",

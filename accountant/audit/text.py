@@ -77,7 +77,8 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
             a.stored_state_agrees]
         flag = "  OVER LIMIT" if a.over_limit else ""
         lines.append(f"  {a.account:<34} {a.rule:<9} {a.releases:>7} releases  spent "
-                     f"ε={a.spent['epsilon']:.6g} δ={a.spent['delta']:.3g}  ({limit}{agrees})"
+                     f"ε={a.spent['epsilon']:.6g} δ={a.spent['delta']:.3g} {a.per}  "
+                     f"({limit}{agrees})"
                      f"{flag}")
     if report.policies:
         lines.append("\npolicy records (" + (f"owner key {report.owner}" if report.owner else

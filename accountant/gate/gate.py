@@ -21,7 +21,8 @@ from dpbudget.accountant.composition import CompositionRule, Refused, State
 from dpbudget.accountant.gate.continuity import check_ledger
 from dpbudget.accountant.values.errors import (BudgetExceededError, InvalidArgumentError, InvalidDataError,
                                InvalidDataTypeError, InvalidTypeError, LedgerStaleError,
-                               MechanismNotAllowedError, PolicyChangedError)
+                               MechanismNotAllowedError, PolicyChangedError,
+                               UnitRequiredError)
 from dpbudget.accountant.ledger import Account, Ledger
 from dpbudget.accountant.ledger.record import (ZERO_COST, RecordKind, accounts_member, canonical,
                                       noise_member)
@@ -332,20 +333,25 @@ class Gate:
 
     # -- validation and reading -----------------------------------------------------------------
 
-    def validate(self, mechanism: Mechanism, label: str | None, where: Where) -> Plan:
+    def validate(self, mechanism: Mechanism, label: str | None, where: Where,
+                 raw: bool = True) -> Plan:
         """The request's plan, after checking the mechanism, the label, the dataset and analyst
         (by planning) and the policy's stateless checks: allowed mechanisms by class identity
-        (``mechanism_name``), caps on the frozen charge the debit uses. Draws and debits nothing."""
+        (``mechanism_name``), caps on the frozen charge the debit uses, and for a ``raw`` value
+        (not a table query's) the dataset's ``raw_values``. Draws and debits nothing."""
         if Mechanism not in type(mechanism).__mro__:  # a real subclass (an ABC check is slow)
             raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
         _validate.text("label", label, optional=True)
         plan = self.plan(where)
-        refused = refusal(plan.checks, mechanism.name, mechanism.charge) if plan.checks else None
+        refused = refusal(plan.checks, mechanism.name, mechanism.charge, raw) if plan.checks \
+            else None
         if refused is not None:  # (the audit holds every record to the same check)
             name = refused.dataset
             if refused.check == "allowed_mechanisms":
                 raise MechanismNotAllowedError(refused.why + "; nothing was drawn and nothing "
                                                "was debited")
+            if refused.check == "raw_values":
+                raise UnitRequiredError(name, refused.why)
             account = self.planner.account(name, None)
             raise BudgetExceededError(mechanism.charge.budget, self.remaining(account), name,
                                       dataset_key(name), refused.why)

@@ -307,7 +307,7 @@ class Planner:
             elif limit.other_analysts == "deny":
                 raise UnknownAnalystError(analyst, f"datasets.{name}",
                                           tuple(sorted(limit.analysts)))
-            if limit.allowed_mechanisms is not None or limit.max_per_query is not None:
+            if limit.checked:  # allowed mechanisms, caps, a privacy unit
                 checks.append((name, limit))
         if analyst is not None and analyst in policy.analysts:
             targets.append(self._target(self.specs[analyst_key(analyst)]))

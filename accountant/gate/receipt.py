@@ -12,6 +12,7 @@ from typing import Any
 
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.composition import CompositionRule
+from dpbudget.policies.units import per_unit
 
 __all__ = ["Receipt"]
 
@@ -29,9 +30,11 @@ class Receipt:
         cost: the declared (ε, δ) cost that was debited.
         spent, remaining: the first account's spend and what was left of its limit right after
             this debit (the dataset's limit, or a pipeline's own account inside a pipeline).
+        unit: the privacy unit its cost is per (a table query's, ``release_bounded``); None: per
+            row (a raw value). ``per`` says it: ``"per person_id"`` or ``"per row"``.
     """
 
-    __slots__ = (*_FIELDS, "_rule", "_state")
+    __slots__ = (*_FIELDS, "_rule", "_state", "unit")
 
     seq: int
     hash: str
@@ -42,10 +45,11 @@ class Receipt:
     cost: Budget
     _rule: CompositionRule
     _state: dict[str, float]
+    unit: str | None
 
     def __init__(self, seq: int, hash: str, dataset: Any, analyst: str | None,
                  label: str | None, mechanism: str, cost: Budget, rule: CompositionRule,
-                 state: Mapping[str, float]) -> None:
+                 state: Mapping[str, float], unit: str | None = None) -> None:
         init = object.__setattr__
         init(self, "seq", seq)
         init(self, "hash", hash)
@@ -56,6 +60,7 @@ class Receipt:
         init(self, "cost", cost)
         init(self, "_rule", rule)
         init(self, "_state", dict(state))  # a copy: the gate's state is never shared
+        init(self, "unit", unit)
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError("a Receipt is read-only")
@@ -70,10 +75,15 @@ class Receipt:
         """What was left of the first account's limit right after this debit."""
         return self._rule.remaining(dict(self._state))
 
+    @property
+    def per(self) -> str:
+        """What its cost is per: ``"per person_id"`` (its unit), or ``"per row"``."""
+        return per_unit(self.unit)
+
     def as_dict(self) -> dict[str, Any]:
         return {"seq": self.seq, "hash": self.hash, "dataset": self.dataset,
                 "analyst": self.analyst, "label": self.label, "mechanism": self.mechanism,
-                "cost": self.cost.model_dump(), "spent": self.spent.model_dump(),
+                "cost": self.cost.model_dump(), "per": self.per, "spent": self.spent.model_dump(),
                 "remaining": self.remaining.model_dump()}
 
     def __eq__(self, other: object) -> bool:
@@ -87,7 +97,7 @@ class Receipt:
     def _repr_html_(self) -> str:
         from dpbudget.accountant.values._html import table
 
-        return table(("record", "dataset", "mechanism", "cost ε", "cost δ", "spent ε",
+        return table(("record", "dataset", "mechanism", f"cost ε {self.per}", "cost δ", "spent ε",
                       "remaining ε", "hash"),
                      [(self.seq, self.dataset, self.mechanism, self.cost.epsilon,
                        self.cost.delta, self.spent.epsilon, self.remaining.epsilon,
@@ -95,4 +105,4 @@ class Receipt:
 
     def __repr__(self) -> str:
         return (f"Receipt(seq={self.seq}, hash={self.hash[:12]}..., dataset={self.dataset!r}, "
-                f"mechanism={self.mechanism!r}, cost={self.cost!r})")
+                f"mechanism={self.mechanism!r}, cost={self.cost!r}, per={self.per!r})")

@@ -44,6 +44,7 @@ need different charges for different accounts is written as several records. Add
 
 Account keys (``dpbudget.policies.accounts``): ``global``, ``dataset:NAME``, ``dataset:NAME/analyst:WHO``,
 ``analyst:WHO``, ``pipeline:ID``; a renewal window's account adds ``@<start>+<period>``.
+- a table query's release (``gate.bounded``): ``unit`` (its unit column, or null) and ``bounds``;
 - ``kind = "session"`` (a sparse-vector session opened, Accountant.session): like a release, its
   whole fixed cost debited once; when closed, a record of ``kind = "session-close"`` with zero
   ``cost`` and empty ``accounts`` (no state changes), ``session`` (the seq of the opening record),

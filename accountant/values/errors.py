@@ -26,6 +26,7 @@ __all__ = [
     "PolicyError",
     "BudgetExceededError",
     "MechanismNotAllowedError",
+    "UnitRequiredError",
     "MechanismExhaustedError",
     "SamplerSpentError",
     "WindowEndedError",
@@ -259,6 +260,23 @@ class MechanismNotAllowedError(PrivacyError):
     """The limit that applies does not admit this kind of mechanism (for example a non-Gaussian
     step under the ``"gaussian"`` rule, one costlier than the declared per-query cost, or one a
     policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
+
+
+class UnitRequiredError(PrivacyError, ValueError):
+    """A release on a dataset that declares a privacy unit, not computed per that unit: a raw
+    value (its sensitivity per unit cannot be checked) where its policy keeps ``raw_values =
+    "deny"``, or a table query per row or per another column. Nothing was drawn or debited.
+
+    Attributes:
+        dataset: the dataset whose policy declares the unit.
+    """
+
+    def __init__(self, dataset: str, why: str) -> None:
+        self.dataset = dataset
+        super().__init__(
+            f"{why} (use the table API, with bounds per the unit, or set datasets.{dataset}."
+            "raw_values = 'allow' to release raw values); nothing was drawn and nothing was "
+            "debited")
 
 
 class WindowEndedError(PrivacyError):

@@ -26,6 +26,12 @@ from dpbudget.accountant.ledger import Account
 from dpbudget.accountant.ledger.record import AccountLayout, assemble, canonical
 from dpbudget.mechanisms import AboveThreshold, Laplace
 from dpbudget.policies.policy import Policy
+from dpbudget.accountant import Accountant
+from dpbudget.accountant.audit.status import budget_table
+from dpbudget.accountant.audit.text import audit_text
+from dpbudget.accountant.cli import main as cli
+from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
+from dpbudget.mechanisms import Laplace
 
 ALICE, BOB = "dataset:adult/analyst:alice", "dataset:adult/analyst:bob"
 # What the ledger adds to a record's members (``Transaction.append``): not copied.
@@ -132,3 +138,112 @@ def test_honest_records_of_every_kind_audit_clean(tmp_path: Path) -> None:
         assert {"release", "session", "pipeline"} <= kinds
         report = audit(acc.ledger)
         assert report.ok, [p.message for p in report.problems]
+
+
+# ------------------------------------------------------------------------------------------------
+# The audit holds releases on a dataset with a privacy unit to it (issue 33).
+#
+# The attack: whoever can write the ledger (a writer role, an old or patched library) appends a
+# release on a dataset whose policy declares ``privacy_unit = "person_id"`` that is not per that
+# unit — a raw value (no ``unit``, no ``bounds``), a table query per another column, or one that
+# names the unit without the bounds its sensitivity came from. Its chain is intact and its cost
+# fits, so only the policy can tell: each is a ``release`` problem (exit bit 16). And the audit and
+# ``dpbudget status`` say what each account's ε is per.
+# ------------------------------------------------------------------------------------------------
+
+_UNIT_LEDGER_MEMBERS = {"v", "seq", "prev", "table", "links", "reads", "time", "auth", "writer"}
+BOUNDS = {"max_rows_per_unit": 20, "lower": 0.0, "upper": 1000.0}
+
+
+def _unit_ledger(tmp_path: Path, **events: Any) -> Accountant:
+    """An SQLite ledger whose policy gives ``events`` a unit, with one genuine table query."""
+    policy = Policy.model_validate({"datasets": {
+        "events": {"limit": {"epsilon": 10.0}, "privacy_unit": "person_id", **events},
+        "plain": {"limit": {"epsilon": 10.0}}}})
+    acc = Accountant.from_policy(policy, ledger=f"sqlite:///{tmp_path / 'l.db'}")
+    release_bounded(acc._gate, [Laplace(0.5, sensitivity=20.0)], lambda rng: [100.0],
+                    UnitBounds("person_id", BOUNDS), None, ("events", None))
+    return acc
+
+
+def _forge_unit(acc: Accountant, change: dict[str, Any], drop: tuple[str, ...] = ()) -> None:
+    """Append by hand a copy of the genuine table query, members changed or dropped, its
+    account debited by its cost as the gate would (so only its unit members are wrong)."""
+    genuine = next(r for r in map(json.loads, (e.text for e in acc.ledger.entries()))
+                   if r.get("kind") == "release")
+    (key, stored), = genuine["accounts"].items()
+    config = {m: v for m, v in stored.items() if m != "state"}
+    rule = rule_from_config(config)
+    charge = Laplace(0.5, sensitivity=20.0).charge
+    with acc.ledger.transaction() as tx:
+        state = rule.debit(tx.account(key).state, charge)  # type: ignore[union-attr]
+        fields = {m: canonical(v) for m, v in {**genuine, **change}.items()
+                  if m not in _UNIT_LEDGER_MEMBERS and m != "accounts" and m not in drop}
+        tx.append({**fields, "accounts": assemble({key: AccountLayout(config).text(state)})},
+                  [Account(key, rule.name, rule.describe(), state, 0)])
+
+
+def _release_problems(report: Any) -> list[str]:
+    return [p.message for p in report.problems if p.kind == "release"]
+
+
+def test_the_genuine_table_query_passes(tmp_path: Path) -> None:
+    acc = _unit_ledger(tmp_path)
+    acc.close()
+    report = audit(f"sqlite:///{tmp_path / 'l.db'}")
+    assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("change, drop, why", [
+    ({}, ("unit", "bounds"), "releases a raw value"),
+    ({"unit": "user_id"}, (), "per 'user_id'"),
+    ({"unit": None}, (), "per row"),
+    ({}, ("bounds",), "without the bounds"),
+])
+def test_a_forged_release_not_per_the_unit_is_a_release_problem(
+        tmp_path: Path, change: dict[str, Any], drop: tuple[str, ...], why: str) -> None:
+    acc = _unit_ledger(tmp_path)
+    _forge_unit(acc, change, drop)
+    acc.close()
+    report = audit(f"sqlite:///{tmp_path / 'l.db'}")
+    problems = _release_problems(report)
+    assert len(problems) == 1 and why in problems[0] and "record 3" in problems[0], problems
+    assert report.exit_status & EXIT_BITS["release"]
+    assert len(report.problems) == 1  # the chain and the spend are fine: only the unit is wrong
+
+
+def test_negative_control_an_audit_without_the_unit_check_passes_the_forgery(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = _unit_ledger(tmp_path)
+    _forge_unit(acc, {}, ("unit", "bounds"))
+    acc.close()
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    assert not audit(url).ok
+    monkeypatch.setattr(audit_policy, "unit_problem", lambda *args: None)
+    assert audit(url).ok  # the forgery is invisible to everything else the audit checks
+
+
+def test_a_raw_value_is_no_problem_where_the_policy_allows_raw_values(tmp_path: Path) -> None:
+    acc = _unit_ledger(tmp_path, raw_values="allow")
+    acc.release(Laplace(0.5, sensitivity=1.0), 3.0, dataset="events")
+    acc.close()
+    assert audit(f"sqlite:///{tmp_path / 'l.db'}").ok
+
+
+def test_the_audit_and_status_say_what_each_epsilon_is_per(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    acc = _unit_ledger(tmp_path)
+    acc.release(Laplace(0.5, sensitivity=1.0), 3.0, dataset="plain")
+    policy = acc._gate.planner.policy
+    table = budget_table(acc.ledger, policy)
+    acc.close()
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert "per person_id" in rows["dataset:events"] and "per row" in rows["dataset:plain"]
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    text = audit_text(audit(url), None)
+    events = next(line for line in text.splitlines() if line.strip().startswith("dataset:events"))
+    assert "per person_id" in events
+    assert cli(["status", url, "--json"]) == 0
+    accounts = {a["account"]: a for a in json.loads(capsys.readouterr().out)["accounts"]}
+    assert accounts["dataset:events"]["per"] == "per person_id"
+    assert accounts["dataset:plain"]["per"] == "per row"

@@ -35,6 +35,16 @@ from dpbudget.accountant.ledger.base import Ledger
 from dpbudget.mechanisms import Laplace
 from dpbudget.mechanisms.base import NumericMechanism
 from tests.support import snapshot
+from typing import Any, Callable
+import dpbudget.accountant.gate.gate as gate_module
+from dpbudget.accountant.gate.accountant import Accountant
+from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
+from dpbudget.accountant.training.descent import dp_sgd
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import UnitRequiredError
+from dpbudget.mechanisms import AboveThreshold, Laplace
+from dpbudget.policies import limits
+from dpbudget.policies.limits import DatasetLimit
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -356,3 +366,124 @@ def test_negative_control_a_gate_that_draws_before_debiting_is_seen(monkeypatch)
     acc = Accountant(Budget(1.0), rng=0)
     acc.release(_peeking(acc, 0.25), 1.0, dataset="people")
     assert _Peeking.seen == [(0, 0.0)]
+
+
+# ------------------------------------------------------------------------------------------------
+# Raw-value releases on a dataset with a privacy unit (issue 33).
+#
+# The attack: a count per region over an events table, computed by hand per row and released "at
+# ε = 1" through ``acc.release``, costs a person with 40 rows ε = 40 while the ledger records 1. On a
+# dataset whose policy declares a ``privacy_unit``, every raw-value path — release, release_many,
+# session, a pipeline's and a budgeted function's releases, training — is now refused with
+# ``UnitRequiredError``, nothing drawn or debited, unless the policy says ``raw_values = "allow"``.
+# ------------------------------------------------------------------------------------------------
+
+LAPLACE = Laplace(epsilon=0.1, sensitivity=1.0)
+X = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+Y = np.array([0, 1, 1, 0])
+
+
+def _acc(raw_values: str = "deny") -> Accountant:
+    return Accountant(limits={"events": DatasetLimit(limit=Budget(100.0, 1e-3), privacy_unit="person_id",
+                                                     raw_values=raw_values)}, rng=0)
+
+
+def _in_pipeline(acc: Accountant) -> Any:
+    pipe = acc.pipeline("p", dataset="events", budget=Budget(1.0))
+    return pipe.release(LAPLACE, 3.0)
+
+
+def _budgeted(acc: Accountant) -> Any:
+    @acc.budgeted("b", dataset="events", budget=Budget(1.0))
+    def count(pipe: Any) -> Any:
+        return pipe.release(LAPLACE, 3.0)
+
+    return count()
+
+
+RAW_PATHS: dict[str, Callable[[Accountant], Any]] = {
+    "release": lambda acc: acc.release(LAPLACE, 3.0, dataset="events"),
+    "release_many": lambda acc: acc.release_many([(LAPLACE, 3.0), (LAPLACE, 4.0)],
+                                                 dataset="events"),
+    "session": lambda acc: acc.session(AboveThreshold(0.1, threshold=1.0, sensitivity=1.0),
+                                       dataset="events"),
+    "pipeline": _in_pipeline,
+    "budgeted": _budgeted,
+    "dp_sgd": lambda acc: dp_sgd(acc, X, Y, steps=1, sampling_rate=0.5, noise_multiplier=2.0,
+                                 batch_size=2.0, dataset="events"),
+}
+
+
+def _draws_left(acc: Accountant) -> int:
+    """The next word of the accountant's source: equal to a fresh one's if nothing was drawn."""
+    return int(acc._gate.sampler.bits.word())
+
+
+def _releases(acc: Accountant) -> list[dict[str, Any]]:
+    return [r for r in map(json.loads, (e.text for e in acc.ledger.entries()))
+            if r["kind"] in ("release", "session")]
+
+
+@pytest.mark.parametrize("path", list(RAW_PATHS))
+def test_a_raw_value_on_a_dataset_with_a_unit_is_refused(path: str) -> None:
+    acc = _acc()
+    before = snapshot(acc.ledger) if path not in ("pipeline", "budgeted") else None
+    with pytest.raises(UnitRequiredError, match="datasets.events.raw_values = 'allow'") as info:
+        RAW_PATHS[path](acc)
+    assert info.value.dataset == "events" and "person_id" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert _releases(acc) == []  # nothing released (a pipeline's allocation is not a release)
+    if before is not None:
+        assert snapshot(acc.ledger) == before
+    assert _draws_left(acc) == _draws_left(_acc())  # nothing drawn
+
+
+@pytest.mark.parametrize("path", list(RAW_PATHS))
+def test_raw_values_allow_lets_them_through_per_row(path: str) -> None:
+    acc = _acc("allow")
+    RAW_PATHS[path](acc)
+    releases = _releases(acc)
+    assert releases and all("unit" not in r for r in releases)  # no unit: per row
+    if path == "release":
+        receipt = acc.last_receipt
+        assert receipt is not None and receipt.unit is None and receipt.per == "per row"
+
+
+def test_negative_control_the_old_check_lets_the_attack_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal above is the stateless check's: without its raw-value clause (as before), the
+    same release on the same policy is drawn and debited."""
+    old = limits.refusal
+    monkeypatch.setattr(gate_module, "refusal",
+                        lambda checks, name, cost, raw=True: old(checks, name, cost, False))
+    acc = _acc()
+    acc.release(LAPLACE, 3.0, dataset="events")
+    assert acc.spent("events") == Budget(0.1)
+
+
+def test_a_dataset_without_a_unit_adds_no_check_to_the_plan() -> None:
+    """The hot path: a plan on a dataset without a unit (nor caps, nor allowed mechanisms) has
+    no stateless checks, so the gate runs none; one with a unit has."""
+    acc = Accountant(limits={"plain": DatasetLimit(limit=Budget(1.0)),
+                             "events": DatasetLimit(limit=Budget(1.0), privacy_unit="p")})
+    assert acc._gate.planner.plan("plain", None).checks == ()
+    assert [name for name, _ in acc._gate.planner.plan("events", None).checks] == ["events"]
+
+
+def test_a_join_with_one_unit_dataset_refuses_raw_values() -> None:
+    acc = Accountant(limits={"plain": DatasetLimit(limit=Budget(1.0)),
+                             "events": DatasetLimit(limit=Budget(1.0), privacy_unit="p")})
+    with pytest.raises(UnitRequiredError, match="datasets.events"):
+        acc.release(LAPLACE, 3.0, dataset=("plain", "events"))
+    assert acc.spent("plain") == Budget(0.0)
+
+
+def test_the_table_entry_is_not_a_raw_value_and_its_receipt_says_per_person() -> None:
+    acc = _acc()
+    release_bounded(acc._gate, [LAPLACE], lambda rng: [3.0],
+                    UnitBounds("person_id", {"max_rows_per_unit": 1}), None, ("events", None))
+    receipt = acc.last_receipt
+    assert receipt is not None and receipt.per == "per person_id"
+    assert receipt.as_dict()["per"] == "per person_id" and "per person_id" in repr(receipt)
+    with pytest.raises(UnitRequiredError):  # the raw path stays refused beside it
+        acc.release(LAPLACE, 3.0, dataset="events")

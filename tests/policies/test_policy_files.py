@@ -237,7 +237,8 @@ def test_json_schema_export():
     defs = schema["$defs"]
     assert set(defs["DatasetLimit"]["properties"]) == {
         "limit", "per_query", "period", "composition", "max_per_query", "allowed_mechanisms",
-        "analysts", "other_analysts", "conversion_share", "order", "step", "blocks"}
+        "analysts", "other_analysts", "conversion_share", "order", "step", "blocks",
+        "privacy_unit", "bounds", "raw_values"}
     assert defs["Budget"]["required"] == ["epsilon"]
 
 

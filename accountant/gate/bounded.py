@@ -1,0 +1,148 @@
+"""The gate's entry for table queries: sensitivities per privacy unit, one debit, then the data.
+
+Invariant: a table query (``dpbudget.accountant.tables``) is released as ONE all-or-nothing step,
+checked and debited before its data is looked at. Each mechanism's sensitivity was set by the table
+layer from contribution bounds (``UnitBounds``) under the unit's neighbour relation (add or remove
+all rows of one unit); the dataset(s) charged must declare exactly that unit (a query per row on a
+dataset with a unit would spend the unit's budget at a row's price). Only after the debit commits
+does ``compute(rng)`` run — the random contribution bounding and the aggregation — and then each
+mechanism draws on its true value, as ``Gate.release_many`` does. The record carries ``unit`` and
+``bounds`` (``unit_members``), which the audit checks against the
+policy's unit.
+
+The one in-library caller is the table layer, which reaches the gate as ``accountant._gate``. No
+public ``Accountant`` method takes a ``compute`` callable: its caller could claim any unit and any
+bounds for a computation it writes itself, which is what a raw-value release already is
+(``Accountant.release``, refused on a dataset with a unit unless its policy allows raw values).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dpbudget.accountant.gate.gate import Gate, Where
+from dpbudget.accountant.gate.refusals import REFUSALS
+from dpbudget.accountant.gate.step import Step
+from dpbudget.accountant.ledger.record import canonical
+from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataError,
+                                               InvalidTypeError, UnitRequiredError)
+from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.sampling import OneShotSampler
+from dpbudget.mechanisms.sensitivity import priced
+
+__all__ = ["UnitBounds", "release_bounded", "unit_members"]
+
+# Words of the accountant's source that seed the generator ``compute`` is handed (256 bits).
+_SEED_WORDS = 4
+
+
+class UnitBounds(NamedTuple):
+    """What a table query's sensitivities are per, and the bounds they were derived from.
+
+    Attributes:
+        unit: the privacy-unit column the sensitivities are per; None: per row.
+        bounds: the bounds by name, e.g. ``{"max_rows_per_unit": 20, "max_groups_per_unit": 3,
+            "lower": 0.0, "upper": 1000.0}`` (finite numbers; written to the record).
+    """
+
+    unit: str | None
+    bounds: Mapping[str, float]
+
+
+def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
+                    compute: Callable[[np.random.Generator], Sequence[Any]],
+                    unit: UnitBounds, label: str | None, where: Where) -> list[Any]:
+    """Validate, debit the batch once, then ``compute(rng)`` the true values, then draw.
+
+    Args:
+        gate: the accountant's gate (``accountant._gate``).
+        mechanisms: one per answer, each with its sensitivity set from ``unit.bounds``.
+        compute: called once, after the debit has committed, with a ``numpy.random.Generator``
+            seeded from the accountant's source of noise (a fresh seed per call; reproducible
+            under a seeded accountant): returns one true value per mechanism, in order.
+        unit: the unit and bounds the sensitivities are per.
+        label, where: as for ``Gate.release_many``.
+
+    Returns:
+        One noisy answer per mechanism.
+
+    Raises:
+        UnitRequiredError: a dataset charged declares another privacy unit than ``unit.unit``
+            (or one, and ``unit.unit`` is None); nothing drawn, debited or computed.
+        BudgetExceededError, MechanismNotAllowedError, InvalidArgumentError, InvalidTypeError:
+            as ``release_many``; nothing drawn, debited or computed.
+        Whatever ``compute`` raises, or an invalid value it returns: the debit STANDS (the
+            budget pays for a step that may have looked at the data) and the error propagates;
+            nothing is drawn.
+    """
+    unit = _checked_unit(unit)
+    if not callable(compute):
+        raise InvalidTypeError("compute", compute, "a callable taking a numpy Generator")
+    if isinstance(mechanisms, (str, bytes)) or not isinstance(mechanisms, Sequence):
+        raise InvalidTypeError("mechanisms", mechanisms, "a sequence of mechanisms")
+    items = tuple(mechanisms)
+    if not items:
+        raise InvalidArgumentError("mechanisms", "empty", "a non-empty sequence of mechanisms")
+    plan = None
+    for i, mechanism in enumerate(items):
+        if isinstance(mechanism, StreamMechanism):
+            raise InvalidTypeError(f"mechanisms[{i}]", mechanism, "a one-shot mechanism")
+        plan = gate.validate(priced(mechanism), label, where if plan is None else plan,
+                             raw=False)
+    assert plan is not None  # items is non-empty
+    names = (plan.dataset,) if isinstance(plan.dataset, str) else plan.dataset
+    for name in names:
+        declared = gate.planner.limit(name).privacy_unit
+        if declared is not None and declared != unit.unit:
+            per = "per row" if unit.unit is None else f"per {unit.unit!r}"
+            raise UnitRequiredError(name, f"datasets.{name}.privacy_unit is {declared!r}: a "
+                                    f"table query {per} is refused")
+    step = Step.batch(items)
+    members = unit_members(unit)
+    try:
+        fields = gate.debit(step, plan, label, extra=lambda _: members)
+    except REFUSALS as refusal:
+        gate.refused(refusal, "batch", step.cost, where, label)
+        raise
+    gate._local.receipt = (*fields, unit.unit)  # (``last_receipt``: what its cost is per)
+    return gate.sampler.once(lambda _, s: _answers(items, compute, s), None)
+
+
+def unit_members(unit: UnitBounds) -> dict[str, str]:
+    """A table query's record members (``dpbudget.accountant.ledger.record``): ``unit``, the
+    privacy-unit column (null: per row), and ``bounds``, the bounds by name."""
+    return {"unit": canonical(unit.unit), "bounds": canonical(dict(unit.bounds))}
+
+
+def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generator], Any],
+             sampler: OneShotSampler) -> list[Any]:
+    """After the debit: the generator, the true values, each validated, then every draw."""
+    seed = [int(w) for w in sampler.bits.words(_SEED_WORDS)]
+    values = compute(np.random.default_rng(seed))
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or \
+            len(values) != len(items):
+        raise InvalidDataError("compute", "its result", f"a sequence of {len(items)} values "
+                               "(one per mechanism); the debit stands, nothing was drawn")
+    prepared = [m.prepare(v) for m, v in zip(items, values)]
+    return [m.draw(v, sampler) for m, v in zip(items, prepared)]
+
+
+def _checked_unit(unit: Any) -> UnitBounds:
+    """``unit``, checked: a ``UnitBounds`` of a column name (or None) and finite named bounds."""
+    if not isinstance(unit, UnitBounds):
+        raise InvalidTypeError("unit", unit, "a UnitBounds(unit, bounds)")
+    if unit.unit is not None and (not isinstance(unit.unit, str) or not unit.unit):
+        raise InvalidTypeError("unit.unit", unit.unit, "a column name (str) or None")
+    if not isinstance(unit.bounds, Mapping):
+        raise InvalidTypeError("unit.bounds", unit.bounds, "a mapping of bound names to numbers")
+    for name, bound in unit.bounds.items():
+        if not isinstance(name, str) or isinstance(bound, bool) or \
+                not isinstance(bound, (int, float)) or not math.isfinite(bound):
+            raise InvalidArgumentError("unit.bounds", name if isinstance(name, str) else
+                                       type(name).__name__, "bound names (str) mapped to "
+                                       "finite numbers")
+    return UnitBounds(unit.unit, dict(unit.bounds))
