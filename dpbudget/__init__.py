@@ -39,6 +39,7 @@ for _module, _names in {
     "dpbudget.accountant.audit.run": ["audit", "AuditReport"],
     "dpbudget.accountant.audit.plot": ["plot_audit"],
     "dpbudget.accountant.ledger": ["Ledger", "open_ledger"],
+    "dpbudget.accountant.tables.builder": ["table"],
     "dpbudget.accountant.ledger.postgres.schema": ["grant_statements"],
     "dpbudget.accountant.audit.transfer": ["export_jsonl", "import_jsonl"],
     "dpbudget.accountant.audit.logs": ["log_records_to"],
@@ -47,6 +48,7 @@ for _module, _names in {
         "Laplace", "DiscreteLaplace", "Gaussian", "AnalyticGaussian", "DiscreteGaussian",
         "SubsampledGaussian", "Exponential", "ReportNoisyMax", "PermuteAndFlip",
         "RandomizedResponse", "AboveThreshold", "Sparse", "NumericSparse", "Quantile", "Median",
+        "BinnedQuantile", "PartitionSelection",
         "ProposeTestRelease", "PTRMean", "PTRMedian", "PTRRefused", "PTRStatistic",
         "SmoothSensitivity", "SampleAndAggregate", "Neighbouring", "Query",
         "noisy_mean", "noisy_quantiles", "group_by",
@@ -125,7 +127,11 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         PTRMean as PTRMean, PTRMedian as PTRMedian, PTRRefused as PTRRefused, PTRStatistic as
         PTRStatistic, ProposeTestRelease as ProposeTestRelease
     )
-    from dpbudget.mechanisms.quantile import Median as Median, Quantile as Quantile
+    from dpbudget.mechanisms.quantile import (
+        BinnedQuantile as BinnedQuantile, Median as Median, Quantile as Quantile
+    )
+    from dpbudget.mechanisms.partition_selection import PartitionSelection as PartitionSelection
+    from dpbudget.accountant.tables.builder import table as table
     from dpbudget import queries as queries
     from dpbudget.mechanisms.noisy import noisy_mean as noisy_mean, noisy_quantiles as noisy_quantiles
     from dpbudget.mechanisms.queries import Neighbouring as Neighbouring, Query as Query

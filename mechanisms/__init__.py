@@ -21,7 +21,8 @@ from dpbudget.mechanisms.gaussian import (
 from dpbudget.mechanisms.group_by import group_by
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, PTRStatistic, ProposeTestRelease
-from dpbudget.mechanisms.quantile import Median, Quantile
+from dpbudget.mechanisms.partition_selection import PartitionSelection
+from dpbudget.mechanisms.quantile import BinnedQuantile, Median, Quantile
 from dpbudget.mechanisms.noisy import noisy_mean, noisy_quantiles
 from dpbudget.mechanisms.queries import Neighbouring, Query
 from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate
@@ -37,10 +38,10 @@ from dpbudget.mechanisms.subsampled import SubsampledGaussian, poisson_sample
 from dpbudget.mechanisms.sparse_vector import AboveThreshold, NumericSparse, Sparse, above_threshold_accuracy
 
 __all__ = [
-    "AboveThreshold", "AnalyticGaussian", "DiscreteGaussian", "DiscreteLaplace", "Exponential",
+    "AboveThreshold", "AnalyticGaussian", "BinnedQuantile", "DiscreteGaussian", "DiscreteLaplace", "Exponential",
     "Gaussian", "Laplace", "Mechanism", "Median",
     "Neighbouring", "NumericMechanism", "NumericSparse", "PTRMean", "PTRMedian", "PTRRefused",
-    "PTRStatistic", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
+    "PTRStatistic", "PartitionSelection", "PermuteAndFlip", "ProposeTestRelease", "Quantile", "Query",
     "RandomizedResponse", "ReportNoisyMax", "SampleAndAggregate", "Sampler", "SmoothSensitivity", "Sparse", "StreamMechanism", "SubsampledGaussian",
     "above_threshold_accuracy", "analytic_gaussian_delta", "analytic_gaussian_epsilon", "analytic_gaussian_sigma",
     "discrete_gaussian_delta", "discrete_gaussian_sigma",

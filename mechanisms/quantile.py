@@ -17,13 +17,14 @@ import numpy as np
 
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
-from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataError,
+                                               InvalidDataTypeError, InvalidTypeError)
 from dpbudget.mechanisms.base import Mechanism
 from dpbudget.mechanisms.exact import bernoulli_exp
 from dpbudget.mechanisms.rows import clamp_range, row_values
 from dpbudget.mechanisms.sampling import Sampler
 
-__all__ = ["MAX_CANDIDATES", "Median", "Quantile"]
+__all__ = ["MAX_CANDIDATES", "BinnedQuantile", "Median", "Quantile"]
 
 MAX_CANDIDATES = 100_000  # the exact sampler proposes up to this many times per release
 
@@ -135,6 +136,63 @@ class Median(Quantile):
         params = super().params()
         del params["q"]
         return params
+
+
+class BinnedQuantile(Quantile):
+    """``Quantile`` from the count of values in each candidate's bin, with a utility sensitivity
+    of ``rows_per_unit``: the quantile of a table bounded to that many rows per privacy unit,
+    (ε, 0)-DP per unit.
+
+    The value is, for each candidate c_j, the number of rows with c_{j−1} < x ≤ c_j (the first
+    bin: x ≤ c_0), as an engine computes it without sending rows to Python; the cumulative counts
+    are the k_c of ``Quantile``. Removing one unit removes m ≤ C rows: each k_c drops by some
+    j ∈ [0, m] and q·n by q·m, so |Δu| ≤ m·max(q, 1 − q) ≤ C, and the selection is drawn with
+    P[c] ∝ exp(ε·u(x, c)/(2C)) (McSherry–Talwar 2007 with Δu = C). C = 1 is ``Quantile``.
+
+    Args:
+        epsilon, q, lower, upper, candidates, bins: as for ``Quantile``.
+        rows_per_unit: C, the most rows one unit has after bounding (a positive int).
+
+    >>> m = BinnedQuantile(1.0, q=0.5, lower=0.0, upper=4.0, bins=4, rows_per_unit=2)
+    >>> m.release_scores([0, 10, 0, 10, 0])  # 20 rows: 10 at or below 1, 10 in (2, 3]
+    [20, 0, 0, 20, 20]
+    """
+
+    def __init__(self, epsilon: float, *, q: float, lower: float, upper: float,
+                 candidates: Any = None, bins: int = 1000, rows_per_unit: int = 1) -> None:
+        super().__init__(epsilon, q=q, lower=lower, upper=upper, candidates=candidates, bins=bins)
+        self.rows_per_unit = _validate.positive_int("rows_per_unit", rows_per_unit)
+        self._rate = Fraction(self.epsilon) / (2 * self._q.denominator * self.rows_per_unit)
+
+    def params(self) -> dict[str, Any]:
+        return {**super().params(), "rows_per_unit": self.rows_per_unit}
+
+    def prepare(self, value: Any) -> np.ndarray:
+        """The cumulative counts k_c (an ``int64`` array), from the count in each candidate's bin.
+
+        Raises:
+            InvalidDataTypeError: not a one-dimensional array of integers, one per candidate.
+            InvalidDataError: a negative count.
+        """
+        arr = np.asarray(value)
+        if arr.shape != (len(self.candidates),) or arr.dtype == bool or \
+                not np.issubdtype(arr.dtype, np.integer):
+            raise InvalidDataTypeError("value", value, f"{len(self.candidates)} integer counts "
+                                       "(one per candidate's bin)")
+        if arr.size and int(arr.min()) < 0:
+            raise InvalidDataError("value", value, "counts of at least 0")
+        return np.cumsum(arr.astype(np.int64))
+
+    def scores(self, ordered: np.ndarray) -> list[int]:
+        """|k_c·D − Q·n| for each candidate, from the cumulative counts ``prepare`` returns."""
+        return self.release_scores(np.diff(ordered, prepend=0))
+
+    def release_scores(self, counts: Any) -> list[int]:
+        """The scores of the bin counts ``counts`` (as ``prepare`` takes them)."""
+        cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
+        n = int(cumulative[-1]) if cumulative.size else 0
+        target, d = self._q.numerator * n, self._q.denominator
+        return [abs(int(k) * d - target) for k in cumulative]
 
 
 def _candidates(candidates: Any, bins: Any, lower: float, upper: float) -> tuple[float, ...]:

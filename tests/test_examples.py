@@ -31,3 +31,12 @@ def test_averages_experiment_runs_fast_and_plots(tmp_path: Path, capsys) -> None
     out = capsys.readouterr().out
     assert "| sum/count, centred |" in out and "At ε = 0.01 the smallest error is" in out
     assert figure.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("engine", ["pandas", "polars", "duckdb"])
+def test_events_report_runs_the_five_queries_per_person(engine: str, capsys) -> None:
+    """The issue's five queries, each at ε = 1 per person, on every engine: ε = 5 spent."""
+    module = runpy.run_path(str(EXAMPLES / "events_report.py"))
+    answers = module["main"](["--persons", "3000", "--engine", engine])
+    out = capsys.readouterr().out
+    assert len(answers) == 5 and "spent: ε = 5.0000 per person, δ = 1e-06" in out

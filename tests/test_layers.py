@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("ledger", [["dpbudget.accountant.ledger"]]),
     ("policies", [["dpbudget.policies"]]),
     ("gate", [["dpbudget.accountant.gate"]]),
-    ("training", [["dpbudget.accountant.training"]]),
+    ("training and tables", [["dpbudget.accountant.training"], ["dpbudget.accountant.tables"]]),
     ("audit and reports", [["dpbudget.accountant.audit"]]),
     ("cli", [["dpbudget.accountant.cli"]]),
     ("public face", [["dpbudget.accountant"]]),  # the package's own __init__: re-exports, loaded lazily
@@ -149,7 +149,8 @@ def test_no_import_cycles() -> None:
 
 @pytest.mark.parametrize("package", ["dpbudget.accountant", "dpbudget.mechanisms", "dpbudget.policies",
                                      "dpbudget.accountant.values", "dpbudget.accountant.gate",
-                                     "dpbudget.accountant.training", "dpbudget.accountant.audit",
+                                     "dpbudget.accountant.training", "dpbudget.accountant.tables",
+                                     "dpbudget.accountant.audit",
                                      "dpbudget.accountant.composition", "dpbudget.accountant.ledger"])
 def test_package_init_loads_only_lower_layers(package: str) -> None:
     """A package's ``__init__`` runs whenever any of its modules is imported: what it loads

@@ -1,0 +1,133 @@
+"""One table statistic: the mechanisms that price it, the true values they draw on, and its answer.
+
+Invariant: the mechanisms (and so the charge) are a function of the statistic's public parameters,
+its ε and the bounds' ``Contribution`` alone — built before the debit; the true values come from
+the bounded aggregates after it; the answer is a post-processing of the noisy values. Budget
+splits are fixed here: a mean spends ε/2 on the count and ε/2 on the centred sum, a variance ε/3
+on each of count, centred sum and centred sum of squares.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpbudget.accountant.tables import sensitivities as sens
+from dpbudget.accountant.tables.bounding import ROWS, SQUARES, SUM, UNITS
+from dpbudget.accountant.tables.sensitivities import Contribution
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.errors import InvalidArgumentError
+from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.discrete import DiscreteLaplace
+from dpbudget.mechanisms.laplace import Laplace
+from dpbudget.mechanisms.quantile import BinnedQuantile
+
+__all__ = ["KINDS", "Statistic"]
+
+KINDS = ("count", "sum", "mean", "variance", "count_distinct_units", "quantile")
+_Z95 = math.log(20.0)  # P(|Laplace(b)| > b·ln 20) = 5 %
+
+
+class Statistic:
+    """A statistic of a table: ``kind`` (one of ``KINDS``) of ``value`` clamped to [lower,
+    upper] (``q`` and ``bins`` for a quantile), at ``epsilon``.
+
+    Raises:
+        InvalidArgumentError, InvalidTypeError: a bad parameter (nothing is read or debited).
+    """
+
+    def __init__(self, kind: str, epsilon: float, value: str | None = None,
+                 lower: float | None = None, upper: float | None = None, q: float = 0.5,
+                 bins: int = 1000) -> None:
+        self.kind = kind
+        self.epsilon = _validate.positive("epsilon", epsilon)
+        self.value = value
+        self.q, self.bins = q, bins
+        self.lower = self.upper = 0.0
+        if kind in ("count", "count_distinct_units"):
+            return
+        if not isinstance(value, str):
+            raise InvalidArgumentError("column", value, "the name of a numeric column")
+        if lower is None or upper is None:
+            raise InvalidArgumentError("lower" if lower is None else "upper", None,
+                                       "set: a public bound on the values, chosen without "
+                                       "looking at the data")
+        self.lower, self.upper = _validate.finite("lower", lower), _validate.finite("upper", upper)
+        if not self.lower < self.upper:
+            raise InvalidArgumentError("upper", upper, f"greater than lower ({lower})")
+
+    @property
+    def centre(self) -> float:
+        """m = (l + u)/2: a mean's and a variance's values are summed less m (half the weight)."""
+        return (self.lower + self.upper) / 2 if self.kind in ("mean", "variance") else 0.0
+
+    def mechanisms(self, c: Contribution) -> list[Mechanism]:
+        """The mechanisms, with their sensitivities from ``c`` (see ``sensitivities``)."""
+        eps = self.epsilon
+        if self.kind == "count":
+            return [DiscreteLaplace(eps, sensitivity=sens.count(c)[0])]
+        if self.kind == "count_distinct_units":
+            return [DiscreteLaplace(eps, sensitivity=sens.distinct_units(c)[0])]
+        if self.kind == "quantile":
+            return [BinnedQuantile(eps, q=self.q, lower=self.lower, upper=self.upper,
+                                   bins=self.bins, rows_per_unit=sens.quantile_utility(c))]
+        weight = sens.clamp(self.lower, self.upper, self.centre)
+        if self.kind == "sum":
+            return [Laplace(eps, sensitivity=sens.sum_of(c, weight)[0])]
+        share = eps / (2 if self.kind == "mean" else 3)
+        out: list[Mechanism] = [DiscreteLaplace(share, sensitivity=sens.count(c)[0]),
+                                Laplace(share, sensitivity=sens.sum_of(c, weight)[0])]
+        if self.kind == "variance":
+            out.append(Laplace(share, sensitivity=sens.sum_of(c, weight * weight)[0]))
+        return out
+
+    def columns(self) -> tuple[str, ...]:
+        """The aggregates (of ``bounding.per_group``) the mechanisms draw on, in their order."""
+        return {"count": (ROWS,), "count_distinct_units": (UNITS,), "sum": (SUM,),
+                "mean": (ROWS, SUM), "variance": (ROWS, SUM, SQUARES)}[self.kind]
+
+    def values(self, found: dict[str, np.ndarray], scalar: bool) -> list[Any]:
+        """The true values, one per mechanism (counts as integers), from aggregates aligned to
+        the released keys; ``scalar``: over the whole table (one number each)."""
+        out: list[Any] = []
+        for name in self.columns():
+            column = np.asarray(found[name], dtype=np.float64)
+            if name in (ROWS, UNITS):
+                ints = np.rint(column).astype(np.int64)
+                out.append(int(ints[0]) if scalar else ints)
+            else:
+                out.append(float(column[0]) if scalar else column)
+        return out
+
+    def answer(self, noisy: list[Any]) -> Any:
+        """The released statistic from the noisy values: a number per key (an array), or for a
+        mean or variance a dict of arrays (``mean``/``variance`` with the noisy ``count`` and
+        ``sum`` it was computed from)."""
+        if self.kind in ("count", "count_distinct_units", "sum", "quantile"):
+            return noisy[0]
+        count = np.maximum(np.asarray(noisy[0], dtype=np.float64), 1.0)  # (a noisy count < 1)
+        centred = np.asarray(noisy[1], dtype=np.float64) / count
+        mean = np.clip(self.centre + centred, self.lower, self.upper)
+        if self.kind == "mean":
+            return {"mean": mean, "count": noisy[0], "sum": noisy[1] + self.centre * count}
+        half = (self.upper - self.lower) / 2
+        variance = np.clip(np.asarray(noisy[2], dtype=np.float64) / count - centred ** 2,
+                           0.0, half * half)
+        return {"variance": variance, "mean": mean, "count": noisy[0]}
+
+    def accuracy(self, c: Contribution) -> dict[str, Any]:
+        """The noise of each part before any release: its scale and the half-width of a 95 %
+        interval (for a quantile, the rank error that holds with 95 %), without charging."""
+        out: dict[str, Any] = {}
+        names = ("candidate",) if self.kind == "quantile" else self.columns()
+        for name, mechanism in zip(names, self.mechanisms(c)):
+            if isinstance(mechanism, BinnedQuantile):
+                k = len(mechanism.candidates)
+                rank = 2 * mechanism.rows_per_unit * math.log(k / 0.05) / mechanism.epsilon
+                out["rank"] = {"rows": rank, "spacing": (self.upper - self.lower) / self.bins}
+                continue
+            scale = float(getattr(mechanism, "scale"))
+            out[name] = {"scale": scale, "interval95": scale * _Z95}
+        return out

@@ -1,0 +1,332 @@
+"""The table API: ``table(acc, frame, dataset=...)``, filtered, grouped, then one statistic,
+released per privacy unit as one all-or-nothing step.
+
+Invariant: everything that decides the charge — the unit, the bounds, ε (and δ), the statistic's
+parameters, the public keys — is fixed and checked before the debit, with the frame's schema and
+one pass for null ids and non-finite values; the debit goes through the gate's
+``release_bounded``, which only then hands ``compute`` its generator: the random keys, the
+bounding and the aggregation run after the debit, and only aggregates reach Python. A refusal
+(a bound not set, a bad column, a budget that does not fit) draws nothing and debits nothing.
+
+The entry is a function of this layer, not a method of ``Accountant``: the gate sits below the
+tables (tests/test_layers.py), so the accountant cannot import the builder.
+
+Filters are ``(column, op, value)`` triples with a public constant, never arbitrary expressions:
+a window or aggregate expression (``x > mean(x)``) would let one unit's rows decide which rows of
+another unit are kept, and the bounding's sensitivity would no longer hold.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
+from dpbudget.accountant.gate.unnamed import NOT_GIVEN
+from dpbudget.accountant.tables import bounding, frames
+from dpbudget.accountant.tables.aggregates import Statistic
+from dpbudget.accountant.tables.sensitivities import BOUND_NAMES, Contribution, contribution
+from dpbudget.accountant.values import _validate
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.mechanisms.partition_selection import PartitionSelection
+
+__all__ = ["TableQuery", "Table", "table"]
+
+_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+        ">": operator.gt, ">=": operator.ge}
+
+
+class _Spec(NamedTuple):
+    filters: tuple[tuple[str, str, Any], ...] = ()
+    groups: tuple[str, ...] = ()
+    keys: tuple[Any, ...] | None = None  # None: selected privately (when grouped)
+
+
+def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
+          analyst: str | None = None) -> "Table":
+    """A table of ``dataset``, queried per the privacy unit its policy declares.
+
+    The unit is the policy's, never the caller's: on a dataset limited per row, a query bounded
+    per some other column is not ε per row (removing one row of a unit can swap which of its rows
+    are kept, moving a count by 2 where the bound is 1: tests/tables/test_builder.py), so a
+    dataset without ``privacy_unit`` is refused.
+
+    Args:
+        accountant: the ``Accountant`` that checks and debits each query.
+        frame: a pandas DataFrame, a Polars DataFrame or LazyFrame, a DuckDB relation, or a
+            ``.parquet``/``.csv`` path (read by an embedded DuckDB).
+        dataset, analyst: charged as by ``Accountant.release`` (several datasets must declare
+            the same unit; each bound a query leaves out is the smallest they declare).
+
+    Raises:
+        InvalidTypeError: a frame this layer does not read.
+        InvalidArgumentError: a dataset that declares no privacy unit, or datasets that declare
+            different ones (``unit``).
+    """
+    gate = getattr(accountant, "_gate", None)
+    if gate is None:
+        raise InvalidTypeError("accountant", accountant, "an Accountant")
+    opened = frames.open_frame(frame)
+    plan = gate.plan((dataset, analyst, None))
+    names = (plan.dataset,) if isinstance(plan.dataset, str) else tuple(plan.dataset)
+    limits = [gate.planner.limit(name) for name in names]
+    units = {lim.privacy_unit for lim in limits}
+    if len(units) != 1 or None in units:
+        raise InvalidArgumentError("unit", None, "one privacy_unit declared by every dataset "
+                                   "queried (in its policy): a table query is per that unit")
+    policy: dict[str, Any] = {}
+    for name in BOUND_NAMES:
+        given = [getattr(lim.bounds, name) for lim in limits
+                 if lim.bounds is not None and getattr(lim.bounds, name) is not None]
+        policy[name] = min(given) if given else None
+    return Table(gate, opened, (dataset, analyst, None), str(units.pop()), policy, _Spec())
+
+
+class Table:
+    """A table to query per privacy unit (immutable: each step returns a new one)."""
+
+    def __init__(self, gate: Any, frame: frames.Frame, where: tuple[Any, ...], unit: str,
+                 policy: dict[str, Any], spec: _Spec) -> None:
+        self._gate, self._frame, self._where = gate, frame, where
+        self._unit, self._policy, self._spec = unit, policy, spec
+
+    def _with(self, **changes: Any) -> "Table":
+        return Table(self._gate, self._frame, self._where, self._unit, self._policy,
+                     self._spec._replace(**changes))
+
+    def filter(self, column: str, op: str, value: Any) -> "Table":
+        """Keep the rows where ``column op value`` (op: ``==``, ``!=``, ``<``, ``<=``, ``>``,
+        ``>=``, ``in``, ``not in``; ``value`` a public constant, a sequence for ``in``)."""
+        if op not in _OPS and op not in ("in", "not in"):
+            raise InvalidArgumentError("op", op, "one of ==, !=, <, <=, >, >=, in, not in")
+        if op in ("in", "not in"):
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+                raise InvalidTypeError("value", value, "a sequence of values for 'in'")
+            value = tuple(value)
+        return self._with(filters=(*self._spec.filters, (column, op, value)))
+
+    def group_by(self, *columns: str, keys: Any = None) -> "Table":
+        """Group by ``columns``. ``keys``: the public keys to release (a value per key, a tuple
+        per key for several columns); a key absent from the data gets a noisy 0, and rows with
+        other keys are dropped before bounding. Without ``keys`` the keys are selected privately
+        (``PartitionSelection``; counts only, and the query needs ``delta``)."""
+        if not columns or not all(isinstance(c, str) for c in columns):
+            raise InvalidArgumentError("columns", columns, "one or more column names")
+        if keys is not None:
+            if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+                raise InvalidTypeError("keys", keys, "a sequence of public keys")
+            keys = tuple(keys)
+            if not keys:
+                raise InvalidArgumentError("keys", "an empty sequence", "at least one key")
+            if len(set(keys)) != len(keys):
+                raise InvalidArgumentError("keys", "a sequence", "keys without repeats")
+            if len(columns) > 1 and not all(isinstance(k, tuple) and len(k) == len(columns)
+                                            for k in keys):
+                raise InvalidTypeError("keys", "a sequence", f"tuples of {len(columns)} values")
+        return self._with(groups=tuple(columns), keys=keys)
+
+    # -- the statistics ------------------------------------------------------------------------
+
+    def count(self, *, epsilon: float | None = None, budget: Budget | None = None,
+              delta: float | None = None, **bounds: Any) -> "TableQuery":
+        """The number of rows (per group), Δ₁ = L0·L∞ (or C)."""
+        return self._query("count", epsilon, budget, delta, bounds)
+
+    def count_distinct_units(self, *, epsilon: float | None = None,
+                             budget: Budget | None = None, delta: float | None = None,
+                             **bounds: Any) -> "TableQuery":
+        """The number of distinct units (per group), Δ₁ = L0."""
+        return self._query("count_distinct_units", epsilon, budget, delta, bounds)
+
+    def sum(self, column: str, *, lower: float, upper: float, epsilon: float | None = None,
+            budget: Budget | None = None, **bounds: Any) -> "TableQuery":
+        """The sum of ``column`` clamped into [lower, upper], Δ₁ = L0·L∞·max(|l|, |u|)."""
+        return self._query("sum", epsilon, budget, None, bounds, column, lower, upper)
+
+    def mean(self, column: str, *, lower: float, upper: float, epsilon: float | None = None,
+             budget: Budget | None = None, **bounds: Any) -> "TableQuery":
+        """The mean of ``column`` clamped into [lower, upper]: a noisy centred sum over a noisy
+        count, ε/2 each (answer: ``mean``, ``count``, ``sum``)."""
+        return self._query("mean", epsilon, budget, None, bounds, column, lower, upper)
+
+    def variance(self, column: str, *, lower: float, upper: float,
+                 epsilon: float | None = None, budget: Budget | None = None,
+                 **bounds: Any) -> "TableQuery":
+        """The variance of ``column`` clamped into [lower, upper], from a noisy count, centred
+        sum and centred sum of squares, ε/3 each (answer: ``variance``, ``mean``, ``count``)."""
+        return self._query("variance", epsilon, budget, None, bounds, column, lower, upper)
+
+    def quantile(self, column: str, q: float, *, lower: float, upper: float, bins: int = 1000,
+                 epsilon: float | None = None, budget: Budget | None = None,
+                 **bounds: Any) -> "TableQuery":
+        """The q-quantile of ``column`` over ``bins + 1`` candidates evenly spaced on [lower,
+        upper] (``BinnedQuantile``, utility sensitivity C), over the whole table."""
+        return self._query("quantile", epsilon, budget, None, bounds, column, lower, upper, q,
+                           bins)
+
+    def median(self, column: str, *, lower: float, upper: float, bins: int = 1000,
+               epsilon: float | None = None, budget: Budget | None = None,
+               **bounds: Any) -> "TableQuery":
+        """``quantile(column, 0.5, ...)``."""
+        return self.quantile(column, 0.5, lower=lower, upper=upper, bins=bins, epsilon=epsilon,
+                             budget=budget, **bounds)
+
+    def _query(self, kind: str, epsilon: Any, budget: Any, delta: Any, bounds: dict[str, Any],
+               *args: Any) -> "TableQuery":
+        unknown = sorted(set(bounds) - set(BOUND_NAMES))
+        if unknown:
+            raise InvalidArgumentError("bounds", unknown[0], f"one of {', '.join(BOUND_NAMES)}")
+        if budget is not None:
+            if not isinstance(budget, Budget) or epsilon is not None or delta is not None:
+                raise InvalidArgumentError("budget", budget, "a Budget, given alone (or "
+                                           "epsilon= and delta=)")
+            epsilon, delta = budget.epsilon, budget.delta or None
+        if epsilon is None:
+            raise InvalidArgumentError("epsilon", None, "set (or budget=)")
+        spec = self._spec
+        private = bool(spec.groups) and spec.keys is None
+        if private and kind not in ("count", "count_distinct_units"):
+            raise InvalidArgumentError("keys", None, "given in group_by(..., keys=[...]) for "
+                                       f"a {kind}: keys are selected privately for counts only")
+        if kind == "quantile" and spec.groups:
+            raise InvalidArgumentError("group_by", spec.groups, "not set for a quantile (over "
+                                       "the whole table)")
+        if private and delta is None:
+            raise InvalidArgumentError("delta", None, "set: keys selected privately cost δ")
+        share = epsilon / 2 if private else epsilon
+        statistic = Statistic(kind, share, *args)
+        merged = {name: bounds.get(name, self._policy.get(name)) for name in BOUND_NAMES}
+        c = contribution(merged, grouped=bool(spec.groups))
+        selection = PartitionSelection(share, delta=delta, max_groups_per_unit=c.groups) \
+            if private else None
+        frames.check_columns(self._frame, self._unit, spec.groups, statistic.value)
+        if spec.keys is not None:
+            frames.check_keys(self._frame, spec.groups, spec.keys)
+        for column, op, value in spec.filters:
+            if column not in self._frame.schema:
+                raise InvalidArgumentError("column", column, "a column of the frame")
+            frames.check_keys(self._frame, [column], value if op in ("in", "not in") else
+                              [value], argument="value")
+        used = {k: v for k, v in merged.items() if v is not None}
+        if kind not in ("count", "count_distinct_units"):
+            used.update(lower=statistic.lower, upper=statistic.upper)
+        return TableQuery(self, statistic, c, selection, used)
+
+
+class TableQuery:
+    """One statistic of a table, priced and checked: ``accuracy()`` (free) or ``release()``."""
+
+    def __init__(self, table: Table, statistic: Statistic, c: Contribution,
+                 selection: PartitionSelection | None, bounds: dict[str, float]) -> None:
+        self._table, self.statistic, self.contribution = table, statistic, c
+        self._selection, self.bounds = selection, bounds
+
+    def mechanisms(self) -> list[Any]:
+        """The mechanisms the release debits (their costs add up to the query's)."""
+        own = self.statistic.mechanisms(self.contribution)
+        return own if self._selection is None else [self._selection, *own]
+
+    def accuracy(self) -> dict[str, Any]:
+        """The noise scale and 95 % interval half-width of each part, before releasing; nothing
+        is charged. With private keys, also the threshold and the distinct-unit count a key
+        needs to be kept with probability 95 %."""
+        out = self.statistic.accuracy(self.contribution)
+        if self._selection is not None:
+            s = self._selection
+            sure = next(n for n in range(1, s.threshold * 4 + 10 ** 6)
+                        if s.release_probability(n) >= 0.95)
+            out["selection"] = {"threshold": s.threshold, "kept_at_95": sure}
+        return out
+
+    def release(self, *, label: str | None = None) -> Any:
+        """Debit the query's cost once, then bound, aggregate and draw: a number (a dict for a
+        mean or variance) over the whole table, else ``{key: answer}``.
+
+        Raises:
+            BudgetExceededError, MechanismNotAllowedError: refused; nothing
+                drawn, debited or computed.
+            InvalidDataError: a null id or group, or a null, NaN or infinite value (nothing
+                debited).
+        """
+        t, spec, stat = self._table, self._table._spec, self.statistic
+        frames.check_values(t._frame, t._unit, spec.groups, stat.value)
+        state: dict[str, Any] = {}
+        noisy = release_bounded(t._gate, self.mechanisms(), lambda rng: self._compute(rng, state),
+                                UnitBounds(t._unit, self.bounds), label, t._where)
+        return self._answer(noisy, state)
+
+    def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
+        import narwhals as nw
+        t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution
+        keyed = t._frame.keyed(rng)
+        for column, op, value in spec.filters:
+            col = nw.col(column)
+            keyed = keyed.filter(col.is_in(list(value)) if op == "in" else
+                                 ~col.is_in(list(value)) if op == "not in" else
+                                 _OPS[op](col, value))
+        if spec.keys is not None:  # drop other keys before bounding (each column: a superset)
+            for i, column in enumerate(spec.groups):
+                wanted = {k[i] if len(spec.groups) > 1 else k for k in spec.keys}
+                keyed = keyed.filter(nw.col(column).is_in(list(wanted)))
+        if stat.kind == "quantile":
+            found = frames.collect(bounding.bin_counts(keyed, t._unit, c, str(stat.value),
+                                                       stat.lower, stat.upper, stat.bins))
+            counts = np.zeros(stat.bins + 1, dtype=np.int64)
+            counts[found[bounding._X].astype(np.int64)] = np.rint(
+                found[bounding.ROWS].astype(np.float64)).astype(np.int64)
+            return [counts]
+        args = (keyed, t._unit, spec.groups, c, stat.value, stat.lower, stat.upper, stat.centre)
+        if c.by_group or self._selection is not None or bounding.UNITS in stat.columns():
+            found = frames.collect(bounding.per_group(bounding.unit_groups(*args), spec.groups))
+        else:  # (no distinct units needed: straight from the kept rows)
+            found = frames.collect(bounding.row_totals(*args))
+        names = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
+        if not spec.groups:
+            return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))
+                                for n in names if n in found}, scalar=True)
+        present = list(zip(*(found[g].tolist() for g in spec.groups)))
+        present = [k[0] for k in present] if len(spec.groups) == 1 else present
+        order = sorted(range(len(present)), key=present.__getitem__)  # (the engine's order is
+        present = [present[i] for i in order]  # its own: sorted, the same seed draws the same)
+        found = {n: np.asarray(v)[order] for n, v in found.items()}
+        if spec.keys is not None:
+            index = {k: i for i, k in enumerate(spec.keys)}
+            rows = [(i, index[k]) for i, k in enumerate(present) if k in index]
+            aligned = {}
+            for n in names:
+                if n in found:
+                    filled = np.zeros(len(spec.keys))
+                    filled[[j for _, j in rows]] = found[n].astype(np.float64)[[i for i, _ in rows]]
+                    aligned[n] = filled
+            state["keys"] = spec.keys
+            return stat.values(aligned, scalar=False)
+        state["keys"] = present
+        units = np.rint(found[bounding.UNITS].astype(np.float64)).astype(np.int64)
+        values = stat.values(found, scalar=False) if present else \
+            [np.zeros(1, dtype=np.int64)]  # (nothing to draw on: a placeholder, never released)
+        return [units, *values]
+
+    def _answer(self, noisy: list[Any], state: dict[str, Any]) -> Any:
+        stat, keys = self.statistic, state.get("keys")
+        mask = None
+        if self._selection is not None:
+            mask, noisy = noisy[0], noisy[1:]
+        answer = stat.answer(noisy)
+        if keys is None:
+            return _plain(answer)
+        kept = range(len(keys)) if mask is None else np.flatnonzero(mask)
+        if isinstance(answer, dict):
+            return {keys[i]: {n: _plain(np.asarray(v)[i]) for n, v in answer.items()}
+                    for i in kept}
+        return {keys[i]: _plain(np.asarray(answer)[i]) for i in kept}
+
+
+def _plain(x: Any) -> Any:
+    """A numpy number as a Python one (dicts of them too)."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x.item() if isinstance(x, np.generic) else x

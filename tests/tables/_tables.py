@@ -1,0 +1,50 @@
+"""Small tables and helpers shared by the table tests: coupled keys (the rows two neighbours
+share keep their keys), and a generator that hands out given keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpbudget.accountant.gate.accountant import Accountant
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.policies.limits import DatasetLimit
+
+
+class GivenKeys:
+    """Stands for the generator ``Frame.keyed`` draws from: hands out the given key columns."""
+
+    def __init__(self, *columns: np.ndarray) -> None:
+        self.columns = list(columns)
+
+    def random(self, n: int) -> np.ndarray:
+        out = self.columns.pop(0)
+        assert len(out) == n
+        return out
+
+
+def small_table(seed: int, units: int = 3, max_rows: int = 6, groups: int = 3) -> pd.DataFrame:
+    """A table of a few units with 1 to ``max_rows`` rows each, groups "a", "b", ..., values on
+    [−5, 15] (some outside the clamps used, [0, 10])."""
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, max_rows + 1, units)
+    unit = np.repeat(np.arange(units), rows)
+    return pd.DataFrame({"unit": unit,
+                         "group": np.asarray(list("abcdefgh"[:groups]))[
+                             rng.integers(0, groups, len(unit))],
+                         "x": rng.uniform(-5, 15, len(unit)).round(2)})
+
+
+def without(frame: pd.DataFrame, keys: tuple[np.ndarray, ...], unit: Any
+            ) -> tuple[pd.DataFrame, tuple[np.ndarray, ...]]:
+    """The neighbour without every row of ``unit``, with the shared rows' keys (the coupling)."""
+    keep = (frame["unit"] != unit).to_numpy()
+    return frame[keep].reset_index(drop=True), tuple(k[keep] for k in keys)
+
+
+def accountant(eps: float = 100.0, delta: float = 1e-3, unit: str | None = "unit",
+               rng: Any = 0) -> Accountant:
+    return Accountant(limits={"t": DatasetLimit(limit=Budget(eps, delta), privacy_unit=unit)},
+                      rng=rng)
