@@ -221,7 +221,7 @@ def assert_names(error: BaseException, argument: str, value: Any) -> None:
 TOLERANCE = 1e-9
 
 # The members a ledger record carries (accountant/ledger/record.py documents the format).
-# (A durable ledger's records also carry "table", its commitment to the accounts table.)
+# (Records written by earlier versions may also carry "table", a commitment no longer kept.)
 CHAIN_MEMBERS = {"v", "seq", "time", "auth", "prev", "writer"}
 RELEASE_MEMBERS = CHAIN_MEMBERS | {"kind", "dataset", "analyst", "label", "mechanism", "cost",
                                    "accounts", "noise"}

@@ -147,14 +147,8 @@ def test_negative_control_without_the_fixes_damage_escapes_as_a_traceback(origin
 
 
 class _Repeating:
-    """A reading connection over a damaged table whose rows come back 1, 2, then seq 0 with
-    NULLs, whatever page is asked for (what SQLite gave on one of the fuzzed copies)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return None
+    """A connection over a damaged table whose rows come back 1, 2, then seq 0 with NULLs,
+    whatever page is asked for (what SQLite gave on one of the fuzzed copies)."""
 
     def execute(self, query, args):
         return self
@@ -165,7 +159,7 @@ class _Repeating:
 
 def test_entries_of_a_table_that_repeats_rows_end_with_a_typed_error(tmp_path, monkeypatch):
     ledger = SqliteLedger(tmp_path / "l.db")
-    monkeypatch.setattr(ledger, "_reader", _Repeating)
+    monkeypatch.setattr(ledger, "_execute", _Repeating().execute)
     with pytest.raises(LedgerCorruptedError, match="entries table is damaged after record 2"):
         list(ledger.entries())
     ledger.close()
@@ -173,7 +167,7 @@ def test_entries_of_a_table_that_repeats_rows_end_with_a_typed_error(tmp_path, m
 
 def test_negative_control_unchecked_rows_page_forever(tmp_path, monkeypatch):
     ledger = SqliteLedger(tmp_path / "l.db")
-    monkeypatch.setattr(ledger, "_reader", _Repeating)
+    monkeypatch.setattr(ledger, "_execute", _Repeating().execute)
     monkeypatch.setattr(sql, "_entry", lambda seq, text, digest, after: Entry(seq, text, digest))
     assert len(list(itertools.islice(ledger.entries(), 1000))) == 1000  # (it never ends)
     ledger.close()

@@ -21,8 +21,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
-from dpbudget.accountant.ledger import table_sum
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import (GENESIS, auth_name, canonical, key_from_env,
                                                 record_hash, time_micros)
@@ -40,7 +39,9 @@ class Ledger(ABC):
     # Whether other processes (or a later run) can open the same ledger: only then does it store
     # the policy its limits come from (``dpbudget.accountant.gate.policy_record``).
     durable = True
-    lanes = False  # linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain
+    # Linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain: such a
+    # backend also has ``_lane``, ``_next_seq`` and ``_advance``, which only its transactions call.
+    lanes = False
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
     # (seq, hash, time in microseconds) of the last record this object wrote or read the time
     # of: the head's time without re-reading it while no other writer moved on.
@@ -170,13 +171,14 @@ class Ledger(ABC):
         the ledger. O(number of accounts).
 
         Each record a row names must be authentic (its hash; an HMAC on a keyed ledger). A row
-        rewound to an earlier record, deleted or added: on a keyed file refused here (its head
-        record pins the table: ``table_sum``), else the audit's to see (``dpbudget audit``).
+        rewound to an earlier record, deleted or added is the audit's to see (``dpbudget audit``
+        replays every record): whoever can write those rows can as well put back an older copy
+        of the whole ledger, which no check made here could tell from the ledger itself.
 
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
-        for account in table_sum.checked_rows(self):
+        for account in self.accounts():
             entry = self.entry(account.seq)
             recorded = None  # the record a row names is authentic (a refund edits both), and
             if entry is not None and self._authentic(entry):  # stored under its own number (an
@@ -261,24 +263,6 @@ class Ledger(ABC):
 
     @abstractmethod
     def _write_accounts(self, accounts: list[Account]) -> None: ...
-
-    # A ledger of lanes (``lanes = True``) overrides these, used inside its transactions; a ledger
-    # of one chain has no lanes, and says so if asked.
-    def _lane(self, key: str) -> tuple[int, str]:
-        """``(seq, hash)`` of the last record on lane ``key`` (``lanes.START`` if none)."""
-        raise self._no_lanes()
-
-    def _next_seq(self) -> int:
-        """The seq the next record appended in this transaction gets (the same until then)."""
-        raise self._no_lanes()
-
-    def _advance(self, keys: list[str], entry: Entry) -> None:
-        """``entry``, just written, is now the last record on each of ``keys``."""
-        raise self._no_lanes()
-
-    def _no_lanes(self) -> LedgerError:
-        return LedgerError(f"{type(self).__name__} is a ledger of one chain: it has no lanes "
-                           "(accountant.ledger.lanes); nothing was written")
 
 
 EMPTY_HEAD = (0, GENESIS)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, NamedTuple
 
-__all__ = ["Account", "Entry"]
+__all__ = ["Account", "Entry", "parse_config"]
 
 
 class Account(NamedTuple):
@@ -30,3 +31,11 @@ class Entry(NamedTuple):
     def record(self) -> dict[str, Any]:
         record: dict[str, Any] = json.loads(self.text)
         return record
+
+
+@functools.lru_cache(maxsize=256)
+def parse_config(text: str) -> dict[str, Any]:
+    # A rule's configuration text repeats on every read of its account; parse it once. Callers
+    # treat Account.config as read-only.
+    config: dict[str, Any] = json.loads(text)
+    return config

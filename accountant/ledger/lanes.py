@@ -42,11 +42,11 @@ record on ``L``; ``s`` names ``r``'s seq and hash.
 - *The policy*: nothing follows a policy record on its lane until the next change, but every debit
   after it names it in ``reads``, which must be the lane's last record: deleting it is seen there.
 - *The account rows*: each names its account's last record (``seq``), checked on open against
-  what that record wrote (``Ledger.check_accounts``) and against its lane's last record
-  (``dpbudget.accountant.ledger.postgres.schema.check_rows``); on PostgreSQL the server's triggers keep them equal to it, growing, and
-  undeleted, for every role but the owner. A row rewound together with its lane by the tables'
-  owner (who can disable the triggers) is a truncated lane, seen by the audit when a later
-  record links or reads past it; the audit also compares every row with its replay.
+  what that record wrote (``Ledger.check_accounts``); on PostgreSQL the server's triggers keep
+  them equal to it, growing, and undeleted, for every role but the owner. A row the tables'
+  owner (who can disable the triggers) rewound or deleted, with its lane or without, is the
+  audit's to see: it compares every row with its replay, and a rewound lane is a truncated one
+  when a later record links or reads past it.
 
 Ledgers of one chain are not rewritten: a PostgreSQL ledger made by an older version keeps its
 format 1 records, and each account's lane starts at the last record that lists it.

@@ -1,5 +1,5 @@
 """The SQLite ledger's three tables and every statement on them (``dpbudget.accountant.ledger.sqlite``
-supplies the connection, the transaction statements and a separate connection for streaming reads).
+supplies the connection and the transaction statements).
 
 Tables: ``meta`` (the record format version), ``entries`` (seq, hash, canonical record text;
 append-only), ``accounts`` (each limit's rule, configuration, running state and last seq).
@@ -7,15 +7,14 @@ append-only), ``accounts`` (each limit's rule, configuration, running state and 
 
 from __future__ import annotations
 
-import functools
 import json
 from abc import abstractmethod
 from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+from dpbudget.accountant.ledger.entry import parse_config
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, float_object
 
 __all__ = ["SqlLedger"]
@@ -24,16 +23,12 @@ _PAGE = 4096
 
 
 class SqlLedger(Ledger):
-    """The statements of ``SqliteLedger``, which implements ``_execute``, ``_reader`` and the
-    transaction primitives."""
+    """The statements of ``SqliteLedger``, which implements ``_execute`` and the transaction
+    primitives."""
 
     @abstractmethod
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         """Run one statement on the backend's connection, raising ``LedgerError`` on failure."""
-
-    @abstractmethod
-    def _reader(self) -> AbstractContextManager[Any]:
-        """A separate connection for long reads, so that they hold no lock."""
 
     def _check_format(self) -> None:
         query = "SELECT value FROM meta WHERE key = 'format'"
@@ -83,20 +78,20 @@ class SqlLedger(Ledger):
         return [_account(r) for r in rows]
 
     def entries(self, start: int = 1) -> Iterator[Entry]:
-        # Paged by primary key on a connection of its own: streams without holding the lock or
-        # loading the whole ledger into memory (one chain commits in ``seq`` order, so pages read
-        # at different moments still read a prefix of it).
+        # Paged by primary key, the lock held for one page at a time: streams without holding it
+        # between pages or loading the whole ledger into memory (one chain commits in ``seq``
+        # order, so pages read at different moments still read a prefix of it).
         query = f"SELECT seq, record, hash FROM entries WHERE seq > ? ORDER BY seq LIMIT {_PAGE}"
-        with self._reader() as conn:
-            seq = start - 1
-            while True:
-                rows = conn.execute(query, (seq,)).fetchall()
-                if not rows:
-                    return
-                for row in rows:  # (checked: a damaged table can repeat rows, paging forever)
-                    entry = _entry(row[0], row[1], row[2], seq)
-                    seq = entry.seq
-                    yield entry
+        seq = start - 1
+        while True:
+            with self._lock:
+                rows = self._execute(query, (seq,)).fetchall()
+            if not rows:
+                return
+            for row in rows:  # (checked: a damaged table can repeat rows, paging forever)
+                entry = _entry(row[0], row[1], row[2], seq)
+                seq = entry.seq
+                yield entry
 
 
 def _entry(seq: Any, text: Any, digest: Any, after: int) -> Entry:
@@ -114,16 +109,9 @@ def _account(row: tuple[Any, ...]) -> Account:
     try:
         if type(key) is not str or type(rule) is not str or type(seq) is not int:
             raise TypeError("a column of another type")
-        return Account(key, rule, _parse_config(config), json.loads(state), seq)
+        return Account(key, rule, parse_config(config), json.loads(state), seq)
     except (TypeError, ValueError, RecursionError):
         raise LedgerCorruptedError("the accounts table is damaged: a row holds a NULL, a value "
                                    "of another type or unreadable JSON; run `dpbudget audit` on "
                                    "it (nothing was written)") from None
 
-
-@functools.lru_cache(maxsize=256)
-def _parse_config(text: str) -> dict[str, Any]:
-    # A rule's configuration text repeats on every read of its account; parse it once. Callers
-    # treat Account.config as read-only.
-    config: dict[str, Any] = json.loads(text)
-    return config

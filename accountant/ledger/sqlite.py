@@ -226,32 +226,8 @@ class SqliteLedger(SqlLedger):
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def _reader(self) -> "_Reader":
-        self._in_this_process()
-        return _Reader(self.path)
-
     def close(self) -> None:
         with self._lock:
             if not _forked():  # (a child never closes its parent's connection)
                 self._conn.close()
 
-
-class _Reader:
-    """A reading connection of its own (``SqlLedger.entries``), used and closed only where it
-    was opened: a read begun in a parent and resumed in a forked child is refused there."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._conn = sqlite3.connect(path, isolation_level=None)
-
-    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        if _forked():
-            raise _refusal(self._path)
-        return self._conn.execute(sql, args)
-
-    def __enter__(self) -> "_Reader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not _forked():
-            self._conn.close()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError
-from dpbudget.accountant.ledger import lanes as _lanes, table_sum
+from dpbudget.accountant.ledger import lanes as _lanes
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
 from dpbudget.accountant.ledger.writer import writer_for
@@ -96,9 +96,9 @@ class Transaction:
         if len(accounts) > 1 and len({a.key for a in accounts}) != len(accounts):
             raise LedgerError("refusing to write one account twice in one record; nothing was "
                               "written")
+        for account in accounts:
+            self._check_state(account)
         if ledger.lanes:
-            for account in accounts:
-                self._check_state(account)
             keys = sorted({a.key for a in accounts}.union(lanes))
             if not keys:
                 raise LedgerError("a record of a ledger of lanes must be on at least one lane "
@@ -114,12 +114,6 @@ class Transaction:
             if self._micros is None:  # (from the head just read: no second read of it)
                 self._micros = ledger._tx_micros((seq, prev))
             extra = {"v": _VERSION, "prev": f'"{prev}"'}
-            if table_sum.committed(ledger):  # a keyed file: the head pins the accounts table
-                table = table_sum.advance(ledger, accounts, seq, prev, self._check_state)
-                extra["table"] = table_sum.member(table)
-            else:
-                for account in accounts:
-                    self._check_state(account)
         writer = ledger._w
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
@@ -132,8 +126,6 @@ class Transaction:
         # The record first: a PostgreSQL server checks each account row against the record it
         # points at (accountant.ledger.postgres.schema).
         ledger._write_entry(entry)
-        if "table" in extra:
-            table_sum.remember(ledger, seq + 1, entry.hash, table)
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
         self._read.update((a.key, a) for a in written)
@@ -144,10 +136,10 @@ class Transaction:
         self.appended.append(entry)
         return entry
 
-    def _check_state(self, new: Account) -> Account | None:
+    def _check_state(self, new: Account) -> None:
         """Refuse a running state that is not finite and >= 0 in every component, or that is
         below the stored one anywhere: every rule's state only grows (running sums and counts),
-        so a decrease is a refund of budget, whoever asks for it. Returns the stored account."""
+        so a decrease is a refund of budget, whoever asks for it."""
         key = new.key
         old = self._read[key] if key in self._read else self._ledger._read_account(key)
         for name, value in new.state.items():
@@ -160,7 +152,6 @@ class Transaction:
                     raise LedgerError(f"refusing to write {key}: its state {name} would go from "
                                       f"{value} to {new.state.get(name)} (a running state never "
                                       "decreases: that would refund budget); nothing was written")
-        return old
 
     def begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> Transaction:
         """Take the write lock and begin; ``prefetch``: the accounts this transaction will read

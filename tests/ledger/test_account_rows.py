@@ -2,9 +2,8 @@
 is not what the authentic record it names wrote is refused when the ledger opens; a row rewound to
 an earlier record (with that record's state, each row "consistent"), deleted or added by hand is
 reported by the audit, which replays every record and compares every row (on a keyed ledger
-also refused when it opens: tests/ledger/test_keyed_rows.py). Records of earlier versions of an
-unkeyed ledger carry a ``table`` member (a commitment now kept by keyed ledgers only): they still
-open and audit clean."""
+too: tests/ledger/test_keyed_rows.py). Records of earlier versions carry a ``table`` member (a
+commitment no longer kept): they still open and audit clean."""
 
 from __future__ import annotations
 
@@ -93,7 +92,7 @@ def test_negative_control_rows_left_alone_or_rewritten_as_they_were_audit_clean(
 def test_records_of_earlier_versions_with_a_table_member_open_and_audit_clean(
         tmp_path: Path) -> None:
     """Earlier versions wrote ``table`` (128 hex digits) into every durable record, keyed or
-    not; an unkeyed ledger no longer does (a keyed one still does: tests/ledger/test_keyed_rows.py).
+    not; this version writes none (tests/ledger/test_keyed_rows.py says why).
     The member is part of the hashed text, so such records stay authentic and are read as they
     are."""
     url, _ = _spent_ledger(tmp_path)

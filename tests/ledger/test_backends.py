@@ -138,16 +138,3 @@ def test_open_ledger_rejects(spec: object, error: type) -> None:
         open_ledger(spec)  # type: ignore[arg-type]
     assert info.value.argument == "ledger"
     assert repr(spec) in str(info.value)
-
-
-def test_a_ledger_of_one_chain_says_it_has_no_lanes(tmp_path: Path) -> None:
-    """The lane hooks belong to a ledger of lanes (PostgreSQL); asked of one chain, they refuse
-    with a typed error and write nothing."""
-    for ledger in (MemoryLedger(), SqliteLedger(tmp_path / "l.db")):
-        assert not ledger.lanes
-        for call in (lambda: ledger._lane("dataset:a"), ledger._next_seq,
-                     lambda: ledger._advance(["dataset:a"], None)):  # type: ignore[arg-type]
-            with pytest.raises(LedgerError, match="no lanes"):
-                call()
-        assert ledger.head()[0] == 0
-        ledger.close()

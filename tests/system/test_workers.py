@@ -51,6 +51,7 @@ INSTANCES: dict[type[BaseException], BaseException] = {
     errors.LedgerConflictError: errors.LedgerConflictError("other rule"),
     errors.OwnerKeyError: errors.OwnerKeyError("no key"),
     errors.PolicyChangedError: errors.PolicyChangedError("changed"),
+    errors.UnitRequiredError: errors.UnitRequiredError("events", "a raw value"),
 }
 
 

@@ -27,7 +27,7 @@ from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedErro
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 from dpbudget.accountant.ledger.lanes import FORMAT, START
 from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, BEGIN, READS, Tx, account, entries
-from dpbudget.accountant.ledger.postgres.schema import check_rows, lock_id, prepare
+from dpbudget.accountant.ledger.postgres.schema import lock_id, prepare
 from dpbudget.accountant.ledger.postgres.session import Session, shown
 from dpbudget.accountant.ledger.record import float_object
 
@@ -196,6 +196,7 @@ class PostgresLedger(Ledger):
         return tx.read[key]
 
     def _lane(self, key: str) -> tuple[int, str]:
+        """``(seq, hash)`` of the last record on lane ``key`` (``lanes.START`` if none)."""
         tx = self._open()
         if key not in tx.lanes:  # not locked by this transaction: the server checks its link
             rows = self._query("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s", (key,))
@@ -203,12 +204,14 @@ class PostgresLedger(Ledger):
         return tx.lanes[key]
 
     def _next_seq(self) -> int:
+        """The seq the next record appended in this transaction gets (the same until then)."""
         tx = self._open()
         if tx.seq is None:
             tx.seq = int(self._query("SELECT nextval('dpbudget_seq')")[0][0])
         return tx.seq
 
     def _advance(self, keys: list[str], entry: Entry) -> None:
+        """``entry``, just written, is now the last record on each of ``keys``."""
         tx = self._open()
         tx.lanes.update((key, (entry.seq, entry.hash)) for key in keys)
         tx.seq = None
@@ -272,12 +275,6 @@ class PostgresLedger(Ledger):
     def audited_accounts(self) -> list[Account]:
         audited, self._audited = self._audited, None  # (once: a later call reads afresh)
         return self.accounts() if audited is None else audited
-
-    def check_accounts(self) -> None:
-        super().check_accounts()
-        with self._lock:
-            self._s.usable()
-            check_rows(self._s.conn, self)
 
     def entries(self, start: int = 1) -> Iterator[Entry]:
         """Records from ``start`` in ``seq`` order, in one snapshot (``rows.entries``); from the

@@ -3,13 +3,12 @@ open transaction, ``Tx``), an account row, and the records read in one snapshot 
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError
-from dpbudget.accountant.ledger.entry import Account, Entry
+from dpbudget.accountant.ledger.entry import Account, Entry, parse_config
 from dpbudget.accountant.ledger.lanes import START
 from dpbudget.accountant.ledger.record import time_micros
 
@@ -78,15 +77,7 @@ class Tx:
 
 def account(key: str, rule: str, config: str, state: str, seq: int) -> Account:
     """An account from its row's columns."""
-    return Account(key, rule, _parse_config(config), json.loads(state), seq)
-
-
-@functools.lru_cache(maxsize=256)
-def _parse_config(text: str) -> dict[str, Any]:
-    # A rule's configuration text repeats on every read of its account; parse it once. Callers
-    # treat Account.config as read-only.
-    config: dict[str, Any] = json.loads(text)
-    return config
+    return Account(key, rule, parse_config(config), json.loads(state), seq)
 
 
 def entries(conn: Any, start: int,

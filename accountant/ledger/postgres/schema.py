@@ -1,7 +1,6 @@
 """The PostgreSQL ledger's tables and the triggers that guard them on the server (``schema.sql``,
-a resource of this package), the grants of a deployment in which analysts cannot write the ledger
-except through the gate (docs/postgres-deployment.md), and the check of the account rows against
-the lanes when a ledger opens.
+a resource of this package), and the grants of a deployment in which analysts cannot write the
+ledger except through the gate (docs/postgres-deployment.md).
 
 The triggers hold for any client, raw SQL included: ``entries`` is append-only, and a record must
 be the next link of every lane it is on (``dpbudget.accountant.ledger.lanes``), numbered from the ledger's
@@ -19,10 +18,10 @@ import re
 from importlib import resources
 from typing import Any
 
-from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
+from dpbudget.accountant.values.errors import LedgerError
 
-__all__ = ["SCHEMA_VERSION", "TRIGGERS", "check_rows", "ddl", "grant_statements", "lock_id",
-           "prepare", "quote_ident"]
+__all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "lock_id", "prepare",
+           "quote_ident"]
 
 # Bumped whenever schema.sql changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``prepare`` says so to anyone else).
@@ -198,53 +197,3 @@ def lock_id(salt: str, key: str) -> int:
     digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8,
                              key=salt.encode("utf-8")[:64]).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def check_rows(conn: Any, ledger: Any) -> None:
-    """On opening a ledger of lanes: each account row must name the last record on its lane that
-    charges it — its lane's last record, or one the lane reaches back to, from its last, through
-    records that do not charge it (sessions' closes), each authentic and linked to the one before.
-
-    This sees an account row rewound by hand (with the server's triggers disabled: only the
-    tables' owner can) while its lane was left alone, and a row deleted by hand. One that rewinds
-    the lane too is a truncated lane, which only the audit sees (it replays every record).
-
-    Raises:
-        LedgerCorruptedError: naming the first account that disagrees.
-    """
-    rows = conn.execute(
-        "SELECT a.key, a.seq, l.seq, l.hash, e.hash FROM dpbudget_accounts a LEFT JOIN "
-        "dpbudget_lanes l ON l.key = a.key LEFT JOIN dpbudget_entries e ON e.seq = l.seq "
-        "ORDER BY a.key").fetchall()
-    for key, seq, at, digest, stored in rows:
-        fine, walked = at is not None and digest == stored, False
-        while fine and at != seq:
-            head = ledger.entry(at) if at > seq else None
-            record: dict[str, Any] = {} if head is None else head.record
-            link = (record.get("links") or {}).get(key)
-            fine = (head is not None and head.hash == digest and ledger._authentic(head)
-                    and key not in (record.get("accounts") or {})
-                    and isinstance(link, list) and len(link) == 2)
-            if fine and isinstance(link, list):
-                try:
-                    at, digest, walked = int(link[0]), str(link[1]), True
-                except (TypeError, ValueError):
-                    fine = False
-        if fine and walked:
-            named = ledger.entry(seq)
-            fine = named is not None and named.hash == digest
-        if not fine:
-            raise LedgerCorruptedError(
-                f"{key}: its stored running state is not from the last record of its lane that "
-                f"charges it (the row names record {seq}); the ledger was edited outside "
-                "dpbudget. Nothing was written; run `dpbudget audit` on it")
-    # Every lane a record moved belongs to an account some record charged (a session's close is
-    # on its session's accounts' lanes): a lane without its row is a row deleted by hand, which
-    # would start that limit again from zero.
-    orphan = conn.execute(
-        "SELECT l.key FROM dpbudget_lanes l LEFT JOIN dpbudget_accounts a ON a.key = l.key "
-        "WHERE a.key IS NULL AND l.seq > 0 ORDER BY l.key LIMIT 1").fetchone()
-    if orphan is not None:
-        raise LedgerCorruptedError(
-            f"{orphan[0]}: records charge it but the ledger stores no running state for it (its "
-            "row was deleted outside dpbudget). Nothing was written; run `dpbudget audit` on it")

@@ -45,10 +45,12 @@ class Session:
         COMMIT returns once on disk), ``lock_timeout`` on a wait for another writer's lock, and
         ``tcp_user_timeout`` and keepalives on a server that stopped answering.
 
+        A session that replaces a lost one may log in as another role (a changed credential):
+        the releases planned for the first role are then refused by the server's triggers (a
+        record is the analyst's who logged in), or written as that first role's by the owner.
+
         Raises:
             psycopg.Error: the server cannot be reached.
-            LedgerError: it logged in as another role than the first session: the releases
-                planned for that role would be recorded as someone else's.
         """
         ms = max(1, int(self._timeout * 1000))
         conn = self._psycopg.connect(
@@ -64,12 +66,7 @@ class Session:
         except BaseException:
             conn.close()
             raise
-        if self.role is not None and role != self.role:
-            conn.close()
-            raise LedgerError("PostgreSQL ledger: the new session logged in as another role than "
-                              "the one this ledger opened as; nothing was written. Open the "
-                              "ledger again")
-        self.conn, self.role, self.pid = conn, role, os.getpid()
+        self.conn, self.role, self.pid = conn, self.role or role, os.getpid()
         # SQL -> its prepared statement's name (``send``; psycopg prepares nothing of its own, as
         # it would deallocate every statement of the session after a ROLLBACK).
         self._prepared: dict[str, str] = {}

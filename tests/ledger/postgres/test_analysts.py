@@ -273,7 +273,9 @@ def test_raw_sql_charging_another_analysts_quota_is_refused(analysts: Analysts) 
 
 def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> None:
     """The role is read once, when the ledger opens; a session replaced later (a lost
-    connection) must be the same role's, or the plans made for the first would be refused."""
+    connection) by another role's writes nothing: the server's triggers refuse a record of the
+    first role from the second. Negative control: the same replacement as the first role
+    releases."""
     Accountant.from_policy(analysts.policy(False), ledger=analysts.dsn(analysts.owner)).close()
     with Accountant.open(analysts.dsn(analysts.alice)) as acc:
         ledger = acc.ledger
@@ -281,7 +283,11 @@ def test_a_session_replaced_by_another_roles_is_refused(analysts: Analysts) -> N
         before = analysts.rows()
         ledger._s._dsn = analysts.dsn(analysts.bob)  # (what a changed credential would do)
         ledger._s.conn.close()
-        with pytest.raises(LedgerError, match="logged in as another role"):
+        with pytest.raises(LedgerError, match="not the role that logged in"):
             acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
         assert ledger.authenticated_analyst == analysts.alice
         assert analysts.rows() == before
+        ledger._s._dsn = analysts.dsn(analysts.alice)
+        ledger._s.conn.close()
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="adult")
+        assert analysts.rows() != before
