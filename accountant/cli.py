@@ -35,8 +35,8 @@ def _open_existing(location: str) -> Ledger:
 
 def _status(args: argparse.Namespace) -> int:
     from dpbudget.accountant.gate import policy_record
-    from dpbudget.accountant.audit.text import SIMULATION, noise_counts, noise_line
-    from dpbudget.accountant.audit.status import budget_rows, budget_table
+    from dpbudget.accountant.audit.text import SIMULATION, STATUS_NOISE
+    from dpbudget.accountant.audit.status import budget_rows, budget_table, check_states
     from dpbudget.policies.policy import load_policy
 
     with _open_existing(args.ledger) as ledger:
@@ -48,23 +48,23 @@ def _status(args: argparse.Namespace) -> int:
             source = "the policy stored in the ledger"
         else:
             policy = None  # a ledger from before stored policies: the recorded limits
-        seq, head = ledger.head()
+        (seq, head), checked = ledger.head(), check_states(ledger)
         rows = budget_rows(ledger, policy, default)
         if args.json:
             out = {"ledger": ledger.url, "records": seq, "head": head, "accounts": rows,
-                   "noise": noise_counts(ledger), "simulation": ledger.simulation}
+                   "states": checked, "simulation": ledger.simulation}
             if policy is not None:
                 out["policy"] = source
             print(json.dumps(out, indent=2))
             return 0
         count = f"records numbered up to {seq}" if ledger.lanes else f"{seq} records"
-        print(f"ledger {ledger.url}: {count}, head hash {head}")
+        print(f"ledger {ledger.url}: {count}, head hash {head}; {checked}")
         if ledger.simulation:
             print(SIMULATION)
         if policy is not None:
             print(f"reported against the limits of {source}")
         print(budget_table(ledger, policy, default))
-        print(noise_line(noise_counts(ledger)))
+        print(STATUS_NOISE)
         over = [r["account"] for r in rows if r.get("over_limit")]
         if over:
             print(f"{len(over)} account(s) have spent more than the policy now allows and "

@@ -40,7 +40,15 @@ LOGGER_NAME = "dpbudget.ledger"
 
 class JsonlHandler(logging.FileHandler):
     """A file handler that writes ledger records as JSONL lines (``{"hash":..., "record":...}``),
-    flushing each line, and skips log records that carry no ledger entry."""
+    flushing each line, and skips log records that carry no ledger entry.
+
+    A record's line that cannot be written (a full disk, an I/O error) raises, where Python's
+    handlers print a traceback and go on: the ledger keeps the record queued and the release
+    that committed it raises ``LedgerUnconfirmedError``, and every later debit in the process is
+    refused until the line is written (``dpbudget.accountant.ledger.writer``): no record is
+    missing from the log while answers go on. A refusal's line is a report, not a record: one
+    that fails is reported as Python's handlers do (``handleError``).
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, mode="a", encoding="utf-8", delay=False)
@@ -50,17 +58,18 @@ class JsonlHandler(logging.FileHandler):
         refusal = getattr(record, "dpbudget_refusal", None)
         if entry is None and refusal is None:
             return
+        stream = self.stream
+        if stream is None:  # closed (by its owner: it takes nothing more)
+            return
+        if entry is not None:  # (flushed before the release returns: a process that dies
+            stream.write(export_line(entry.hash, entry.text) + "\n")  # after it keeps it)
+            self.flush()
+            return
         try:
-            stream = self.stream
-            if stream is None:  # closed
-                return
-            if entry is not None:
-                line = export_line(entry.hash, entry.text)
-            else:
-                line = json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False)
+            line = json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False)
             stream.write(line + "\n")
             self.flush()
-        except Exception:  # logging must never break the pipeline it observes
+        except Exception:  # a refusal's report must never replace the refusal itself
             self.handleError(record)
 
 

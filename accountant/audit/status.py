@@ -1,7 +1,11 @@
 """Per-dataset budget reports read from a ledger's stored state (what ``dpbudget status`` prints).
 
 Reads only the accounts' running state, never the records, so it costs O(number of limits)
-however long the ledger is. (``dpbudget audit`` is the check that recomputes from the records.)
+however long the ledger is (benchmarks/status_large.py). ``check_states`` first checks each state
+against the one record its row names (``Ledger.check_accounts``, also O(number of limits)): a state
+edited by hand is refused, not reported. What only the records hold is left to ``dpbudget audit``,
+the check that recomputes from every record: the count of releases by noise kind, and a row rewound
+to an earlier record of an unkeyed ledger.
 
 With a policy, each account is reported against the limit the policy now gives it, not the one
 recorded with its last debit: a policy that lowered a limit below what was spent shows that account
@@ -11,6 +15,7 @@ the ledger (the one in force); ``--policy FILE`` compares against a file instead
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dpbudget.accountant.values import _numeric
@@ -29,7 +34,32 @@ from dpbudget.policies.periods import split_window
 from dpbudget.policies.stored import POLICY_KEY
 from dpbudget.policies.units import per_account
 
-__all__ = ["budget_rows", "budget_table"]
+__all__ = ["budget_rows", "budget_table", "check_states"]
+
+
+def check_states(ledger: Ledger) -> str:
+    """Check the stored running states that status reports; return what was checked, to print.
+
+    Raises:
+        LedgerCorruptedError: a state is not the one the record its row names wrote (edited
+            outside dpbudget), or on a keyed ledger opened with its key, the rows disagree with
+            the head record's commitment (``dpbudget.accountant.ledger.table_sum``).
+    """
+    first = ledger.entry(1)
+    if not ledger.authenticated and first is not None and _keyed(first.text):
+        # Without the key no record of a keyed ledger verifies: the check would call every
+        # state edited. Say so rather than report a check that was not made.
+        return ("running states NOT checked: the ledger is keyed and no key was given "
+                "(DPBUDGET_LEDGER_KEY)")
+    ledger.check_accounts()
+    return "running states checked against the records that wrote them"
+
+
+def _keyed(text: str) -> bool:
+    try:
+        return bool(json.loads(text).get("auth") == "hmac-sha256")
+    except (ValueError, AttributeError):
+        return False
 
 
 def budget_rows(ledger: Ledger, policy: Any = None,

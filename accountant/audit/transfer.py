@@ -1,10 +1,11 @@
 """Moving records between ledgers: export to JSONL and import from it.
 
 An export is one line per record, ``{"hash": ..., "record": {...}}`` (``ledger.record.export_line``),
-the same form the logging handler writes. Import verifies the whole file with the auditor first and
-refuses anything that does not audit clean; it then writes the records with their original hashes
-(so the chain, and any HMAC under the original key, still verifies) and sets each account's running
-state from the last record that debited it.
+the same form the logging handler writes. Import verifies the whole file with the auditor first, as
+a complete chain (every record from the first to the head, each once), and refuses anything that
+does not audit clean, naming the line, before writing anything; it then writes the records with
+their original hashes (so the chain, and any HMAC under the original key, still verifies) and sets
+each account's running state from the last record that debited it.
 """
 
 from __future__ import annotations
@@ -42,11 +43,16 @@ def import_jsonl(path: str | os.PathLike[str], ledger: Ledger, *,
         LedgerCorruptedError: the file does not audit clean (nothing is written).
         LedgerError: the target ledger is not empty.
     """
-    report = audit(str(path), key=key, progress=progress)
+    # Complete: an export holds every record from the first to its head, in order, each once;
+    # a line that repeats one (or a log that lacks some) is refused here, before anything is
+    # written, naming its line (not a raw constraint error from the ledger halfway through).
+    report = audit(str(path), key=key, progress=progress, complete=True)
     if not report.ok:
         first = report.problems[0]
-        raise LedgerCorruptedError(f"{path} does not audit clean ({report.problem_count} "
-                                   f"problems; first: {first.message}); nothing imported")
+        where = f"line {first.position}: " if first.position is not None else ""
+        raise LedgerCorruptedError(f"{path} does not audit clean as a complete export "
+                                   f"({report.problem_count} problems; first: {where}"
+                                   f"{first.message}); nothing imported")
     if ledger.head()[0] != 0:
         raise LedgerError(f"the target ledger {ledger.url} is not empty; import only into a new one")
     if not ledger.lanes:

@@ -87,14 +87,13 @@ class Ledger(ABC):
         record's, it is fixed when the ledger is created: no later record makes a ledger one,
         none makes it stop being one. One read of the first record (not on any release's path).
         """
-        for first in self.entries():
-            if not self._authentic(first):
-                return False
-            try:
-                return json.loads(first.text).get("simulation") is True
-            except (ValueError, AttributeError):
-                return False
-        return False
+        first = self.entry(1)  # (one row: ``entries()`` would fetch a page, 4,096 on SQL)
+        if first is None or not self._authentic(first):
+            return False
+        try:
+            return json.loads(first.text).get("simulation") is True
+        except (ValueError, AttributeError):
+            return False
 
     def transaction(self) -> Transaction:
         """An exclusive read-check-append unit (a context manager yielding itself); committed

@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
 from dpbudget.accountant.ledger.sql import SqlLedger
@@ -111,6 +112,7 @@ class SqliteLedger(SqlLedger):
                 "process and one still using the deleted one write at once. Nothing was read or "
                 "written. Stop every process using the ledger, then open it once with the "
                 "sqlite3 shell (which rebuilds the -shm from the -wal), and audit it")
+        self._target: Path | str = self.path  # what SQLite opens: the file, or a read-only URI
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
                                          check_same_thread=False)
@@ -119,10 +121,34 @@ class SqliteLedger(SqlLedger):
         except BaseException as exc:
             if hasattr(self, "_conn"):
                 self._conn.close()
+            if isinstance(exc, (sqlite3.Error, OSError)) and not create and self._read_only():
+                return
             if isinstance(exc, (sqlite3.Error, OSError)):
                 why = exc.strerror if isinstance(exc, OSError) else exc
                 raise LedgerError(f"cannot open SQLite ledger {str(self.path)!r}: {why}") from None
             raise
+
+    def _read_only(self) -> bool:
+        """Open, for reading only, a ledger on read-only media (a read-only mount, file or
+        folder) that SQLite could not open for writing: how readers (``create=False``: audit,
+        status, export) reach it. ``mode=ro`` reads the -wal too, where SQLite can use the
+        -shm; else, only when there is no -wal (a ledger closed cleanly leaves none: every
+        commit is in the file), ``immutable=1``. A -wal it cannot read is refused: its commits
+        would go unseen. Writes on such a ledger are refused (``_begin``)."""
+        wal = Path(f"{self.path}-wal")
+        if os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK):
+            return False  # not read-only media: the error stands
+        uri = f"file:{quote(str(self.path))}?mode=ro"
+        for target in (uri, uri + "&immutable=1") if not wal.exists() else (uri,):
+            try:
+                self._conn = sqlite3.connect(target, uri=True, isolation_level=None,
+                                             check_same_thread=False)
+                self._target = target
+                self._open(False, 0.0)
+                return True
+            except sqlite3.Error:
+                self._conn.close()
+        return False
 
     def _shm_deleted(self) -> bool:
         """Whether the -wal file is there without its -shm: the -shm was deleted while a process
@@ -141,9 +167,10 @@ class SqliteLedger(SqlLedger):
                 "'accounts')").fetchone()[0] != 3:
             raise LedgerError(f"{str(self.path)!r} is an SQLite file but not a dpbudget "
                               "ledger (nothing was changed)")
-        self._set_wal(timeout)
-        self._conn.execute("PRAGMA synchronous=FULL")  # the WAL synced inside each commit
-        self._conn.executescript(_SCHEMA)
+        if not isinstance(self._target, str):  # (a URI: read-only media, ``_read_only``)
+            self._set_wal(timeout)
+            self._conn.execute("PRAGMA synchronous=FULL")  # the WAL synced inside each commit
+            self._conn.executescript(_SCHEMA)
         self._check_format()
 
     def _in_this_process(self) -> None:
@@ -169,6 +196,9 @@ class SqliteLedger(SqlLedger):
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
         self._in_this_process()
+        if isinstance(self._target, str):
+            raise LedgerError(f"SQLite ledger {str(self.path)!r} is on read-only media, opened "
+                              "for reading only; nothing was written")
         self._rollback()  # a transaction an interrupt left open: it never committed
         self._execute("BEGIN IMMEDIATE")
         # Under the write lock: the files must still be the ones opened. A ledger deleted while

@@ -18,11 +18,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from dpbudget.accountant.values.errors import LedgerError
+from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
 from dpbudget.accountant.ledger import lanes as _lanes
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import FORMAT_VERSION, assemble, record_hash, utc_time
-from dpbudget.accountant.ledger.writer import writer_for
+from dpbudget.accountant.ledger.writer import Writer, writer_for
 
 # The ledger (``dpbudget.accountant.ledger.base.Ledger``) is typed ``Any`` here: base imports this module.
 __all__ = ["Transaction"]
@@ -160,6 +160,9 @@ class Transaction:
         those also in ``shared``, locked for reading: writing a lane not locked here may end in
         a ``LedgerError`` (another writer moved it; nothing is written)."""
         ledger = self._ledger
+        backlog = ledger._w
+        if backlog is not None and backlog.unlogged:  # (no lock held: writer.py)
+            _log(backlog, "nothing was written", LedgerError)
         ledger._lock.acquire()
         writer = ledger._w
         if writer is None or writer.pid != os.getpid():  # a forked child is another writer
@@ -182,7 +185,8 @@ class Transaction:
             lock.release()
         # Logged only now, with no ledger lock held: a handler that blocks, or whose own lock an
         # interrupt left held, must not hold every other thread's debit (writer.py).
-        writer.log()
+        _log(writer, "the debit is committed and its budget spent; nothing was drawn on it",
+             LedgerUnconfirmedError)
         if writer.pid != os.getpid():  # (a log handler, say, forked during the debit)
             raise LedgerError("this process was forked during a debit: the process that began "
                               "it paid for one answer, and draws it; this one draws nothing")
@@ -222,3 +226,14 @@ class Transaction:
                 raise
         else:
             self.abandon()
+
+
+def _log(writer: Writer, outcome: str, error: type[LedgerError]) -> None:
+    """``writer.log()``, a failure raised as ``error``: the record the log could not take stays
+    queued, and every later transaction of the process is refused until it takes it."""
+    try:
+        writer.log()
+    except Exception as exc:  # (its text may name a file: the type only)
+        raise error(f"this process's log of ledger records cannot take them "
+                    f"({type(exc).__name__}); {outcome}. Free the log's disk (or fix its "
+                    "handler): the next debit writes the kept records first") from None

@@ -22,7 +22,13 @@ Logging (``Writer.log``) happens after the ledger's lock is released, never unde
 that blocks, or one whose own lock an interrupt left held (``logging.Handler.handle`` takes it
 before its ``try``), then stops only the threads that log, never every debit (the Ctrl-C wedge).
 The queue keeps the records in commit order, and one thread at a time empties it (a thread that
-finds another one logging leaves its records to it), so a process's log stays in ``seq`` order.
+finds another one logging waits for it, which logs its records too), so a process's log stays in
+``seq`` order and holds a release's record before that release returns.
+
+A record is never dropped from the log: a line that fails (a full disk) stays first in the queue
+and ``log`` raises, so the release that committed it is withheld (``LedgerUnconfirmedError``), and
+each later transaction tries the queue first and is refused, before any write, while it still
+fails (``dpbudget.accountant.ledger.transaction``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 __all__ = ["Writer", "writer_for"]
 
 _LOG = logging.getLogger("dpbudget.ledger")  # dpbudget.accountant.audit.logs documents this logger
+_WAIT = 30.0  # seconds to wait for another thread's logging (a lock an interrupt left held)
 
 
 class Writer:
@@ -45,7 +52,7 @@ class Writer:
     commit as ``[entries, confirmed]`` or None) — one attribute, replaced whole; ``unlogged``:
     committed records not logged yet, in commit order."""
 
-    __slots__ = ("id", "pid", "state", "unlogged", "_logging", "_failed")
+    __slots__ = ("id", "pid", "state", "unlogged", "_logging")
 
     def __init__(self) -> None:
         self.id = secrets.token_hex(8)
@@ -54,7 +61,6 @@ class Writer:
         self.unlogged: deque[Any] = deque()
         # Held by the one thread emptying ``unlogged``; re-entrant, to know its owner (``log``).
         self._logging: Any = threading.RLock()
-        self._failed: Any = None  # the queued record whose line failed once (``log``)
 
     @property
     def written(self) -> int:
@@ -91,36 +97,35 @@ class Writer:
 
     def log(self) -> None:
         """Log the queued records in order, on ``dpbudget.ledger``; called with no ledger lock
-        held. If another thread is logging, it logs ours too (it empties the queue before it
-        lets go, and looks again after). A failing handler or filter must not fail a debit that
-        committed, nor stop the records after it: a record whose line fails is tried again by
-        the next call, and lost (a gap the audit of the logs shows) if it fails again. An interrupt is raised once the
-        logging lock is free."""
+        held. When it returns, every record queued before the call is logged: if another thread
+        is logging, it waits for it (that thread empties the queue before it lets go). An
+        interrupt is raised once the logging lock is free.
+
+        Raises:
+            Exception: a handler's or filter's, for the first record whose line failed; it
+                stays first in the queue (module docstring).
+            TimeoutError: another thread held the logging lock for ``_WAIT`` seconds.
+        """
         queue, lock = self.unlogged, self._logging
         if not _LOG.isEnabledFor(logging.INFO):
             queue.clear()  # (no one listens: nothing to keep)
             return
         while lock._is_owned():  # (left held in this thread by an interrupt in an earlier call)
             lock.release()
-        while queue:
-            mine = False
-            try:
-                mine = lock.acquire(blocking=False)
-                if not mine:
-                    return  # the thread logging now logs these too
-                while queue:
-                    entry = queue[0]
-                    try:
-                        _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
-                    except Exception:  # a failing filter or handler
-                        if entry is not self._failed:  # kept for the next call (a full disk
-                            self._failed = entry  # may clear)
-                            return
-                        # failed twice: this line is lost, never the rest behind it
-                    queue.popleft()
-            finally:
-                if mine:
-                    lock.release()
+        if not queue:
+            return
+        mine = False
+        try:
+            mine = lock.acquire(timeout=_WAIT)
+            if not mine:
+                raise TimeoutError("another thread held the log for too long")
+            while queue:
+                entry = queue[0]
+                _LOG.info("ledger record %d", entry.seq, extra={"dpbudget_entry": entry})
+                queue.popleft()
+        finally:
+            if mine:
+                lock.release()
 
 
 _WRITERS: dict[str, Writer] = {}

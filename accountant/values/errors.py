@@ -322,7 +322,8 @@ class LedgerError(PrivacyError):
 class LedgerUnconfirmedError(LedgerError):
     """The debit was committed (or may have been: the connection broke during the commit), but
     the ledger could not confirm that it reached the disk: a commit that failed (SQLite); a
-    session that ended during the commit's round trip (PostgreSQL).
+    session that ended during the commit's round trip (PostgreSQL); or its record could not be
+    written to the process's log of ledger records (``dpbudget.accountant.audit.logs``).
 
     Do not retry: the budget is spent, the answer is withheld. Nothing was drawn on this debit
     and it is never refunded (it may be on disk after all); a retry is a new release, which pays

@@ -249,9 +249,13 @@ def _fork_during_the_debit() -> tuple[int, float]:
     forked: list[int] = []
 
     class Forking(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
+        # (``handle``, not ``emit``: logging resets a handler's lock in a forked child, so the
+        # child could not release the one ``Handler.handle`` took, and a failing log line
+        # withholds the answer on its own: issue 32)
+        def handle(self, record: logging.LogRecord) -> bool:
             if not forked:
                 forked.append(os.fork())
+            return True
 
     log = logging.getLogger("dpbudget.ledger")
     handler, level = Forking(), log.level
