@@ -268,8 +268,8 @@ class DatasetLimit(_Limit):
         privacy_unit: the column whose value names one protected unit (a person): the limit is
             per unit, all its rows together; ``None``: per row (``dpbudget.policies.units``).
         bounds: the default contribution bounds of its table queries (``ContributionBounds``).
-        raw_values: ``"deny"`` (default): with a ``privacy_unit``, raw-value releases are
-            refused (``UnitRequiredError``); ``"allow"``: admitted, per row.
+        raw_values: ``"deny"`` or None (default): with a ``privacy_unit``, raw-value releases
+            are refused (``UnitRequiredError``); ``"allow"``: admitted, per row.
 
     >>> DatasetLimit(limit=Budget(1.0, 1e-6)).composition
     'basic'
@@ -300,25 +300,21 @@ class DatasetLimit(_Limit):
     bounds: ContributionBounds | None = Field(None, description="Default contribution bounds "
                                               "of its table queries (needs privacy_unit).",
                                               json_schema_extra=grants("higher"))
-    raw_values: Literal["deny", "allow"] = Field(
-        "deny", description="'allow': raw-value releases (acc.release) on a dataset with a "
-        "privacy_unit, whose sensitivity per unit nobody checks; 'deny': the table API only.",
-        json_schema_extra=grants("allow"))
+    # None (omitted) is "deny": a policy stored before this field existed lacks it, and must
+    # re-dump identically (``dpbudget.policies.stored.differences`` reads a missing member as None).
+    raw_values: Literal["deny", "allow"] | None = Field(
+        None, description="'allow': raw-value releases (acc.release) on a dataset with a "
+        "privacy_unit, whose sensitivity per unit nobody checks; 'deny' or omitted: the table "
+        "API only.", json_schema_extra=grants("allow"))
 
     @model_validator(mode="after")
     def _unit_first(self) -> "DatasetLimit":
         for field, given in (("bounds", self.bounds is not None),
-                             ("raw_values", self.raw_values != "deny")):
+                             ("raw_values", self.raw_values == "allow")):
             if given and self.privacy_unit is None:
                 raise ValueError(f"'{field}' is set without 'privacy_unit' (the column of the "
                                  "unit it is per)")
         return self
-
-    @property
-    def checked(self) -> bool:
-        """Whether ``refusal`` has anything to check on this dataset's releases."""
-        return (self.allowed_mechanisms is not None or self.max_per_query is not None
-                or self.privacy_unit is not None)
 
     def rule(self) -> CompositionRule:
         """A fresh rule object enforcing this limit."""
@@ -342,18 +338,14 @@ class Refusal(NamedTuple):
 
 
 def refusal(checks: Iterable[tuple[str, DatasetLimit]], mechanism: str,
-            cost: Budget | Charge | None, raw: bool = True) -> Refusal | None:
+            cost: Budget | Charge | None) -> Refusal | None:
     """The first of the policy's stateless checks that refuses a release of ``mechanism`` (its
     recorded name, ``dpbudget.mechanisms.base.mechanism_name``) at ``cost``, or None: the one check the gate
     runs before drawing and the audit runs on every record (``Plan.checks``: each dataset's limit
     that has such checks). ``cost``: what the debit charges; None (a record from before batch
-    items stated their cost) checks the name only. ``raw``: a raw value (not a table query,
-    ``release_bounded``), refused on a dataset with a ``privacy_unit`` and ``raw_values = "deny"``
-    (``"raw_values"``; the audit checks records by ``dpbudget.policies.units.unit_problem``)."""
+    items stated their cost) checks the name only. (The privacy unit's rule is
+    ``dpbudget.policies.units.unit_refusal``.)"""
     for dataset, limit in checks:
-        if raw and limit.privacy_unit is not None and limit.raw_values == "deny":
-            return Refusal(dataset, "raw_values", f"datasets.{dataset}.privacy_unit is "
-                           f"{limit.privacy_unit!r}: a raw value is refused")
         allowed = limit.allowed_mechanisms
         if allowed is not None and mechanism not in allowed:
             return Refusal(dataset, "allowed_mechanisms",

@@ -34,7 +34,16 @@ def document(policy: Policy, default: DatasetLimit | None) -> dict[str, Any]:
     doc: dict[str, Any] = _finite({
         "policy": policy.model_dump(mode="python"),
         "default": None if default is None else default.model_dump(mode="python")})
+    # A dataset without a privacy unit is stored without the unit's members, so its policy
+    # record keeps the bytes it had before units existed (and older versions can read it).
+    for limit in [*doc["policy"]["datasets"].values(), doc["default"]]:
+        for name in _UNIT_MEMBERS:
+            if limit is not None and limit.get(name, 0) is None:
+                del limit[name]
     return doc
+
+
+_UNIT_MEMBERS = ("privacy_unit", "bounds", "raw_values")
 
 
 def from_document(doc: Any) -> tuple[Policy, DatasetLimit | None]:

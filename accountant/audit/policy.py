@@ -29,7 +29,7 @@ from dpbudget.policies.accounts import PolicyLimits, pipeline_key
 from dpbudget.policies.limits import refusal
 from dpbudget.policies.periods import split_window
 from dpbudget.policies.stored import from_document, raised
-from dpbudget.policies.units import per_account, unit_problem
+from dpbudget.policies.units import RAW, bounds_problem, per_account, unit_refusal
 
 __all__ = ["InForce", "PolicyRecords", "charged"]
 
@@ -81,31 +81,35 @@ class InForce:
                 cost = _cost(item.get("cost"))
             except (KeyError, TypeError, ValueError, PrivacyError):
                 return "its cost is not one the gate could have written (malformed)"
-            # (raw values on a dataset with a unit: ``unit_problem``, a release problem)
-            refused = refusal(plan.checks, str(item.get("name")), cost, False)
+            # (the privacy unit: ``unit_problem``, a release problem)
+            refused = refusal(plan.checks, str(item.get("name")), cost)
             if refused is not None:
                 return refused.why
         return None
 
     def unit_problem(self, record: dict[str, Any]) -> str | None:
-        """Why a release record is not per its dataset's privacy unit as the policy in force
-        declares it (``dpbudget.policies.units.unit_problem``), or None."""
+        """Why a release record breaks the unit rule of the policy in force (the gate's own:
+        ``dpbudget.policies.units.unit_refusal``, a record without ``unit`` being a raw value),
+        or carries bounds the gate would have refused (``bounds_problem``), or None."""
         if record.get("kind") not in ("release", "session"):
             return None
+        unit = record["unit"] if "unit" in record else RAW
         names = record.get("datasets") or [record.get("dataset")]
-        for name in names if isinstance(names, list) else ():
+        names = names if isinstance(names, list) else []
+        for name in names:
             try:
                 limit = self.planner.limit(name)
             except (PrivacyError, TypeError):  # (an unknown dataset: ``refuses`` reports it)
                 continue
-            why = unit_problem(name, limit.privacy_unit, limit.raw_values, record)
-            if why is not None:
-                return why
-        return None
+            refused = unit_refusal(name, limit, unit, len(names) > 1)
+            if refused is not None:
+                return refused[0]
+        return None if unit is RAW else bounds_problem(record.get("bounds"), unit)
 
-    def per(self, key: str) -> str:
-        """What account ``key``'s ε is per under this policy (``per_account``)."""
-        return per_account(key, self.planner.policy.datasets, self.planner.default)
+    def per(self, key: str, dataset: Any = None) -> str:
+        """What account ``key``'s ε is per under this policy (``per_account``; ``dataset``: a
+        pipeline's, named by its records)."""
+        return per_account(key, self.planner.policy.datasets, self.planner.default, dataset)
 
     def over(self, key: str, rule: CompositionRule, state: dict[str, float]) -> str | None:
         """How the replayed spend of account ``key`` exceeds its limit in force, or None."""

@@ -110,6 +110,7 @@ class _Replay:
         self.rules: dict[str, tuple[dict[str, Any], CompositionRule]] = {}
         self.configs: dict[str, dict[str, Any]] = {}  # each account's configuration so far
         self.counts: dict[str, int] = {}
+        self.pipelines: dict[str, Any] = {}  # pipeline account -> the dataset its records name
         self.series: dict[str, list[tuple[str, float, float]]] = {}
         self.stride = 1
         self.over: set[str] = set()
@@ -198,6 +199,8 @@ class _Replay:
         if accounts:
             charge = self.charge(record["cost"], (record.get("mechanism") or {}).get("name"))
             for key, stored in accounts.items():
+                if key.startswith("pipeline:"):  # (its ε is per its dataset's unit: ``per``)
+                    self.pipelines[key] = record.get("dataset")
                 self.debit(seq, key, stored, charge)
             self.tallies.add(record, charge, self.since is None or (
                 when is not None and when >= self.since))
@@ -381,7 +384,8 @@ class _Replay:
                 spent=spent.model_dump(), remaining=remaining.model_dump(),
                 releases=self.counts.get(key, 0),
                 over_limit=key in self.over,
-                per="per row" if self.in_force is None else self.in_force.per(key),
+                per="per row" if self.in_force is None else self.in_force.per(
+                    key, self.pipelines.get(key)),
                 stored_state_agrees=agrees, series=self.series.get(key) if self.plot else None))
         for key in sorted(set(stored) - set(self.states)):
             if self.until is None:

@@ -100,7 +100,8 @@ def budget_rows(ledger: Ledger, policy: Any = None,
             "limit": None if rule.limit is None else rule.limit.model_dump(),
             "spent": spent.model_dump(), "remaining": remaining.model_dump(),
             "exhausted": exhausted, "last_seq": account.seq,
-            "per": per_account(account.key, getattr(policy, "datasets", {}), default),
+            "per": per_account(account.key, getattr(policy, "datasets", {}), default,
+                               _pipeline_dataset(ledger, account)),
         }
         if policy is not None:
             row["over_limit"] = _over(rule, account)
@@ -137,6 +138,12 @@ def _over(rule: CompositionRule, account: Account) -> bool:
     if limit is None:
         return False
     return not _numeric.within_budget(rule.spent(account.state), limit)
+
+
+def _pipeline_dataset(ledger: Ledger, account: Account) -> Any:
+    """The dataset a pipeline's account spends on (its last record's): its ε is per its unit."""
+    entry = ledger.entry(account.seq) if account.key.startswith("pipeline:") else None
+    return None if entry is None else json.loads(entry.text).get("dataset")
 
 
 def budget_table(ledger: Ledger, policy: Any = None, default: DatasetLimit | None = None) -> str:

@@ -18,8 +18,7 @@ bounds for a computation it writes itself, which is what a raw-value release alr
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,10 +28,12 @@ from dpbudget.accountant.gate.refusals import REFUSALS
 from dpbudget.accountant.gate.step import Step
 from dpbudget.accountant.ledger.record import canonical
 from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataError,
-                                               InvalidTypeError, UnitRequiredError)
+                                               InvalidTypeError, PrivacyError,
+                                               UnitRequiredError)
 from dpbudget.mechanisms.base import Mechanism, StreamMechanism
 from dpbudget.mechanisms.sampling import OneShotSampler
-from dpbudget.mechanisms.sensitivity import priced
+from dpbudget.mechanisms.sensitivity import priced, unstated_sensitivity
+from dpbudget.policies.units import BOUNDS, bounds_problem, unit_refusal
 
 __all__ = ["UnitBounds", "release_bounded", "unit_members"]
 
@@ -63,7 +64,8 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
         mechanisms: one per answer, each with its sensitivity set from ``unit.bounds``.
         compute: called once, after the debit has committed, with a ``numpy.random.Generator``
             seeded from the accountant's source of noise (a fresh seed per call; reproducible
-            under a seeded accountant): returns one true value per mechanism, in order.
+            under a seeded accountant): returns one true value per mechanism, in order (a list,
+            or a numpy array whose rows are the values).
         unit: the unit and bounds the sensitivities are per.
         label, where: as for ``Gate.release_many``.
 
@@ -72,12 +74,19 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
 
     Raises:
         UnitRequiredError: a dataset charged declares another privacy unit than ``unit.unit``
-            (or one, and ``unit.unit`` is None); nothing drawn, debited or computed.
+            (or one, and ``unit.unit`` is None), or, in a join, declares none while ``unit.unit``
+            is one (``unit_refusal``); logged as a refusal; nothing drawn, debited or computed.
+        InvalidArgumentError: ``unit.bounds`` not as ``bounds_problem`` requires (empty with a
+            unit, an unknown name, a count below 1, a clamp not finite), or a mechanism without
+            its sensitivity stated; nothing drawn, debited or computed.
         BudgetExceededError, MechanismNotAllowedError, InvalidArgumentError, InvalidTypeError:
             as ``release_many``; nothing drawn, debited or computed.
-        Whatever ``compute`` raises, or an invalid value it returns: the debit STANDS (the
-            budget pays for a step that may have looked at the data) and the error propagates;
-            nothing is drawn.
+        After the debit, which then STANDS (the budget pays for a step that may have looked
+            at the data), nothing drawn: a ``PrivacyError`` that ``compute`` or a mechanism's
+            ``prepare`` raises propagates, noted "the debit stands"; any other error of
+            ``compute`` is replaced by an ``InvalidDataError`` naming only its type (an engine's
+            message can quote cell values), as is a result that is not a sized iterable (a list,
+            a numpy array) of one value per mechanism.
     """
     unit = _checked_unit(unit)
     if not callable(compute):
@@ -87,29 +96,33 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
     items = tuple(mechanisms)
     if not items:
         raise InvalidArgumentError("mechanisms", "empty", "a non-empty sequence of mechanisms")
-    plan = None
     for i, mechanism in enumerate(items):
-        if isinstance(mechanism, StreamMechanism):
+        if Mechanism not in type(mechanism).__mro__ or isinstance(mechanism, StreamMechanism):
             raise InvalidTypeError(f"mechanisms[{i}]", mechanism, "a one-shot mechanism")
-        plan = gate.validate(priced(mechanism), label, where if plan is None else plan,
-                             raw=False)
-    assert plan is not None  # items is non-empty
-    names = (plan.dataset,) if isinstance(plan.dataset, str) else plan.dataset
-    for name in names:
-        declared = gate.planner.limit(name).privacy_unit
-        if declared is not None and declared != unit.unit:
-            per = "per row" if unit.unit is None else f"per {unit.unit!r}"
-            raise UnitRequiredError(name, f"datasets.{name}.privacy_unit is {declared!r}: a "
-                                    f"table query {per} is refused")
+        if type(mechanism).query_norm is not None and \
+                getattr(mechanism, "sensitivity", 0.0) is None:  # (``prepare`` would refuse it
+            raise unstated_sensitivity(mechanism)                # only after the debit)
     step = Step.batch(items)
     members = unit_members(unit)
     try:
+        plan = None
+        for mechanism in items:  # (the policy's checks, the raw-value one aside)
+            plan = gate.validate(priced(mechanism), label, where if plan is None else plan,
+                                 raw=False)
+        assert plan is not None  # items is non-empty
+        # The unit rule (``unit_refusal``) on every dataset named: a join's without a unit too.
+        names = (plan.dataset,) if isinstance(plan.dataset, str) else plan.dataset
+        for name in names:
+            refused = unit_refusal(name, gate.planner.limit(name), unit.unit, len(names) > 1)
+            if refused is not None:
+                raise UnitRequiredError(name, *refused)
         fields = gate.debit(step, plan, label, extra=lambda _: members)
     except REFUSALS as refusal:
         gate.refused(refusal, "batch", step.cost, where, label)
         raise
     gate._local.receipt = (*fields, unit.unit)  # (``last_receipt``: what its cost is per)
-    return gate.sampler.once(lambda _, s: _answers(items, compute, s), None)
+    stands = f"the debit stands (record {fields[0]}) and nothing was drawn"
+    return gate.sampler.once(lambda _, s: _answers(items, compute, s, stands), None)
 
 
 def unit_members(unit: UnitBounds) -> dict[str, str]:
@@ -119,30 +132,46 @@ def unit_members(unit: UnitBounds) -> dict[str, str]:
 
 
 def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generator], Any],
-             sampler: OneShotSampler) -> list[Any]:
-    """After the debit: the generator, the true values, each validated, then every draw."""
+             sampler: OneShotSampler, stands: str) -> list[Any]:
+    """After the debit: the generator, the true values, each validated, then every draw.
+
+    ``compute`` runs the user's frame engine, whose errors can quote cell values (pandas,
+    DuckDB): the library's own errors (which name no data) pass, noted ``stands``; any other is
+    replaced by an ``InvalidDataError`` naming its type only, raised outside the handler so that
+    neither its message nor its ``__context__`` travels."""
     seed = [int(w) for w in sampler.bits.words(_SEED_WORDS)]
-    values = compute(np.random.default_rng(seed))
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or \
-            len(values) != len(items):
-        raise InvalidDataError("compute", "its result", f"a sequence of {len(items)} values "
-                               "(one per mechanism); the debit stands, nothing was drawn")
-    prepared = [m.prepare(v) for m, v in zip(items, values)]
+    replaced = None
+    try:
+        values = compute(np.random.default_rng(seed))
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sized) or \
+                not isinstance(values, Iterable) or len(values) != len(items):
+            raise InvalidDataError("compute", values, f"a sized iterable of {len(items)} "
+                                   "values (one per mechanism)", f"; {stands}")
+        prepared = [m.prepare(v) for m, v in zip(items, values)]
+    except PrivacyError as error:
+        error.add_note(stands)
+        raise
+    except Exception as error:  # noqa: BLE001 (whatever the engine raises: named by type only)
+        replaced = InvalidDataError("compute", error, "a callable that returns the true values",
+                                    f" raised (its message withheld: it may quote data); "
+                                    f"{stands}")
+    if replaced is not None:  # (raised here, not in the handler: no ``__context__``)
+        raise replaced from None
     return [m.draw(v, sampler) for m, v in zip(items, prepared)]
 
 
 def _checked_unit(unit: Any) -> UnitBounds:
-    """``unit``, checked: a ``UnitBounds`` of a column name (or None) and finite named bounds."""
+    """``unit``, checked: a ``UnitBounds`` of a column name (or None) and bounds named and valued
+    as ``dpbudget.policies.units.bounds_problem`` (and the audit) hold records to."""
     if not isinstance(unit, UnitBounds):
         raise InvalidTypeError("unit", unit, "a UnitBounds(unit, bounds)")
     if unit.unit is not None and (not isinstance(unit.unit, str) or not unit.unit):
         raise InvalidTypeError("unit.unit", unit.unit, "a column name (str) or None")
     if not isinstance(unit.bounds, Mapping):
         raise InvalidTypeError("unit.bounds", unit.bounds, "a mapping of bound names to numbers")
-    for name, bound in unit.bounds.items():
-        if not isinstance(name, str) or isinstance(bound, bool) or \
-                not isinstance(bound, (int, float)) or not math.isfinite(bound):
-            raise InvalidArgumentError("unit.bounds", name if isinstance(name, str) else
-                                       type(name).__name__, "bound names (str) mapped to "
-                                       "finite numbers")
+    problem = bounds_problem(unit.bounds, unit.unit)
+    if problem is not None:
+        raise InvalidArgumentError("unit.bounds", sorted(map(str, unit.bounds)),
+                                   f"bounds named from {sorted(BOUNDS)}, each of its kind",
+                                   f"{problem}; nothing was drawn and nothing was debited")
     return UnitBounds(unit.unit, dict(unit.bounds))

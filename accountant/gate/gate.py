@@ -21,8 +21,7 @@ from dpbudget.accountant.composition import CompositionRule, Refused, State
 from dpbudget.accountant.gate.continuity import check_ledger
 from dpbudget.accountant.values.errors import (BudgetExceededError, InvalidArgumentError, InvalidDataError,
                                InvalidDataTypeError, InvalidTypeError, LedgerStaleError,
-                               MechanismNotAllowedError, PolicyChangedError,
-                               UnitRequiredError)
+                               MechanismNotAllowedError, PolicyChangedError, UnitRequiredError)
 from dpbudget.accountant.ledger import Account, Ledger
 from dpbudget.accountant.ledger.record import (ZERO_COST, RecordKind, accounts_member, canonical,
                                       noise_member)
@@ -38,6 +37,7 @@ from dpbudget.mechanisms.queries import bind
 from dpbudget.mechanisms.sampling import OneShotSampler, Sampler
 from dpbudget.policies.accounts import dataset_key, dataset_name
 from dpbudget.policies.limits import DatasetLimit, folded_name, refusal
+from dpbudget.policies.units import RAW, unit_refusal
 from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Gate", "Step", "Where", "check_continues", "step_account"]  # (re-exports Step's)
@@ -162,7 +162,7 @@ class Gate:
         run on the committed states outside any transaction. Debits nothing."""
         self._check_policy_now()
         try:
-            plan = self.validate(priced(mechanism), None, where)
+            plan = self.validate(priced(mechanism), None, where, raw=False)  # (a table query's too)
             now = self._now(plan)
             self._charge(self.ledger.account, Step.of(mechanism), plan,
                          None if now is None else plan.begun(now))
@@ -172,7 +172,7 @@ class Gate:
 
     def max_steps(self, mechanism: Mechanism, where: Where) -> int:
         """How many more releases of exactly ``mechanism`` fit now (each rule in closed form)."""
-        plan = self.validate(priced(mechanism), None, where)
+        plan = self.validate(priced(mechanism), None, where, raw=False)  # (a table query's too)
         now = self._now(plan)
         if now is not None:
             plan.begun(now)
@@ -336,22 +336,23 @@ class Gate:
     def validate(self, mechanism: Mechanism, label: str | None, where: Where,
                  raw: bool = True) -> Plan:
         """The request's plan, after checking the mechanism, the label, the dataset and analyst
-        (by planning) and the policy's stateless checks: allowed mechanisms by class identity
-        (``mechanism_name``), caps on the frozen charge the debit uses, and for a ``raw`` value
-        (not a table query's) the dataset's ``raw_values``. Draws and debits nothing."""
+        (by planning) and the policy's stateless checks: for a ``raw`` value (not a table
+        query's, ``release_bounded``; nor a dry run's) the privacy unit (``unit_refusal``),
+        allowed mechanisms by class identity (``mechanism_name``), caps on the frozen charge the
+        debit uses. Draws and debits nothing."""
         if Mechanism not in type(mechanism).__mro__:  # a real subclass (an ABC check is slow)
             raise InvalidTypeError("mechanism", mechanism, "a dpbudget Mechanism")
         _validate.text("label", label, optional=True)
         plan = self.plan(where)
-        refused = refusal(plan.checks, mechanism.name, mechanism.charge, raw) if plan.checks \
-            else None
-        if refused is not None:  # (the audit holds every record to the same check)
+        for name, limit in plan.checks if raw else ():  # (a dataset with a unit is a check)
+            if (refused_unit := unit_refusal(name, limit, RAW, False)) is not None:
+                raise UnitRequiredError(name, *refused_unit)
+        refused = refusal(plan.checks, mechanism.name, mechanism.charge) if plan.checks else None
+        if refused is not None:  # (the audit holds every record to the same checks)
             name = refused.dataset
             if refused.check == "allowed_mechanisms":
                 raise MechanismNotAllowedError(refused.why + "; nothing was drawn and nothing "
                                                "was debited")
-            if refused.check == "raw_values":
-                raise UnitRequiredError(name, refused.why)
             account = self.planner.account(name, None)
             raise BudgetExceededError(mechanism.charge.budget, self.remaining(account), name,
                                       dataset_key(name), refused.why)

@@ -307,7 +307,7 @@ class Planner:
             elif limit.other_analysts == "deny":
                 raise UnknownAnalystError(analyst, f"datasets.{name}",
                                           tuple(sorted(limit.analysts)))
-            if limit.checked:  # allowed mechanisms, caps, a privacy unit
+            if (limit.allowed_mechanisms, limit.max_per_query, limit.privacy_unit) != (None,) * 3:
                 checks.append((name, limit))
         if analyst is not None and analyst in policy.analysts:
             targets.append(self._target(self.specs[analyst_key(analyst)]))

@@ -23,6 +23,7 @@ from typing import Any
 from dpbudget.accountant.values.errors import (
     BudgetExceededError,
     MechanismNotAllowedError,
+    UnitRequiredError,
     UnknownAnalystError,
     UnknownDatasetError,
 )
@@ -32,7 +33,7 @@ __all__ = ["REFUSALS", "REFUSAL_LOGGER", "log_refusal"]
 REFUSAL_LOGGER = "dpbudget.ledger.refusals"
 #: The errors that mean "the policy says no" (not "the request is malformed").
 REFUSALS = (BudgetExceededError, MechanismNotAllowedError, UnknownDatasetError,
-            UnknownAnalystError)
+            UnknownAnalystError, UnitRequiredError)
 
 _LOG = logging.getLogger(REFUSAL_LOGGER)
 # A library never prints on its own: without this, Python's last-resort handler would write every

@@ -262,21 +262,20 @@ class MechanismNotAllowedError(PrivacyError):
     policy's ``allowed_mechanisms`` does not list). Nothing was drawn or debited."""
 
 
-class UnitRequiredError(PrivacyError, ValueError):
+class UnitRequiredError(PrivacyError):
     """A release on a dataset that declares a privacy unit, not computed per that unit: a raw
-    value (its sensitivity per unit cannot be checked) where its policy keeps ``raw_values =
-    "deny"``, or a table query per row or per another column. Nothing was drawn or debited.
+    value (its sensitivity per unit cannot be checked) where its policy does not say
+    ``raw_values = "allow"``, a table query per row or per another column, or a join per a unit
+    that one of its datasets does not declare (``dpbudget.policies.units.unit_refusal``). Nothing
+    was drawn or debited.
 
     Attributes:
-        dataset: the dataset whose policy declares the unit.
+        dataset: the dataset whose policy refuses it.
     """
 
-    def __init__(self, dataset: str, why: str) -> None:
+    def __init__(self, dataset: str, why: str, hint: str) -> None:
         self.dataset = dataset
-        super().__init__(
-            f"{why} (use the table API, with bounds per the unit, or set datasets.{dataset}."
-            "raw_values = 'allow' to release raw values); nothing was drawn and nothing was "
-            "debited")
+        super().__init__(f"{why} ({hint}); nothing was drawn and nothing was debited")
 
 
 class WindowEndedError(PrivacyError):

@@ -32,6 +32,8 @@ from dpbudget.accountant.audit.text import audit_text
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.mechanisms import Laplace
+from dpbudget.policies.limits import DatasetLimit
+from dpbudget.policies.units import per_account
 
 ALICE, BOB = "dataset:adult/analyst:alice", "dataset:adult/analyst:bob"
 # What the ledger adds to a record's members (``Transaction.append``): not copied.
@@ -195,10 +197,15 @@ def test_the_genuine_table_query_passes(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("change, drop, why", [
-    ({}, ("unit", "bounds"), "releases a raw value"),
+    ({}, ("unit", "bounds"), "a raw value is refused"),
     ({"unit": "user_id"}, (), "per 'user_id'"),
     ({"unit": None}, (), "per row"),
     ({}, ("bounds",), "without the bounds"),
+    ({"bounds": {}}, (), "without the bounds"),
+    # Bounds the gate now refuses (review finding 4): the audit holds records to the same words.
+    ({"bounds": {"max_rows_per_unit": 0, "junk": -1e300}}, (), "'max_rows_per_unit'"),
+    ({"bounds": {"max_rows_per_unit": 20, "junk": 1}}, (), "'junk' is not one of"),
+    ({"bounds": {"lower": 5.0, "upper": 1.0}}, (), "'lower' is above"),
 ])
 def test_a_forged_release_not_per_the_unit_is_a_release_problem(
         tmp_path: Path, change: dict[str, Any], drop: tuple[str, ...], why: str) -> None:
@@ -219,7 +226,7 @@ def test_negative_control_an_audit_without_the_unit_check_passes_the_forgery(
     acc.close()
     url = f"sqlite:///{tmp_path / 'l.db'}"
     assert not audit(url).ok
-    monkeypatch.setattr(audit_policy, "unit_problem", lambda *args: None)
+    monkeypatch.setattr(audit_policy, "unit_refusal", lambda *args: None)
     assert audit(url).ok  # the forgery is invisible to everything else the audit checks
 
 
@@ -247,3 +254,24 @@ def test_the_audit_and_status_say_what_each_epsilon_is_per(
     accounts = {a["account"]: a for a in json.loads(capsys.readouterr().out)["accounts"]}
     assert accounts["dataset:events"]["per"] == "per person_id"
     assert accounts["dataset:plain"]["per"] == "per row"
+
+
+def test_a_pipeline_and_raw_values_allowed_are_reported_honestly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Review findings 6 and 9: under ``raw_values = "allow"`` an account's ε also counts raw
+    values per row, and a pipeline opened on a unit dataset spends that dataset's (per person)
+    budget; status and the audit said "per person_id" and "per row" respectively."""
+    acc = _unit_ledger(tmp_path, raw_values="allow")
+    with acc.pipeline("p", dataset="events", budget=Budget(1.0)) as pipe:
+        pipe.release(Laplace(0.5, sensitivity=1.0), 3.0)
+    acc.close()
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    said = "per person_id (raw values allowed: per row)"
+    assert cli(["status", url, "--json"]) == 0
+    accounts = {a["account"]: a for a in json.loads(capsys.readouterr().out)["accounts"]}
+    pipeline = next(key for key in accounts if key.startswith("pipeline:"))
+    assert accounts["dataset:events"]["per"] == said and accounts[pipeline]["per"] == said
+    report = {a.account: a.per for a in audit(url).accounts}
+    assert report["dataset:events"] == said and report[pipeline] == said
+    # Negative control: a pipeline's key alone (as before) names no dataset: "per row".
+    assert per_account(pipeline, {"events": DatasetLimit(privacy_unit="person_id")}) == "per row"

@@ -14,10 +14,13 @@ import numpy as np
 import pytest
 
 from dpbudget.accountant.gate.accountant import Accountant
+from dpbudget.accountant.gate import bounded
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
+from dpbudget.accountant.gate.refusals import REFUSAL_LOGGER
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import (BudgetExceededError, InvalidArgumentError,
-                                               InvalidTypeError, UnitRequiredError)
+                                               InvalidDataError, InvalidTypeError,
+                                               UnitRequiredError)
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.limits import DatasetLimit
 
@@ -111,11 +114,68 @@ def test_query_per_another_unit_is_refused(unit: str | None) -> None:
 
 
 def test_query_per_another_unit_on_a_join_is_refused() -> None:
-    acc = Accountant(limits={"a": DatasetLimit(limit=Budget(1.0)),
+    acc = Accountant(limits={"a": DatasetLimit(limit=Budget(1.0), privacy_unit="person_id"),
                              "b": DatasetLimit(limit=Budget(1.0), privacy_unit="person_id")})
-    with pytest.raises(UnitRequiredError, match="datasets.b.privacy_unit"):
+    with pytest.raises(UnitRequiredError, match="datasets.a.privacy_unit"):
         release_bounded(acc._gate, _two(), _Compute([1.0, 2.0]), UnitBounds("user_id", BOUNDS),
                         None, (("a", "b"), None))
+
+
+def _join() -> Accountant:
+    return Accountant(limits={"plain": DatasetLimit(limit=Budget(1.0)),
+                              "events": DatasetLimit(limit=Budget(1.0), privacy_unit="person_id")})
+
+
+def test_a_join_per_person_with_a_dataset_without_the_unit_is_refused() -> None:
+    """Review finding 2, the attack: a per-person query over events joined with a table that
+    declares no unit. A row of that table can reach many persons' joined rows, so a per-person
+    Δ says nothing about it: refused, nothing computed, drawn or debited."""
+    acc = _join()
+    compute, before = _Compute([1.0, 2.0]), snapshot(acc.ledger)
+    with pytest.raises(UnitRequiredError, match="datasets.plain declares no privacy_unit"):
+        release_bounded(acc._gate, _two(), compute, PER_PERSON, None, (("plain", "events"), None))
+    assert compute.calls == 0 and snapshot(acc.ledger) == before
+
+
+def test_negative_control_the_old_join_rule_admitted_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old rule (refuse only a dataset whose declared unit differs) re-created: the same
+    join is debited per person on a dataset whose limit is per row."""
+    def old(dataset: str, limit: Any, unit: Any, joined: bool) -> Any:
+        declared = limit.privacy_unit
+        return None if declared is None or declared == unit else ("refused", "")
+
+    monkeypatch.setattr(bounded, "unit_refusal", old)
+    acc = _join()
+    release_bounded(acc._gate, _two(), _Compute([1.0, 2.0]), PER_PERSON, None,
+                    (("plain", "events"), None))
+    assert acc.spent("plain") == Budget(0.5)
+
+
+def test_a_join_per_row_on_datasets_without_units_stays_admitted() -> None:
+    acc = Accountant(limits={"a": DatasetLimit(limit=Budget(1.0)),
+                             "b": DatasetLimit(limit=Budget(1.0))})
+    release_bounded(acc._gate, _two(), _Compute([1.0, 2.0]), UnitBounds(None, {}), None,
+                    (("a", "b"), None))
+    assert acc.spent("a") == acc.spent("b") == Budget(0.5)
+
+
+def test_a_unit_refusal_is_logged_for_review(caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding 7: the table entry's unit refusals reach the security log too."""
+    with caplog.at_level("WARNING", logger=REFUSAL_LOGGER):
+        with pytest.raises(UnitRequiredError):
+            release_bounded(_acc()._gate, _two(), _Compute([1.0, 2.0]),
+                            UnitBounds("user_id", BOUNDS), "q", ("events", None))
+    entries = [r.dpbudget_refusal for r in caplog.records if hasattr(r, "dpbudget_refusal")]
+    assert [(e["reason"], e["dataset"], e["mechanism"]) for e in entries] == [
+        ("UnitRequiredError", "events", "batch")]
+
+
+def test_the_hint_of_a_query_per_the_wrong_unit_is_not_raw_values() -> None:
+    """Review finding 8: allowing raw values would not admit a table query per another unit."""
+    with pytest.raises(UnitRequiredError) as info:
+        release_bounded(_acc()._gate, _two(), _Compute([1.0, 2.0]),
+                        UnitBounds("user_id", BOUNDS), None, ("events", None))
+    assert "raw_values" not in str(info.value) and "bounds per 'person_id'" in str(info.value)
 
 
 @pytest.mark.parametrize("unit", [None, "user_id"])
@@ -140,21 +200,93 @@ def test_seeded_accountant_reproduces_and_each_call_gets_a_fresh_seed() -> None:
     assert other.draws[0] != first.draws[0]  # the seed comes from the accountant's source
 
 
-def test_compute_that_raises_leaves_the_debit_standing() -> None:
+CANARY = "alice@example.com"
+
+
+def _leaky(rng: np.random.Generator) -> list[float]:
+    """What pandas or DuckDB do: an error quoting a cell value."""
+    raise KeyError(f"no group for {CANARY!r}")
+
+
+def test_compute_errors_that_quote_data_are_replaced_by_their_type() -> None:
+    """Review finding 5, the attack: after the debit, the engine's error carries a cell value
+    out in its message (or its ``__context__``). It is replaced by a typed error naming
+    ``compute`` and the error's type only; the debit stands and says so; nothing is drawn."""
     acc = _acc()
-
-    def broken(rng: np.random.Generator) -> list[float]:
-        raise RuntimeError("the engine failed")
-
-    with pytest.raises(RuntimeError):
-        release_bounded(acc._gate, _two(), broken, PER_PERSON, None, ("events", None))
+    with pytest.raises(InvalidDataError) as info:
+        release_bounded(acc._gate, _two(), _leaky, PER_PERSON, None, ("events", None))
+    error = info.value
+    assert "'compute'" in str(error) and "KeyError" in str(error)
+    assert "the debit stands (record" in str(error)
+    assert CANARY not in str(error) and CANARY not in repr(error)
+    assert error.__context__ is None and error.__cause__ is None
     assert acc.spent("events") == Budget(0.5)
 
 
-def test_compute_returning_the_wrong_count_draws_nothing() -> None:
+def test_negative_control_the_old_path_leaked_the_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old ``_answers`` (compute's error propagating as raised) re-created: the canary."""
+    def old(items: Any, compute: Any, sampler: Any, stands: str) -> Any:
+        values = compute(np.random.default_rng(0))
+        return [m.draw(m.prepare(v), sampler) for m, v in zip(items, values)]
+
+    monkeypatch.setattr(bounded, "_answers", old)
+    with pytest.raises(KeyError, match=CANARY):
+        release_bounded(_acc()._gate, _two(), _leaky, PER_PERSON, None, ("events", None))
+
+
+def test_the_librarys_own_errors_pass_through_noted_the_debit_stands() -> None:
     acc = _acc()
-    with pytest.raises(InvalidArgumentError, match="compute"):
-        release_bounded(acc._gate, _two(), _Compute([1.0]), PER_PERSON, None, ("events", None))
+    own = InvalidDataError("amount", float("nan"), "a finite number")
+
+    def refusing(rng: np.random.Generator) -> list[float]:
+        raise own
+
+    with pytest.raises(InvalidDataError) as info:
+        release_bounded(acc._gate, _two(), refusing, PER_PERSON, None, ("events", None))
+    assert info.value is own and any("the debit stands" in n for n in own.__notes__)
+    assert acc.spent("events") == Budget(0.5)
+
+
+def test_a_mechanism_without_its_sensitivity_is_refused_before_the_debit() -> None:
+    """Review finding 3, the attack: a mechanism whose Δ was never stated was debited, then its
+    ``prepare`` refused the value "nothing was drawn or debited" — a false statement."""
+    acc = _acc()
+    compute, before = _Compute([1.0, 2.0]), snapshot(acc.ledger)
+    bare = [Laplace(epsilon=0.25), Laplace(epsilon=0.25, sensitivity=20.0)]
+    with pytest.raises(InvalidArgumentError, match="sensitivity"):
+        release_bounded(acc._gate, bare, compute, PER_PERSON, None, ("events", None))
+    assert compute.calls == 0 and snapshot(acc.ledger) == before
+
+
+def test_negative_control_without_the_check_prepare_fails_after_the_debit_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-check skipped (Laplace posing as taking no Δ): the debit is made, ``prepare``
+    refuses, and the error now says the debit stands."""
+    monkeypatch.setattr(Laplace, "query_norm", None)
+    acc = _acc()
+    with pytest.raises(InvalidArgumentError, match="sensitivity") as info:
+        release_bounded(acc._gate, [Laplace(epsilon=0.25)], _Compute([1.0]), PER_PERSON, None,
+                        ("events", None))
+    assert acc.spent("events") == Budget(0.25)
+    assert any("the debit stands" in n for n in info.value.__notes__)
+
+
+def test_compute_may_return_a_numpy_array_of_the_right_length() -> None:
+    """Review finding 9: an ndarray is not a ``Sequence``; it was refused after the debit."""
+    acc = _acc()
+    out = release_bounded(acc._gate, _two(), lambda rng: np.array([100.0, 5000.0]), PER_PERSON,
+                          None, ("events", None))
+    assert len(out) == 2 and all(isinstance(x, float) for x in out)
+
+
+@pytest.mark.parametrize("values", [np.array([1.0]), np.array(3.0), [1.0], "ab", 7])
+def test_compute_returning_the_wrong_count_draws_nothing_and_says_the_debit_stands(
+        values: Any) -> None:
+    acc = _acc()
+    with pytest.raises(InvalidDataError, match="compute") as info:
+        release_bounded(acc._gate, _two(), lambda rng: values, PER_PERSON, None,
+                        ("events", None))
+    assert "the debit stands" in str(info.value)
     assert acc.spent("events") == Budget(0.5)  # the debit stands
 
 
@@ -164,13 +296,21 @@ def test_compute_returning_the_wrong_count_draws_nothing() -> None:
     (UnitBounds("person_id", {"upper": float("inf")}), InvalidArgumentError),
     (UnitBounds("person_id", {"upper": True}), InvalidArgumentError),
     (UnitBounds("person_id", [1]), InvalidTypeError),  # type: ignore[arg-type]
+    # Review finding 4: no bounds, unknown names, counts below 1, clamps out of order.
+    (UnitBounds("person_id", {}), InvalidArgumentError),
+    (UnitBounds("person_id", {"max_rows_per_unit": 0, "junk": -1e300}), InvalidArgumentError),
+    (UnitBounds("person_id", {"max_rows_per_unit": 20, "junk": 1}), InvalidArgumentError),
+    (UnitBounds("person_id", {"lower": 5.0, "upper": 1.0}), InvalidArgumentError),
+    (UnitBounds("person_id", {"max_rows_per_unit": 2.5}), InvalidArgumentError),
 ])
 def test_malformed_unit_is_refused_before_anything(unit: Any, error: type) -> None:
     acc = _acc()
     before = snapshot(acc.ledger)
-    with pytest.raises(error):
-        release_bounded(acc._gate, _two(), _Compute([1.0, 2.0]), unit, None, ("events", None))
-    assert snapshot(acc.ledger) == before
+    compute = _Compute([1.0, 2.0])
+    with pytest.raises(error) as info:
+        release_bounded(acc._gate, _two(), compute, unit, None, ("events", None))
+    assert snapshot(acc.ledger) == before and compute.calls == 0
+    assert "300" not in str(info.value)  # a bound's name, never its value
 
 
 def test_empty_or_stream_mechanisms_are_refused() -> None:

@@ -39,11 +39,11 @@ from typing import Any, Callable
 import dpbudget.accountant.gate.gate as gate_module
 from dpbudget.accountant.gate.accountant import Accountant
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
+from dpbudget.accountant.gate.refusals import REFUSAL_LOGGER
 from dpbudget.accountant.training.descent import dp_sgd
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import UnitRequiredError
 from dpbudget.mechanisms import AboveThreshold, Laplace
-from dpbudget.policies import limits
 from dpbudget.policies.limits import DatasetLimit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -431,7 +431,7 @@ def test_a_raw_value_on_a_dataset_with_a_unit_is_refused(path: str) -> None:
     with pytest.raises(UnitRequiredError, match="datasets.events.raw_values = 'allow'") as info:
         RAW_PATHS[path](acc)
     assert info.value.dataset == "events" and "person_id" in str(info.value)
-    assert isinstance(info.value, ValueError)
+    assert not isinstance(info.value, ValueError)  # a refusal, like MechanismNotAllowedError
     assert _releases(acc) == []  # nothing released (a pipeline's allocation is not a release)
     if before is not None:
         assert snapshot(acc.ledger) == before
@@ -451,14 +451,35 @@ def test_raw_values_allow_lets_them_through_per_row(path: str) -> None:
 
 def test_negative_control_the_old_check_lets_the_attack_through(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The refusal above is the stateless check's: without its raw-value clause (as before), the
-    same release on the same policy is drawn and debited."""
-    old = limits.refusal
-    monkeypatch.setattr(gate_module, "refusal",
-                        lambda checks, name, cost, raw=True: old(checks, name, cost, False))
+    """The refusal above is the unit rule's: without it (as before), the same release on the
+    same policy is drawn and debited."""
+    monkeypatch.setattr(gate_module, "unit_refusal", lambda *args: None)
     acc = _acc()
     acc.release(LAPLACE, 3.0, dataset="events")
     assert acc.spent("events") == Budget(0.1)
+
+
+def test_a_unit_refusal_is_logged_for_review(caplog: pytest.LogCaptureFixture) -> None:
+    """Review finding 7: a refused raw value is a refusal like any other (``REFUSALS``), so a
+    run of them shows in the security log; before, it was not logged."""
+    acc = _acc()
+    with caplog.at_level("WARNING", logger=REFUSAL_LOGGER):
+        with pytest.raises(UnitRequiredError):
+            acc.release(LAPLACE, 3.0, dataset="events")
+    entries = [r.dpbudget_refusal for r in caplog.records if hasattr(r, "dpbudget_refusal")]
+    assert [e["reason"] for e in entries] == ["UnitRequiredError"]
+    assert entries[0]["dataset"] == "events" and "3.0" not in entries[0]["message"]
+
+
+def test_can_afford_and_max_releases_price_a_table_query_on_a_unit_dataset() -> None:
+    """Review finding 9: the dry runs check the budget and caps, not the unit (nothing else can
+    pre-check a table query); the release itself still refuses a raw value."""
+    acc = Accountant(limits={"events": DatasetLimit(limit=Budget(1.0), privacy_unit="person_id")})
+    assert acc.can_afford(LAPLACE, dataset="events")
+    assert acc.max_releases(LAPLACE, dataset="events") == 10
+    assert not acc.can_afford(Laplace(epsilon=2.0, sensitivity=1.0), dataset="events")
+    with pytest.raises(UnitRequiredError):
+        acc.release(LAPLACE, 3.0, dataset="events")
 
 
 def test_a_dataset_without_a_unit_adds_no_check_to_the_plan() -> None:

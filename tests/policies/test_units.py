@@ -19,11 +19,16 @@ from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.gate import policy_record
 from dpbudget.accountant.gate.owner_key import new_key_file
 from dpbudget.accountant.ledger import open_ledger
-from dpbudget.accountant.values.errors import InvalidArgumentError, PolicyError
+from dpbudget.accountant.gate import opening
+from dpbudget.accountant.values.budget import Budget
+from dpbudget.accountant.values.errors import (InvalidArgumentError, LedgerConflictError,
+                                               PolicyError)
+from dpbudget.mechanisms import Laplace
 from dpbudget.policies.limits import DatasetLimit
 from dpbudget.policies.policy import Policy, load_policy
 from dpbudget.policies.stored import raised
-from dpbudget.policies.units import ContributionBounds, per_account, per_unit, unit_problem
+from dpbudget.policies.units import (BOUNDS, RAW, ContributionBounds, bounds_problem,
+                                     per_account, per_unit, unit_refusal)
 
 UNIT_POLICY = """
 [datasets.events]
@@ -133,22 +138,144 @@ def test_what_a_budget_is_per() -> None:
     assert per_account("dataset:other", datasets, datasets["events"]) == "per person_id"
 
 
-@pytest.mark.parametrize("record, why", [
-    ({}, "raw value"),
-    ({"unit": None, "bounds": {"upper": 1.0}}, "per row"),
-    ({"unit": "user_id", "bounds": {"upper": 1.0}}, "per 'user_id'"),
-    ({"unit": 7, "bounds": {"upper": 1.0}}, "malformed"),
-    ({"unit": "person_id"}, "without the bounds"),
-    ({"unit": "person_id", "bounds": {}}, "without the bounds"),
+def test_raw_values_allowed_is_said_where_the_budget_is_reported() -> None:
+    """Under ``raw_values = "allow"`` a raw value is charged per row: status and the audit must
+    not claim the account's ε is per person only."""
+    datasets = {"events": DatasetLimit(privacy_unit="person_id", raw_values="allow")}
+    assert per_account("dataset:events", datasets) == (
+        "per person_id (raw values allowed: per row)")
+
+
+# --- the one statement of the unit rule (gate and audit alike) ---
+
+UNIT = DatasetLimit(privacy_unit="person_id")
+ALLOW = DatasetLimit(privacy_unit="person_id", raw_values="allow")
+PLAIN = DatasetLimit()
+
+
+@pytest.mark.parametrize("limit, unit, joined, why", [
+    (UNIT, RAW, False, "a raw value is refused"),
+    (UNIT, None, False, "a table query per row is refused"),
+    (UNIT, "user_id", False, "a table query per 'user_id' is refused"),
+    (UNIT, 7, False, "per a malformed unit"),
+    (PLAIN, "person_id", True, "declares no privacy_unit: a join per 'person_id' is refused"),
 ])
-def test_unit_problem_names_each_record_the_gate_does_not_write(record: dict[str, Any],
+def test_unit_refusal_names_each_release_the_unit_rule_refuses(limit: DatasetLimit, unit: Any,
+                                                                joined: bool, why: str) -> None:
+    refused = unit_refusal("events", limit, unit, joined)
+    assert refused is not None and why in refused[0], refused
+
+
+@pytest.mark.parametrize("limit, unit, joined", [
+    (UNIT, "person_id", False), (UNIT, "person_id", True), (ALLOW, RAW, False),
+    (PLAIN, RAW, False), (PLAIN, RAW, True), (PLAIN, None, True),  # rows on rows: as before
+    (PLAIN, "person_id", False),  # a per-unit Δ on one dataset bounds a row's too
+])
+def test_unit_refusal_admits_what_the_gate_writes(limit: DatasetLimit, unit: Any,
+                                                  joined: bool) -> None:
+    assert unit_refusal("events", limit, unit, joined) is None
+
+
+def test_the_hint_says_the_right_thing_per_case() -> None:
+    """Raw values: the table API or ``raw_values``; a table query per the wrong unit: its bounds
+    per the dataset's unit (allowing raw values would not admit it); a join: the missing unit."""
+    raw = unit_refusal("events", UNIT, RAW, False)
+    wrong = unit_refusal("events", UNIT, "user_id", False)
+    join = unit_refusal("events", PLAIN, "person_id", True)
+    assert raw is not None and "raw_values = 'allow'" in raw[1]
+    assert wrong is not None and "raw_values" not in wrong[1] and "'person_id'" in wrong[1]
+    assert join is not None and "datasets.events.privacy_unit" in join[1]
+
+
+@pytest.mark.parametrize("bounds, unit, why", [
+    ({}, "person_id", "without the bounds"),
+    (None, "person_id", "without the bounds"),
+    ({"max_rows_per_unit": 0, "junk": -1e300}, "person_id", "max_rows_per_unit"),  # the figure
+    ({"junk": 1}, None, "not one of"),
+    ({"max_rows_per_unit": 0}, "person_id", "'max_rows_per_unit' is not a positive whole"),
+    ({"max_groups_per_unit": 2.5}, "person_id", "'max_groups_per_unit'"),
+    ({"max_rows_per_group": True}, "person_id", "'max_rows_per_group'"),
+    ({"upper": float("inf")}, "person_id", "'upper' is not a finite number"),
+    ({"lower": "0"}, "person_id", "'lower'"),
+    ({"lower": 5.0, "upper": 1.0}, "person_id", "'lower' is above"),
+    ([("upper", 1.0)], None, "not a mapping"),
+])
+def test_bounds_problem_refuses_empty_unknown_and_invalid_bounds(bounds: Any, unit: Any,
                                                                  why: str) -> None:
-    problem = unit_problem("events", "person_id", "deny", record)
-    assert problem is not None and why in problem
+    problem = bounds_problem(bounds, unit)
+    assert problem is not None and why in problem, problem
+    assert "1e+300" not in problem and "-1e300" not in problem  # names, never a value
 
 
-def test_unit_problem_passes_what_the_gate_writes() -> None:
-    table = {"unit": "person_id", "bounds": {"max_rows_per_unit": 20}}
-    assert unit_problem("events", "person_id", "deny", table) is None
-    assert unit_problem("events", "person_id", "allow", {}) is None  # a raw value, allowed
-    assert unit_problem("events", None, "deny", {}) is None  # no unit: per row, as before
+def test_bounds_problem_admits_the_vocabulary() -> None:
+    assert bounds_problem(dict.fromkeys(BOUNDS, 3), "person_id") is None
+    assert bounds_problem({"max_rows_per_unit": 20, "lower": 0.0, "upper": 1000.0},
+                          "person_id") is None
+    assert bounds_problem({}, None) is None  # a query per row states no bounds
+    assert set(BOUNDS) >= set(ContributionBounds.model_fields)  # the policy's bounds: its words
+
+
+# --- a ledger written before the unit fields (issue 33 review, finding 1) ---
+
+_NEW_FIELDS = ("privacy_unit", "bounds", "raw_values")
+
+
+def _as_before(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored policy document as the code before the unit fields wrote it: without them."""
+    def strip(limit: Any) -> Any:
+        return limit if limit is None else {k: v for k, v in limit.items()
+                                            if k not in _NEW_FIELDS}
+
+    policy = dict(doc["policy"])
+    policy["datasets"] = {name: strip(limit) for name, limit in policy["datasets"].items()}
+    return {**doc, "policy": policy, "default": strip(doc["default"])}
+
+
+def _old_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Policy]:
+    policy = Policy(datasets={"events": DatasetLimit(limit=Budget(1.0))})
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    real = opening.document
+    with monkeypatch.context() as old:
+        for module in (opening, policy_record):  # (its written-reads-back check too)
+            old.setattr(module, "document", lambda p, d: _as_before(real(p, d)))
+        with Accountant.from_policy(policy, ledger=url) as acc:
+            acc.release(Laplace(0.1, sensitivity=1.0), 3.0, dataset="events")
+    ledger = open_ledger(url)
+    try:
+        stored = policy_record.stored_document(ledger)
+    finally:
+        ledger.close()
+    assert not set(_NEW_FIELDS) & set(stored["policy"]["datasets"]["events"])  # written as before
+    return url, policy
+
+
+def test_a_ledger_written_before_the_unit_fields_opens_and_releases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, policy = _old_ledger(tmp_path, monkeypatch)
+    with Accountant.from_policy(policy, ledger=url) as acc:
+        acc.release(Laplace(0.1, sensitivity=1.0), 3.0, dataset="events")
+        assert acc.spent("events") == Budget(0.2)
+    with Accountant.open(url) as acc:  # its stored policy reads back: no unit, raw values
+        assert acc._gate.limit("events").privacy_unit is None
+
+
+def test_negative_control_the_old_default_deny_cannot_open_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review's figure: with ``raw_values`` defaulting to "deny" (its re-dump re-created
+    here), the old ledger is refused; and a real change of the unit fields is still seen."""
+    url, policy = _old_ledger(tmp_path, monkeypatch)
+    real = opening.document
+
+    def deny_by_default(p: Any, d: Any) -> dict[str, Any]:
+        doc = real(p, d)
+        for limit in doc["policy"]["datasets"].values():
+            limit["raw_values"] = limit.get("raw_values") or "deny"
+        return doc
+
+    with monkeypatch.context() as old:
+        old.setattr(opening, "document", deny_by_default)
+        with pytest.raises(LedgerConflictError, match="raw_values: not in the stored policy"):
+            Accountant.from_policy(policy, ledger=url)
+    unit = Policy(datasets={"events": DatasetLimit(limit=Budget(1.0), privacy_unit="p")})
+    with pytest.raises(LedgerConflictError, match="privacy_unit"):
+        Accountant.from_policy(unit, ledger=url)
