@@ -332,7 +332,7 @@ class MechanismContract(DocumentedAndExported):
     @classmethod
     def bad_constructions(cls) -> list[Any]:
         # A Query-capable mechanism (``query_norm``) takes sensitivity=None: "take it from the
-        # Query" (a plain number is then refused at release: tests/mechanisms/test_query_release).
+        # Query" (a plain number is then refused at release: tests/mechanisms/test_sensitivity.py).
         unstated_ok = cls.mechanism_class.query_norm is not None
         cases = _number_cases("epsilon") + [c for c in _number_cases("sensitivity") if not (
             unstated_ok and c.id == "sensitivity-None")] + list(cls.extra_bad)

@@ -157,3 +157,12 @@ def replay_ledger(ledger: Ledger) -> int:
             n += 1
     assert states == {a.key: a.state for a in ledger.accounts()}
     return n
+
+
+def load_policy_text(text: str) -> Any:
+    """A ``Policy`` from TOML text (validated as a policy file is)."""
+    import tomllib
+
+    from dpbudget.policies.policy import Policy
+
+    return Policy.model_validate(tomllib.loads(text))

@@ -224,55 +224,6 @@ _BEHAVIOUR = (
     "tests/test_packaging.py",  # the installed wheel
     "tests/test_startup.py",  # import time and what an import loads
 )
-# TEMPORARY, for the lead to delete when merging: the other half of issue 31's test tree
-# (composition, ledger, mechanisms, policies), moved in parallel on another branch: the test files
-# its modules lack yet, then its test files not yet named after a module.
-_OTHER_HALF = frozenset({
-    "tests/composition/test_advanced.py", "tests/composition/test_base.py",
-    "tests/composition/test_basic.py", "tests/composition/test_batch.py",
-    "tests/composition/test_bounds.py", "tests/composition/test_gaussian.py",
-    "tests/composition/test_optimal.py", "tests/composition/test_pld.py",
-    "tests/composition/test_privacy_loss.py", "tests/composition/test_renyi.py",
-    "tests/ledger/postgres/test_ledger.py", "tests/ledger/postgres/test_rows.py",
-    "tests/ledger/postgres/test_schema.py", "tests/ledger/postgres/test_session.py",
-    "tests/ledger/test_base.py", "tests/ledger/test_entry.py", "tests/ledger/test_lanes.py",
-    "tests/ledger/test_memory.py", "tests/ledger/test_sql.py", "tests/ledger/test_sqlite.py",
-    "tests/ledger/test_table_sum.py", "tests/ledger/test_transaction.py",
-    "tests/ledger/test_writer.py", "tests/mechanisms/test_base.py", "tests/mechanisms/test_bits.py",
-    "tests/mechanisms/test_calibration.py", "tests/mechanisms/test_grid.py",
-    "tests/mechanisms/test_guarded.py", "tests/mechanisms/test_noisy.py",
-    "tests/mechanisms/test_rows.py", "tests/mechanisms/test_sensitivity.py",
-    "tests/mechanisms/test_sums.py", "tests/policies/test_accounts.py",
-    "tests/policies/test_limits.py", "tests/policies/test_periods.py",
-    "tests/policies/test_policy.py", "tests/policies/test_stored.py",
-    "tests/composition/test_composition_bounds.py", "tests/composition/test_composition_rules.py",
-    "tests/composition/test_optimal_open.py", "tests/composition/test_pld_rule.py",
-    "tests/composition/test_rdp_discrete_subsampled.py", "tests/composition/test_release_many.py",
-    "tests/composition/test_renyi_edges.py", "tests/composition/test_renyi_forged_curves.py",
-    "tests/composition/test_renyi_orders.py", "tests/composition/test_renyi_rule.py",
-    "tests/composition/test_rule_contract.py", "tests/ledger/postgres/test_analysts.py",
-    "tests/ledger/postgres/test_durability.py", "tests/ledger/postgres/test_isolation.py",
-    "tests/ledger/postgres/test_lanes.py", "tests/ledger/postgres/test_resilience.py",
-    "tests/ledger/postgres/test_roles.py", "tests/ledger/postgres/test_values.py",
-    "tests/ledger/postgres/test_writers.py", "tests/ledger/test_account_rows.py",
-    "tests/ledger/test_backends.py", "tests/ledger/test_group_commit.py",
-    "tests/ledger/test_keyed_rows.py", "tests/ledger/test_outcomes.py",
-    "tests/mechanisms/test_exact_choice_inputs.py", "tests/mechanisms/test_exact_sums.py",
-    "tests/mechanisms/test_float_attack.py", "tests/mechanisms/test_helpers_anywhere.py",
-    "tests/mechanisms/test_identity.py", "tests/mechanisms/test_keyword_only.py",
-    "tests/mechanisms/test_pandas_inputs.py", "tests/mechanisms/test_query_binding_edges.py",
-    "tests/mechanisms/test_query_release.py", "tests/mechanisms/test_selection_statistical.py",
-    "tests/mechanisms/test_smooth_calibration.py", "tests/mechanisms/test_sparse_vector_privacy.py",
-    "tests/mechanisms/test_sparse_vector_statistical.py",
-    "tests/mechanisms/test_user_function_raises.py",
-    "tests/policies/test_block_names_and_changes.py", "tests/policies/test_blocks_replace_one.py",
-    "tests/policies/test_ledger_time.py", "tests/policies/test_one_policy_check.py",
-    "tests/policies/test_one_validator.py", "tests/policies/test_policy_attacks.py",
-    "tests/policies/test_policy_changes.py", "tests/policies/test_policy_concurrency.py",
-    "tests/policies/test_policy_files.py", "tests/policies/test_policy_limits.py",
-    "tests/policies/test_policy_windows.py",
-    "tests/policies/test_stored_policy.py", "tests/policies/test_window_allocations.py",
-})
 
 
 def _test_file(path: Path) -> str:
@@ -396,8 +347,6 @@ def test_every_module_has_its_test_file() -> None:
     """Tests mirror the tree: each module's file exists and one of its tests uses the module."""
     missing, hollow = [], []
     for test, module in _tested_modules().items():
-        if test in _OTHER_HALF:
-            continue
         path = ROOT / test
         if not path.exists():
             missing.append(test)
@@ -412,7 +361,7 @@ def test_every_test_file_has_its_module() -> None:
     the behaviour files listed in ``_BEHAVIOUR`` test no one module."""
     modules = _tested_modules()
     orphans = [rel for path in sorted(TESTS.rglob("test_*.py"))
-               if (rel := path.relative_to(ROOT).as_posix()) not in modules and rel not in _OTHER_HALF
+               if (rel := path.relative_to(ROOT).as_posix()) not in modules
                and not any(path.relative_to(ROOT).match(pattern) for pattern in _BEHAVIOUR)]
     assert not orphans, f"name these after the module they test, or list them in _BEHAVIOUR: {orphans}"
 

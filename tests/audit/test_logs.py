@@ -175,7 +175,7 @@ def test_a_forked_child_is_a_new_writer(tmp_path):
     """A forked child never goes on with its parent's writer id and count (its records would
     read as the parent's). Checked on the writers themselves: a child of a process that opened an
     SQLite ledger is refused SQLite (tests/system/test_fork_sqlite.py), and PostgreSQL's forked children
-    write through the same ``writer_for`` (tests/ledger/postgres/test_resilience.py)."""
+    write through the same ``writer_for`` (tests/ledger/postgres/test_session.py)."""
     if "fork" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork on this platform")
     key = f"sqlite:///{tmp_path / 'l.db'}"

@@ -6,7 +6,7 @@ untouched, and the audit passed it (exit 0): it checked blocks, caps and allowed
 against the policy in force, never which accounts were charged. The same gap let alice leave out
 her own quota. Now a record whose accounts are not those of its plan — for its dataset(s),
 analyst and blocks under the policy in force — is a ``limit`` problem. On PostgreSQL the server
-refuses the first attack itself (tests/ledger/postgres/test_analysts.py).
+refuses the first attack itself (tests/ledger/postgres/test_ledger.py).
 """
 
 from __future__ import annotations

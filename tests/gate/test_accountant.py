@@ -393,7 +393,7 @@ def test_can_afford_debits_and_draws_nothing(ledger: Ledger, rng: np.random.Gene
     before = snapshot(acc.ledger, rng)
     assert acc.can_afford(Laplace(0.5, sensitivity=1.0))
     # (A ledger that authenticates its analyst — PostgreSQL, the session's role — takes no other
-    # name: tests/ledger/postgres/test_analysts.py.)
+    # name: tests/ledger/postgres/test_ledger.py.)
     assert acc.can_afford(Laplace(0.5, sensitivity=1.0), analyst=ledger.authenticated_analyst or "bob")
     assert not acc.can_afford(Laplace(0.6, sensitivity=1.0))
     assert not acc.can_afford(AnalyticGaussian(0.1, delta=1e-5, sensitivity=1.0))

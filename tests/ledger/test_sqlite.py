@@ -1,30 +1,27 @@
-"""An SQLite ledger on read-only media can be audited, and read by status and export (issue 32).
-
-SQLite opens a WAL-mode file for writing, and needs to create its ``-shm`` beside it: on a
-read-only folder or file (an archive, a read-only mount, an auditor's copy) the audit failed with
-"unable to open database file". Readers (``create=False``) now fall back to SQLite's read-only
-URIs (``SqliteLedger._read_only``): ``mode=ro``, and with no ``-wal`` ``immutable=1``.
-
-The media are made read-only as they are in practice: ``chmod`` for a user other than root (root
-ignores modes), or, for root, the immutable attribute (``chattr +i``, which binds root too); each
-skips with its reason where it cannot apply. The URI path itself is also tested wherever the
-suite runs, with the file reported unwritable (``os.access``) and SQLite's writable open refused.
-"""
+"""The SQLite ledger (``accountant.ledger.sqlite``): WAL, synchronous=FULL (SQLite syncs each commit
+itself), append-only triggers, format version, files that are not a ledger, readers and writers.
+(The ``LedgerContract`` battery on every backend: tests/ledger/test_base.py.)"""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dpbudget.accountant import LedgerError, PrivacyError
+from dpbudget.accountant.ledger import Account
+from dpbudget.accountant.ledger.sqlite import SqliteLedger
+from tests.contracts import LedgerContract, fields
 import contextlib
 import io
 import os
 import shutil
-import sqlite3
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
-
 from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant import cli
 from dpbudget.accountant.ledger import SqliteLedger, open_ledger
@@ -32,6 +29,109 @@ from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.mechanisms import Laplace
 
+
+class TestSqliteLedger:
+    def _ledger_with_entries(self, path: Path, n: int = 2) -> SqliteLedger:
+        ledger = SqliteLedger(path)
+        LedgerContract._append(ledger, n)
+        return ledger
+
+    def test_durability_pragmas(self, tmp_path: Path) -> None:
+        ledger = SqliteLedger(tmp_path / "l.db")
+        try:
+            assert ledger._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: SQLite syncs each commit
+        finally:
+            ledger.close()
+        # WAL is persistent in the file: another connection sees it too.
+        conn = sqlite3.connect(tmp_path / "l.db")
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        conn.close()
+
+    def test_entries_are_append_only(self, tmp_path: Path) -> None:
+        ledger = self._ledger_with_entries(tmp_path / "l.db")
+        ledger.close()
+        conn = sqlite3.connect(tmp_path / "l.db")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("UPDATE entries SET record = '{}' WHERE seq = 1")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("DELETE FROM entries WHERE seq = 2")
+        conn.close()
+        assert len(list(SqliteLedger(tmp_path / "l.db").entries())) == 2
+
+    def test_other_format_version_refused(self, tmp_path: Path) -> None:
+        self._ledger_with_entries(tmp_path / "l.db").close()
+        conn = sqlite3.connect(tmp_path / "l.db")
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'format'")
+        conn.commit()
+        conn.close()
+        with pytest.raises(LedgerError, match="99"):
+            SqliteLedger(tmp_path / "l.db")
+
+    def test_not_a_database_refused(self, tmp_path: Path) -> None:
+        path = tmp_path / "junk.db"
+        path.write_bytes(b"this is not an sqlite database at all" * 200)
+        with pytest.raises(LedgerError) as info:
+            SqliteLedger(path)
+        assert isinstance(info.value, PrivacyError)
+        assert "junk.db" in str(info.value)
+
+    def test_missing_directory_refused(self, tmp_path: Path) -> None:
+        with pytest.raises(LedgerError):
+            SqliteLedger(tmp_path / "no" / "such" / "dir" / "l.db")
+
+    def test_open_waits_for_another_writer_on_a_new_file(self, tmp_path: Path) -> None:
+        """Two processes creating the same new ledger at once: while one holds a write lock on
+        the fresh file, opening it must wait (up to ``timeout``) as documented, not fail at once
+        with "database is locked" (seen with 4 worker processes starting together)."""
+        path = tmp_path / "l.db"
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("CREATE TABLE unrelated (x)")
+        other.execute("BEGIN IMMEDIATE")  # a writer in the middle of its own set-up
+        release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+        release.start()
+        try:
+            start = time.monotonic()
+            ledger = SqliteLedger(path, timeout=10.0)
+            ledger.close()
+            assert time.monotonic() - start < 5.0
+        finally:
+            release.join()
+            other.close()
+
+    def test_reader_sees_committed_not_staged(self, tmp_path: Path) -> None:
+        ledger = self._ledger_with_entries(tmp_path / "l.db", 1)
+        other = SqliteLedger(tmp_path / "l.db", timeout=0.2)
+        try:
+            with ledger.transaction() as tx:
+                tx.append(fields(kind="release"),
+                          [Account("dataset:a", "basic", {}, {"epsilon": 9.0, "delta": 0.0}, 0)])
+                # another connection does not see the uncommitted record ...
+                assert [e.seq for e in other.entries()] == [1]
+                # ... and cannot start its own check-and-debit meanwhile (BEGIN IMMEDIATE).
+                with pytest.raises(LedgerError):
+                    with other.transaction():
+                        pass
+            assert [e.seq for e in other.entries()] == [1, 2]
+            assert other.account("dataset:a").state == {"epsilon": 9.0, "delta": 0.0}
+        finally:
+            other.close()
+            ledger.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# An SQLite ledger on read-only media can be audited, and read by status and export (issue 32).
+#
+# SQLite opens a WAL-mode file for writing, and needs to create its ``-shm`` beside it: on a
+# read-only folder or file (an archive, a read-only mount, an auditor's copy) the audit failed with
+# "unable to open database file". Readers (``create=False``) now fall back to SQLite's read-only
+# URIs (``SqliteLedger._read_only``): ``mode=ro``, and with no ``-wal`` ``immutable=1``.
+#
+# The media are made read-only as they are in practice: ``chmod`` for a user other than root (root
+# ignores modes), or, for root, the immutable attribute (``chattr +i``, which binds root too); each
+# skips with its reason where it cannot apply. The URI path itself is also tested wherever the
+# suite runs, with the file reported unwritable (``os.access``) and SQLite's writable open refused.
+# ------------------------------------------------------------------------------------------------
 
 def _ledger(folder: Path, n: int = 4) -> Path:
     folder.mkdir()

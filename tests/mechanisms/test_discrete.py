@@ -12,8 +12,9 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
 from dpbudget.accountant.values.errors import MechanismNotAllowedError
-from dpbudget.mechanisms import DiscreteGaussian, DiscreteLaplace, discrete_gaussian_delta
-from dpbudget.mechanisms import discrete_gaussian_sigma
+from dpbudget.mechanisms.discrete import (
+    DiscreteGaussian, DiscreteLaplace, discrete_gaussian_delta, discrete_gaussian_sigma,
+)
 from tests.contracts import MechanismContract, _bad, _number_cases
 from tests.support import SEED
 

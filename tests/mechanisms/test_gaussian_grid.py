@@ -18,7 +18,7 @@ from dpbudget.mechanisms import exact
 from dpbudget.mechanisms.bits import RandomBits
 from dpbudget.mechanisms.exact import wide_gaussian, wide_gaussian_array
 from dpbudget.mechanisms.gaussian_grid import tv_bound
-from tests.mechanisms.test_float_attack import EPSILON, measured_losses
+from tests.mechanisms.test_grid import EPSILON, measured_losses
 
 mpf = mpmath.mpf
 
@@ -230,7 +230,7 @@ def test_exact_gaussian_outputs_stay_on_the_grid() -> None:
 
 
 def test_exact_gaussian_resists_the_float_attack() -> None:
-    """The float-attack events of test_float_attack, on AnalyticGaussian(1, 1e-5): the bit events
+    """The float-attack events of test_grid, on AnalyticGaussian(1, 1e-5): the bit events
     never fire; the only measurable loss is the honest one of "below 0" (true value 0.24)."""
     acc = Accountant(None, rng=20261122)
     m = AnalyticGaussian(EPSILON, delta=1e-5, sensitivity=1.0)

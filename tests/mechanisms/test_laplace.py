@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.mechanisms import Laplace
+from dpbudget.mechanisms.laplace import Laplace
 from tests.contracts import MechanismContract
 from tests.support import SEED
 

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
-from dpbudget.mechanisms import PTRMean, PTRMedian, PTRRefused, ProposeTestRelease
+from dpbudget.mechanisms.ptr import PTRMean, PTRMedian, PTRRefused, ProposeTestRelease
 from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA
 

@@ -13,7 +13,8 @@ import pytest
 
 from dpbudget.accountant import Accountant, Budget, BudgetExceededError, InvalidArgumentError, InvalidTypeError
 from dpbudget.accountant.values.errors import InvalidDataError, InvalidDataTypeError
-from dpbudget.mechanisms import Median, Quantile, noisy_quantiles
+from dpbudget.mechanisms import noisy_quantiles
+from dpbudget.mechanisms.quantile import Median, Quantile
 from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, chi2_with_power, epsilon_lower_bound
 

@@ -14,7 +14,7 @@ from scipy import stats
 
 from dpbudget.accountant import Accountant, Budget, InvalidArgumentError, InvalidTypeError
 from dpbudget.accountant.values.errors import InvalidDataTypeError
-from dpbudget.mechanisms import SampleAndAggregate
+from dpbudget.mechanisms.sample_aggregate import SampleAndAggregate
 from dpbudget.mechanisms.sampling import Sampler
 from tests.mechanisms.stat_checks import ALPHA, ks_with_power, laplace_cdf
 

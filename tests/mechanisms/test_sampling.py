@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from dpbudget.accountant import InvalidArgumentError, InvalidTypeError, PrivacyError
-from dpbudget.mechanisms import Sampler
+from dpbudget.mechanisms.sampling import Sampler
 from tests.support import SEED
 
 N = 20_000

@@ -1,25 +1,25 @@
 """Per-block budgets (issue 15): each block of a growing dataset has its own lifetime limit; a
-release is charged to every block it reads, all or none; blocks that do not exist are refused."""
+release is charged to every block it reads, all or none; blocks that do not exist are refused;
+block names and changes; a record moving between blocks under replace-one neighbours."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 from pathlib import Path
 
+import mpmath as mp
 import numpy as np
 import pytest
 
 from dpbudget.accountant import (
-    Accountant,
-    Budget,
-    BudgetExceededError,
-    InvalidArgumentError,
-    LedgerConflictError,
+    Accountant, Budget, BudgetExceededError, InvalidArgumentError, LedgerConflictError,
     PolicyError,
 )
 from dpbudget.accountant.audit.run import audit
-from dpbudget.mechanisms import AboveThreshold, Laplace, SubsampledGaussian
-from dpbudget.policies.blocks import Blocks, block_names, block_of, block_start
+from dpbudget.accountant.values.errors import PrivacyError
+from dpbudget.mechanisms import AboveThreshold, AnalyticGaussian, Laplace, SubsampledGaussian
+from dpbudget.policies.blocks import Blocks, block_names, block_of, block_start, rows_in_blocks
 from tests.policies.conftest import DAY, T0
 from tests.support import OWNER, set_ledger_clock, snapshot
 
@@ -292,3 +292,258 @@ def test_unlocking_needs_time_blocks(write) -> None:
     with pytest.raises(PolicyError, match="every"):
         Accountant.from_policy(write(text.replace('names = ["a"]', 'by = "day"')
                                      .replace('"1d"', '"1 day"')))
+
+
+# -- block names and changes (independent review of issue 15): each test demonstrates a finding
+
+WEEKLY = """
+    [datasets.events]
+    limit = { epsilon = 100.0 }
+    [datasets.events.blocks]
+    by = "week"
+    first = "2026-W45"
+    limit = { epsilon = 1.0 }
+"""
+DAILY_PLAIN = """
+    [datasets.events]
+    limit = { epsilon = 100.0 }
+    [datasets.events.blocks]
+    by = "day"
+    limit = { epsilon = 1.0 }
+"""
+
+
+# 1. Privacy violation: a week name with non-ASCII digits is a second account for the same week.
+def test_a_week_has_one_name_only(make) -> None:
+    acc = make(WEEKLY)
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-W46")  # week 46 exhausted
+    with pytest.raises((BudgetExceededError, PrivacyError)):
+        acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-W\u0664\u0666")  # "٤٦"
+    assert block_names(Blocks(by="week", limit=Budget(1.0)), "2026-W46") == ("2026-W46",)
+
+
+def test_moving_first_earlier_with_another_spelling_is_refused_or_flagged(
+        make, write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(WEEKLY), ledger=tmp_path / "l.db", rng=0,
+                                 simulation=True, owner_key=OWNER)
+    spelled = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W\u0664\u0660"')  # week 40
+    with pytest.raises(PolicyError, match="week block name"):  # only ASCII names exist
+        acc.apply_policy(write(spelled), by="admin", reason="test", owner_key=OWNER)
+    earlier = WEEKLY.replace('first = "2026-W45"', 'first = "2026-W40"')
+    change = acc.apply_policy(write(earlier), by="admin", reason="test", owner_key=OWNER)
+    assert any("blocks.first" in r for r in change.raised)
+    acc.close()
+
+
+# 2. Audit false positive: every release inside a pipeline opened on blocks fails the audit.
+def test_a_pipeline_on_blocks_audits_clean(write, tmp_path, clock, ledger_clock) -> None:
+    db = tmp_path / "l.db"
+    with Accountant.from_policy(write(DAILY_PLAIN), ledger=db, rng=0, simulation=True) as acc:
+        with acc.pipeline("p", dataset="events", budget=Budget(0.4), blocks="2026-11-20") as p:
+            p.release(Laplace(0.2, sensitivity=1.0), 1.0)
+    report = audit(f"sqlite:///{db}")
+    assert report.ok, report.problems
+
+
+# 3. Privacy (unflagged raise): dropping [datasets.X.blocks] removes every per-block limit.
+def test_removing_blocks_is_flagged_as_a_raise(write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(DAILY_PLAIN), ledger=tmp_path / "l.db", rng=0,
+                                 simulation=True, owner_key=OWNER)
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")  # block exhausted
+    plain = "[datasets.events]\nlimit = { epsilon = 100.0 }\n"
+    change = acc.apply_policy(write(plain), by="admin", reason="test", owner_key=OWNER)
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="events")  # reads 2026-11-20 again, unflagged
+    assert change.raised, "per-block limits removed without a raise being reported"
+    acc.close()
+
+
+# 4. Robustness: apply_policy (and opening) never check recorded block accounts' rules.
+def test_a_block_rule_change_under_recorded_spend_is_refused_by_apply_policy(
+        write, tmp_path, clock, ledger_clock) -> None:
+    acc = Accountant.from_policy(write(DAILY_PLAIN), ledger=tmp_path / "l.db", rng=0,
+                                 simulation=True, owner_key=OWNER)
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="events", blocks="2026-11-20")
+    advanced = DAILY_PLAIN.replace('by = "day"\n    limit = { epsilon = 1.0 }',
+                             'by = "day"\n    composition = "advanced"\n'
+                             '    limit = { epsilon = 1.0, delta = 1e-6 }')
+    assert "advanced" in advanced
+    with pytest.raises(LedgerConflictError):  # as for any other account (docstring's promise)
+        acc.apply_policy(write(advanced), by="admin", reason="test", owner_key=OWNER)
+    acc.close()
+
+
+# 5. Correctness: object-dtype integer seconds are read as nanoseconds (all rows -> 1970-01-01).
+def test_block_rows_reads_object_integers_as_seconds() -> None:
+    pd = pytest.importorskip("pandas")
+    spec = Blocks(by="day", limit=Budget(1.0))
+    nov1 = 1_793_491_200
+    as_int = pd.DataFrame({"t": [nov1, nov1 + 86_400]})
+    as_obj = pd.DataFrame({"t": pd.Series([nov1, nov1 + 86_400], dtype=object)})
+    assert len(rows_in_blocks(as_int, "t", spec, "1970-01-01")) == 0
+    with pytest.raises(InvalidArgumentError, match="'column'"):  # read as nanoseconds before
+        rows_in_blocks(as_obj, "t", spec, "1970-01-01")
+
+
+# 6. Data in errors: a Series / array / timestamp passed as blocks is shown in the message.
+def test_blocks_errors_never_show_data(make) -> None:
+    pd = pytest.importorskip("pandas")
+    acc = make(DAILY_PLAIN)
+    secret = pd.Series(pd.to_datetime(["2026-11-20 13:45:12.123456"], utc=True))
+    for bad in (secret, secret.to_numpy(), secret.iloc[0]):
+        with pytest.raises(PrivacyError) as info:
+            acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", blocks=bad)
+        assert "13:45:12" not in str(info.value)
+        with pytest.raises(PrivacyError) as info:
+            acc.spent("events", block=bad)
+        assert "13:45:12" not in str(info.value)
+
+
+# 7. Robustness: untyped exceptions from the blocks= path.
+def test_blocks_refusals_are_typed(make) -> None:
+    acc = make(DAILY_PLAIN)
+    with pytest.raises(PrivacyError):  # raw TypeError: unhashable plan-cache key
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events", analyst=["alice"], blocks="2026-11-20")
+    with pytest.raises(PrivacyError):  # raw OverflowError in _between
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="events",
+                    blocks=slice("9999-12-31", "9999-12-31"))
+
+
+# 8. Status: block accounts of a dataset under other_datasets are reported "not in the policy".
+def test_status_knows_default_blocks(make, write, tmp_path, clock, ledger_clock) -> None:
+    from dpbudget.accountant.audit.status import budget_rows
+
+    text = ('[datasets.a]\nlimit = { epsilon = 1.0 }\n[other_datasets]\n'
+            'limit = { epsilon = 10.0 }\n[other_datasets.blocks]\nby = "day"\n'
+            'limit = { epsilon = 1.0 }\n')
+    with Accountant.from_policy(write(text), ledger=tmp_path / "l.db",
+                                rng=0, simulation=True) as acc:
+        acc.release(Laplace(0.1, sensitivity=1.0), 1.0, dataset="logs", blocks="2026-11-20")
+        rows = budget_rows(acc.ledger, acc.policy)
+    note = next(r["note"] for r in rows if "/block:" in r["account"])
+    assert note != "not in the policy"
+
+
+# Checked and sound (passes): PostgreSQL, several processes on overlapping ranges in any order.
+
+
+def test_removing_a_dataset_that_falls_under_other_datasets_is_flagged(
+        write, tmp_path, clock, ledger_clock) -> None:
+    """Found by the review of issue 15 (older than blocks): a dataset removed from a policy that
+    admits unlisted datasets is not refused afterwards but held to the default limit."""
+    acc = Accountant.from_policy(write(WEEKLY + "\n[other_datasets]\nlimit = { epsilon = 1.0 }\n"),
+                                 ledger=tmp_path / "l.db", rng=0, simulation=True,
+                                 owner_key=OWNER)
+    change = acc.apply_policy(write("[datasets.other]\nlimit = { epsilon = 1.0 }\n"
+                                    "[other_datasets]\nlimit = { epsilon = 5.0 }\n"),
+                              by="admin", reason="test", owner_key=OWNER)
+    assert any("policy.datasets.events: removed" in r for r in change.raised)
+    acc.close()
+
+
+# -- a record that moves between blocks (issue 29, item 2): under replace-one neighbours it is
+# protected at (ε_b + ε_b′, δ_b + e^{ε_b}·δ_b′), not at limit_b + limit_b′ (docs/theory.md §4d)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TWO_BLOCKS = """
+    [datasets.cohorts]
+    [datasets.cohorts.blocks]
+    names = ["b", "b2"]
+    limit = { epsilon = 1.0, delta = 1e-5 }
+"""
+# The issue's figure, by mpmath at 50 digits (closed form and integral agree to 40 digits).
+ISSUE_DELTA = "3.218429640725620685469438133224682702285e-5"
+
+
+@pytest.fixture(autouse=True)
+def fifty_digits():
+    """Every computation here at 50 significant digits (and mpmath's default restored after)."""
+    with mp.workdps(50):
+        yield
+
+
+def hockey_stick(mu: mp.mpf, eps: mp.mpf) -> mp.mpf:
+    """δ(ε) between N(0, 1) and N(μ, 1): exact (Balle–Wang 2018, Thm 8)."""
+    if mu == 0:
+        return mp.mpf(0)
+    return mp.ncdf(mu / 2 - eps / mu) - mp.e ** eps * mp.ncdf(-mu / 2 - eps / mu)
+
+
+def moved_record_delta(b: tuple, b2: tuple) -> mp.mpf:
+    """The δ docs/theory.md §4d states for a record moving from block b to b′, each given as
+    (ε, δ): δ_b + e^{ε_b}·δ_b′, with either block first (both chains hold, so the smaller does)."""
+    (e1, d1), (e2, d2) = [(mp.mpf(e), mp.mpf(d)) for e, d in (b, b2)]
+    return min(d1 + mp.e ** e1 * d2, d2 + mp.e ** e2 * d1)
+
+
+def test_the_issue_counterexample_exceeds_the_old_statement_and_meets_the_new(make) -> None:
+    acc = make(TWO_BLOCKS)
+    release = AnalyticGaussian(1.0, delta=1e-5, sensitivity=1.0)  # a sum of values in [−1, 1]: add/remove Δ = 1
+    acc.release(release, 0.0, dataset="cohorts", blocks=["b", "b2"])
+    spent = {name: acc.spent("cohorts", block=name) for name in ("b", "b2")}
+    assert spent == {"b": Budget(1.0, 1e-5), "b2": Budget(1.0, 1e-5)}
+    with pytest.raises(BudgetExceededError):  # each block's own limit is what is enforced
+        acc.release(AnalyticGaussian(0.01, delta=1e-9, sensitivity=1.0), 0.0, dataset="cohorts", blocks="b")
+
+    # A record valued −1 in b moves to b′ with value +1: the sum moves by 2 = 2Δ.
+    sigma, eps = mp.mpf(release.sigma), mp.mpf(2)
+    exact = hockey_stick(2 / sigma, eps)
+    cut = 1 - sigma ** 2  # where N(0, σ²) > e²·N(2, σ²)
+    integral = mp.quad(lambda x: mp.npdf(x, 0, sigma) - mp.e ** eps * mp.npdf(x, 2, sigma),
+                       [-mp.inf, cut])
+    assert abs(integral / exact - 1) < 1e-30
+    assert abs(exact / mp.mpf(ISSUE_DELTA) - 1) < 1e-9
+    # The negative control: the old statement (limit_b + limit_b′, δ = 2e-5) does not hold.
+    assert exact > spent["b"].delta + spent["b2"].delta
+    assert spent["b"].epsilon + spent["b2"].epsilon == 2.0
+    stated = moved_record_delta(*((spent[n].epsilon, spent[n].delta) for n in ("b", "b2")))
+    assert abs(stated / (mp.mpf("1e-5") * (1 + mp.e)) - 1) < 1e-9  # 3.718e-5
+    assert exact <= stated
+
+
+SIGMAS = ("1.5", "4", "12", "inf")  # inf: the release is absent
+EPSILONS = ("0.3", "1", "3")
+
+
+def test_the_stated_bound_holds_for_every_mix_of_releases_on_a_grid() -> None:
+    """Releases A (reads b), B (reads b′) and C (reads both), each a Gaussian sum of values in
+    [−1, 1]. Each block's δ is its releases' exact δ at ε_b (the tightest limit they fit), so the
+    bound is tested where it is hardest. Moving a record from −1 in b to +1 in b′ shifts A and B
+    by 1 and C by 2; the same record changing its value within b shifts A and C by 2."""
+    exceeded_old, cases = 0, 0
+    for sa, sb, sc in itertools.product(map(mp.mpf, SIGMAS), repeat=3):
+        mu_b = mp.sqrt(1 / sa ** 2 + 1 / sc ** 2)
+        mu_b2 = mp.sqrt(1 / sb ** 2 + 1 / sc ** 2)
+        if mu_b == 0 or mu_b2 == 0:
+            continue
+        moved = mp.sqrt(1 / sa ** 2 + 1 / sb ** 2 + 4 / sc ** 2)
+        for e1, e2 in itertools.product(map(mp.mpf, EPSILONS), repeat=2):
+            b, b2 = (e1, hockey_stick(mu_b, e1)), (e2, hockey_stick(mu_b2, e2))
+            exact = hockey_stick(moved, e1 + e2)
+            assert exact <= moved_record_delta(b, b2)
+            exceeded_old += exact > b[1] + b2[1]
+            same = hockey_stick(2 * mu_b, 2 * e1)  # b′ = b: group privacy, k = 2
+            assert same <= moved_record_delta(b, b)
+            exceeded_old += same > 2 * b[1]
+            cases += 1
+    assert cases >= 300
+    assert exceeded_old > cases // 4  # the old statement fails often, not only in the issue's case
+
+
+def test_the_docs_state_the_valid_bound_and_not_the_old_one() -> None:
+    theory = (ROOT / "docs" / "theory.md").read_text(encoding="utf-8")
+    guide = (ROOT / "docs" / "growing-data.md").read_text(encoding="utf-8")
+    for text in (theory, guide):
+        assert "δ_b + e^{ε_b}·δ_b′" in text
+    assert "limit_b + limit_b′ (basic composition)" not in theory
+    assert "gets the sum of their limits" not in guide
+
+
+def test_the_documented_block_limit_for_a_replace_one_target_fits_it() -> None:
+    """growing-data.md: for (1, 1e-5) per moved record, equal blocks at (0.5, 3.77e-6)."""
+    guide = (ROOT / "docs" / "growing-data.md").read_text(encoding="utf-8")
+    assert "(0.5, 3.77e-6)" in guide
+    block = (0.5, 3.77e-6)
+    assert block[0] * 2 <= 1.0
+    assert moved_record_delta(block, block) <= mp.mpf("1e-5")
+    assert moved_record_delta((0.5, 3.78e-6), (0.5, 3.78e-6)) > mp.mpf("1e-5")  # the largest
