@@ -30,7 +30,7 @@ from dpbudget.mechanisms.exact import (
 from dpbudget.mechanisms.calibration import analytic_gaussian_sigma
 from dpbudget.mechanisms.sampling import Sampler
 
-__all__ = ["DiscreteGaussian", "DiscreteLaplace", "discrete_gaussian_delta",
+__all__ = ["DiscreteGaussian", "DiscreteLaplace", "discrete_gaussian_delta", "dyadic_rate",
            "discrete_gaussian_sigma"]
 
 _ARRAY_LIMIT = 1 << 61  # array entries stay far from int64 overflow once noise is added
@@ -70,6 +70,18 @@ class _IntegerMechanism(Mechanism):
                                    "mechanism is for integer queries)")
 
 
+def dyadic_rate(epsilon: float, sensitivity: int) -> Fraction:
+    """ε/Δ as an exact rational, rounded down to a dyadic one with 32 significant bits when its
+    terms are large (less ε per step: more noise, never less): the discrete Laplace rate
+    ``DiscreteLaplace`` and ``PartitionSelection`` sample with."""
+    rate = Fraction(epsilon) / sensitivity
+    if rate.numerator >= 1 << 40 or rate.denominator >= 1 << 40:
+        k = 33 - (rate.numerator.bit_length() - rate.denominator.bit_length())
+        rate = Fraction(math.floor(rate * 2 ** k), 2 ** k) if k >= 0 else \
+            Fraction(math.floor(rate / 2 ** -k) * 2 ** -k)
+    return rate
+
+
 class DiscreteLaplace(_IntegerMechanism):
     """Adds discrete Laplace noise, P(Z = z) ∝ exp(−ε|z|/Δ), to an integer query: (ε, 0)-DP.
 
@@ -98,11 +110,7 @@ class DiscreteLaplace(_IntegerMechanism):
         self.sensitivity = stated_sensitivity(sensitivity, _validate.positive_int)
         # Not stated: the rate and scale are those of Δ = 1 until a Query binds Δ (nothing is
         # released unbound; the cost, (ε, 0), does not depend on Δ).
-        rate = Fraction(self.epsilon) / (self.sensitivity or 1)
-        if rate.numerator >= 1 << 40 or rate.denominator >= 1 << 40:
-            k = 33 - (rate.numerator.bit_length() - rate.denominator.bit_length())
-            rate = Fraction(math.floor(rate * 2 ** k), 2 ** k) if k >= 0 else \
-                Fraction(math.floor(rate / 2 ** -k) * 2 ** -k)
+        rate = dyadic_rate(self.epsilon, self.sensitivity or 1)
         self._s, self._t = rate.numerator, rate.denominator
         self.scale = _numeric.div_up(float(self._t), float(self._s))
         self.declare(Budget(self.epsilon), noise="exact")

@@ -20,21 +20,11 @@ from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataError, \
     InvalidDataTypeError
 from dpbudget.mechanisms.base import Mechanism
+from dpbudget.mechanisms.discrete import dyadic_rate
 from dpbudget.mechanisms.exact import discrete_laplace_array
 from dpbudget.mechanisms.sampling import Sampler
 
 __all__ = ["PartitionSelection", "selection_threshold"]
-
-
-def _rate(epsilon: float, groups: int) -> Fraction:
-    """ε/L0 as an exact rational, rounded down to a dyadic one with 32 significant bits when its
-    terms are large (less ε per step: more noise, never less), as ``DiscreteLaplace`` does."""
-    rate = Fraction(epsilon) / groups
-    if rate.numerator >= 1 << 40 or rate.denominator >= 1 << 40:
-        k = 33 - (rate.numerator.bit_length() - rate.denominator.bit_length())
-        rate = Fraction(math.floor(rate * 2 ** k), 2 ** k) if k >= 0 else \
-            Fraction(math.floor(rate / 2 ** -k) * 2 ** -k)
-    return rate
 
 
 def _tail(a: float, m: int) -> float:
@@ -92,7 +82,7 @@ class PartitionSelection(Mechanism):
             raise InvalidArgumentError("delta", delta, "a number in (0, 1)")
         self.max_groups_per_unit = _validate.positive_int("max_groups_per_unit",
                                                           max_groups_per_unit)
-        rate = _rate(self.epsilon, self.max_groups_per_unit)
+        rate = dyadic_rate(self.epsilon, self.max_groups_per_unit)
         self._s, self._t = rate.numerator, rate.denominator
         self.threshold = selection_threshold(rate, self.delta / self.max_groups_per_unit)
         self.scale = self._t / self._s  # the noise's scale 1/a = L0/ε (before any rounding)

@@ -154,7 +154,7 @@ class BinnedQuantile(Quantile):
         rows_per_unit: C, the most rows one unit has after bounding (a positive int).
 
     >>> m = BinnedQuantile(1.0, q=0.5, lower=0.0, upper=4.0, bins=4, rows_per_unit=2)
-    >>> m.release_scores([0, 10, 0, 10, 0])  # 20 rows: 10 at or below 1, 10 in (2, 3]
+    >>> m.scores(m.prepare([0, 10, 0, 10, 0]))  # 20 rows: 10 at or below 1, 10 in (2, 3]
     [20, 0, 0, 20, 20]
     """
 
@@ -184,15 +184,11 @@ class BinnedQuantile(Quantile):
         return np.cumsum(arr.astype(np.int64))
 
     def scores(self, ordered: np.ndarray) -> list[int]:
-        """|k_c·D − Q·n| for each candidate, from the cumulative counts ``prepare`` returns."""
-        return self.release_scores(np.diff(ordered, prepend=0))
-
-    def release_scores(self, counts: Any) -> list[int]:
-        """The scores of the bin counts ``counts`` (as ``prepare`` takes them)."""
-        cumulative = np.cumsum(np.asarray(counts, dtype=np.int64))
-        n = int(cumulative[-1]) if cumulative.size else 0
+        """|k_c·D − Q·n| for each candidate, from the cumulative counts ``prepare`` returns (n:
+        the last)."""
+        n = int(ordered[-1]) if ordered.size else 0
         target, d = self._q.numerator * n, self._q.denominator
-        return [abs(int(k) * d - target) for k in cumulative]
+        return [abs(int(k) * d - target) for k in ordered]
 
 
 def _candidates(candidates: Any, bins: Any, lower: float, upper: float) -> tuple[float, ...]:

@@ -67,20 +67,20 @@ class Statistic:
         """The mechanisms, with their sensitivities from ``c`` (see ``sensitivities``)."""
         eps = self.epsilon
         if self.kind == "count":
-            return [DiscreteLaplace(eps, sensitivity=sens.count(c)[0])]
+            return [DiscreteLaplace(eps, sensitivity=sens.count(c))]
         if self.kind == "count_distinct_units":
-            return [DiscreteLaplace(eps, sensitivity=sens.distinct_units(c)[0])]
+            return [DiscreteLaplace(eps, sensitivity=sens.distinct_units(c))]
         if self.kind == "quantile":
             return [BinnedQuantile(eps, q=self.q, lower=self.lower, upper=self.upper,
                                    bins=self.bins, rows_per_unit=sens.quantile_utility(c))]
         weight = sens.clamp(self.lower, self.upper, self.centre)
         if self.kind == "sum":
-            return [Laplace(eps, sensitivity=sens.sum_of(c, weight)[0])]
+            return [Laplace(eps, sensitivity=sens.sum_of(c, weight))]
         share = eps / (2 if self.kind == "mean" else 3)
-        out: list[Mechanism] = [DiscreteLaplace(share, sensitivity=sens.count(c)[0]),
-                                Laplace(share, sensitivity=sens.sum_of(c, weight)[0])]
+        out: list[Mechanism] = [DiscreteLaplace(share, sensitivity=sens.count(c)),
+                                Laplace(share, sensitivity=sens.sum_of(c, weight))]
         if self.kind == "variance":
-            out.append(Laplace(share, sensitivity=sens.sum_of(c, weight * weight)[0]))
+            out.append(Laplace(share, sensitivity=sens.sum_of(c, weight * weight)))
         return out
 
     def columns(self) -> tuple[str, ...]:
@@ -121,7 +121,9 @@ class Statistic:
         """The noise of each part before any release: its scale and the half-width of a 95 %
         interval (for a quantile, the rank error that holds with 95 %), without charging."""
         out: dict[str, Any] = {}
-        names = ("candidate",) if self.kind == "quantile" else self.columns()
+        names = ("candidate",) if self.kind == "quantile" else \
+            tuple({ROWS: "rows", UNITS: "units", SUM: "sum", SQUARES: "squares"}[n]
+                  for n in self.columns())
         for name, mechanism in zip(names, self.mechanisms(c)):
             if isinstance(mechanism, BinnedQuantile):
                 k = len(mechanism.candidates)

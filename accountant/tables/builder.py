@@ -2,16 +2,18 @@
 released per privacy unit as one all-or-nothing step.
 
 Invariant: everything that decides the charge — the unit, the bounds, ε (and δ), the statistic's
-parameters, the public keys — is fixed and checked before the debit, with the frame's schema and
-one pass for null ids and non-finite values; the debit goes through the gate's
-``release_bounded``, which only then hands ``compute`` its generator: the random keys, the
-bounding and the aggregation run after the debit, and only aggregates reach Python. A refusal
+parameters, the public keys — is fixed and checked before the debit: the frame's schema, then
+the columns the query reads, read ONCE into memory (``Frame.read``) and checked for null ids,
+non-finite values and mixed types; the debit goes through the gate's ``release_bounded``, which
+only then hands ``compute`` its generator: the random keys (on that same copy), the bounding and
+the aggregation run after the debit, and only aggregates reach Python. A refusal
 (a bound not set, a bad column, a budget that does not fit) draws nothing and debits nothing.
 
 The entry is a function of this layer, not a method of ``Accountant``: the gate sits below the
 tables (tests/test_layers.py), so the accountant cannot import the builder.
 
-Filters are ``(column, op, value)`` triples with a public constant, never arbitrary expressions:
+Filters are ``(column, op, value)`` triples with a public constant — a plain scalar of the
+column's type (``frames.check_keys``), never an expression, not even as the "constant":
 a window or aggregate expression (``x > mean(x)``) would let one unit's rows decide which rows of
 another unit are kept, and the bounding's sensitivity would no longer hold.
 """
@@ -28,7 +30,8 @@ from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.accountant.tables import bounding, frames
 from dpbudget.accountant.tables.aggregates import Statistic
-from dpbudget.accountant.tables.sensitivities import BOUND_NAMES, Contribution, contribution
+from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution, contribution,
+                                                       distinct_contribution)
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
@@ -200,7 +203,9 @@ class Table:
         share = epsilon / 2 if private else epsilon
         statistic = Statistic(kind, share, *args)
         merged = {name: bounds.get(name, self._policy.get(name)) for name in BOUND_NAMES}
-        c = contribution(merged, grouped=bool(spec.groups))
+        distinct = kind == "count_distinct_units"
+        c = distinct_contribution(merged, bool(spec.groups)) if distinct else \
+            contribution(merged, grouped=bool(spec.groups))
         selection = PartitionSelection(share, delta=delta, max_groups_per_unit=c.groups) \
             if private else None
         frames.check_columns(self._frame, self._unit, spec.groups, statistic.value)
@@ -211,7 +216,8 @@ class Table:
                 raise InvalidArgumentError("column", column, "a column of the frame")
             frames.check_keys(self._frame, [column], value if op in ("in", "not in") else
                               [value], argument="value")
-        used = {k: v for k, v in merged.items() if v is not None}
+        used: dict[str, float] = {"max_groups_per_unit": c.groups} if distinct else \
+            {k: v for k, v in merged.items() if v is not None}  # (the bounds Δ derives from)
         if kind not in ("count", "count_distinct_units"):
             used.update(lower=statistic.lower, upper=statistic.upper)
         return TableQuery(self, statistic, c, selection, used)
@@ -232,14 +238,12 @@ class TableQuery:
 
     def accuracy(self) -> dict[str, Any]:
         """The noise scale and 95 % interval half-width of each part, before releasing; nothing
-        is charged. With private keys, also the threshold and the distinct-unit count a key
-        needs to be kept with probability 95 %."""
+        is charged. With private keys, also the selection's threshold (a key with n distinct
+        units is kept with probability ``release_probability(n)`` of the ``PartitionSelection``
+        in ``mechanisms()``)."""
         out = self.statistic.accuracy(self.contribution)
         if self._selection is not None:
-            s = self._selection
-            sure = next(n for n in range(1, s.threshold * 4 + 10 ** 6)
-                        if s.release_probability(n) >= 0.95)
-            out["selection"] = {"threshold": s.threshold, "kept_at_95": sure}
+            out["selection"] = {"threshold": self._selection.threshold}
         return out
 
     def release(self, *, label: str | None = None) -> Any:
@@ -252,17 +256,27 @@ class TableQuery:
             InvalidDataError: a null id or group, or a null, NaN or infinite value (nothing
                 debited).
         """
-        t, spec, stat = self._table, self._table._spec, self.statistic
-        frames.check_values(t._frame, t._unit, spec.groups, stat.value)
-        state: dict[str, Any] = {}
+        t = self._table
+        state = self._read()
         noisy = release_bounded(t._gate, self.mechanisms(), lambda rng: self._compute(rng, state),
                                 UnitBounds(t._unit, self.bounds), label, t._where)
         return self._answer(noisy, state)
 
+    def _read(self) -> dict[str, Any]:
+        """Before the debit: the columns the query reads, read ONCE (``rows``: checked here,
+        keyed and bounded by ``_compute``), and their names (``read``)."""
+        t, spec, stat = self._table, self._table._spec, self.statistic
+        read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
+                *(column for column, _, _ in spec.filters)]
+        rows = t._frame.read(read)
+        frames.check_values(rows, t._unit, spec.groups, stat.value)
+        return {"rows": rows, "read": read}
+
     def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
         import narwhals as nw
         t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution
-        keyed = t._frame.keyed(rng)
+        keyed = frames.keyed(state.pop("rows"), rng, t._frame.kind)
+        read = state.pop("read")
         for column, op, value in spec.filters:
             col = nw.col(column)
             keyed = keyed.filter(col.is_in(list(value)) if op == "in" else
@@ -274,16 +288,14 @@ class TableQuery:
                 keyed = keyed.filter(nw.col(column).is_in(list(wanted)))
         if stat.kind == "quantile":
             found = frames.collect(bounding.bin_counts(keyed, t._unit, c, str(stat.value),
-                                                       stat.lower, stat.upper, stat.bins))
+                                                       stat.lower, stat.upper, stat.bins), read)
             counts = np.zeros(stat.bins + 1, dtype=np.int64)
-            counts[found[bounding._X].astype(np.int64)] = np.rint(
+            counts[found[bounding.BIN].astype(np.int64)] = np.rint(
                 found[bounding.ROWS].astype(np.float64)).astype(np.int64)
             return [counts]
         args = (keyed, t._unit, spec.groups, c, stat.value, stat.lower, stat.upper, stat.centre)
-        if c.by_group or self._selection is not None or bounding.UNITS in stat.columns():
-            found = frames.collect(bounding.per_group(bounding.unit_groups(*args), spec.groups))
-        else:  # (no distinct units needed: straight from the kept rows)
-            found = frames.collect(bounding.row_totals(*args))
+        distinct = self._selection is not None or bounding.UNITS in stat.columns()
+        found = frames.collect(bounding.per_group(*args, units=distinct), read)
         names = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
         if not spec.groups:
             return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))

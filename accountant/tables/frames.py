@@ -1,11 +1,17 @@
-"""The user's frame, as one lazy narwhals frame, with the random keys the bounding ranks by.
+"""The user's frame: opened as one narwhals frame, read once per query, keyed after the debit.
 
 Invariant: whatever the user passes — a pandas DataFrame, a Polars DataFrame or LazyFrame, a
 DuckDB relation, or a ``.parquet``/``.csv`` path (read by an embedded, in-memory DuckDB, the
-default engine for files) — the table layer sees one ``narwhals.LazyFrame`` and runs the filters,
-the bounding and the aggregation in the frame's own engine; only aggregates (one row per group,
-or per candidate bin) are collected into Python. No value of the data appears in an error: a
-column is named, with its type, never a value.
+default engine for files) — a query reads the columns it names ONCE, before the debit, into one
+in-memory copy (``Frame.read``); that copy is checked (``check_values``), and after the debit
+the same copy is keyed (``keyed``) and bounded and aggregated in the frame's own engine (pandas,
+Polars, or DuckDB over the Arrow copy). A source that changes between evaluations (a LazyFrame
+with a random step, a file rewritten) cannot pass the checks on one version and be bounded on
+another. Only aggregates reach Python. No value of the data appears in an error: every engine
+call is wrapped (``engine``), and its error re-raised typed, naming columns, never a value (a
+DuckDB cast error carries whole raw rows). Column names starting with ``PREFIX`` are the
+bounding's own and are refused in the user's frame (``check_columns``): a user column of that
+name would be read in place of the helper.
 
 Why narwhals, not Ibis: narwhals is a thin, dependency-free layer over the user's own objects —
 it runs a pandas frame in pandas, a Polars frame in Polars and a DuckDB relation in DuckDB, with
@@ -14,37 +20,60 @@ frame into an Ibis table and its own backend connection (pandas support was remo
 a pandas frame would be copied into DuckDB first), and weighs tens of packages.
 
 The keys. Every row gets an iid uniform key, drawn as a numpy column from the generator the gate
-hands the query after its debit (``dpbudget.accountant.gate.bounded``), and attached by position:
-a column for pandas and Polars, a horizontal concatenation for a Polars LazyFrame, a
-``POSITIONAL JOIN`` for DuckDB. Not DuckDB's ``setseed``/``random()``: its seed is one double
-and its per-thread generators make the keys depend on the thread schedule, so the same seed would
+hands the query after its debit (``dpbudget.accountant.gate.bounded``), and attached to the
+in-memory copy as a column. Not DuckDB's ``setseed``/``random()``: its seed is one double and
+its per-thread generators make the keys depend on the thread schedule, so the same seed would
 not bound the same rows in every engine; numpy keys do (tests/tables/test_frames.py).
 """
 
 from __future__ import annotations
 
+import datetime
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataError,
-                                               InvalidDataTypeError, InvalidTypeError)
+                                               InvalidDataTypeError, InvalidTypeError,
+                                               PrivacyError)
 
-__all__ = ["KEY", "Frame", "check_columns", "check_keys", "check_values", "collect",
-           "open_frame"]
+__all__ = ["KEY", "PREFIX", "Frame", "check_columns", "check_keys", "check_values", "collect",
+           "engine", "keyed", "open_frame"]
 
-KEY = "__dpbudget_key"  # ranks a unit's rows, and (through each group's minimum) its groups
+PREFIX = "__dpbudget_"  # the bounding's own columns; refused in the user's frame
+KEY = PREFIX + "key"  # ranks a unit's rows, and (through each group's minimum) its groups
+
+_T = TypeVar("_T")
+
+
+def engine(call: Callable[[], _T], columns: Sequence[str]) -> _T:
+    """``call()``, an engine step; its error re-raised typed, naming ``columns``, never its text
+    (an engine's message can quote raw rows: DuckDB's ``Original Line: ...``).
+
+    Raises:
+        InvalidDataError: the engine failed on the data of ``columns``.
+    """
+    try:
+        return call()
+    except PrivacyError:
+        raise
+    except Exception as error:
+        raise InvalidDataError(f"columns {', '.join(map(repr, columns))}", None,
+                               "data the engine can read as their declared types",
+                               f" ({type(error).__name__}; its message, which may quote the "
+                               "data, is not shown)") from None
 
 
 class Frame:
-    """The user's frame, opened: its lazy narwhals form, and how to attach keys by position.
+    """The user's frame, opened: its lazy narwhals form and its schema (nothing read yet).
 
     Attributes:
-        lazy: the frame as a ``narwhals.LazyFrame`` (without keys).
+        lazy: the frame as a ``narwhals.LazyFrame``.
         kind: ``"pandas"``, ``"polars"``, ``"polars-lazy"`` or ``"duckdb"``.
+        schema: each column's narwhals dtype.
     """
 
     def __init__(self, native: Any, kind: str) -> None:
@@ -53,44 +82,35 @@ class Frame:
         self.kind = kind
         frame = nw.from_native(native)
         self.lazy: Any = frame.lazy() if isinstance(frame, nw.DataFrame) else frame
-        self.schema: dict[str, Any] = dict(self.lazy.collect_schema())
+        self.schema: dict[str, Any] = dict(engine(self.lazy.collect_schema, ["*"]))
 
-    def rows(self) -> int:
-        """The number of rows (one aggregate, in the engine)."""
-        if self.kind in ("pandas", "polars"):
-            return len(self.native)
-        if self.kind == "polars-lazy":
-            import polars as pl
-            return int(self.native.select(pl.len()).collect().item())
-        return int(self.native.aggregate("count(*)").fetchall()[0][0])
+    def read(self, columns: Sequence[str]) -> Any:
+        """The named columns, read once into memory: an eager narwhals DataFrame (pandas, Polars,
+        or Arrow for DuckDB). Every later step of the query works on this one copy."""
+        names = list(dict.fromkeys(columns))
+        return engine(lambda: self.lazy.select(*names).collect(), names)
 
-    def keyed(self, rng: np.random.Generator) -> Any:
-        """The lazy frame with ``KEY``: an iid uniform [0, 1) key from ``rng`` for each row,
-        attached by the row's position."""
-        import narwhals as nw
-        key = rng.random(self.rows())
-        if self.kind in ("pandas", "polars"):
-            eager = nw.from_native(self.native, eager_only=True)
-            backend = nw.get_native_namespace(eager)
-            return eager.with_columns(nw.new_series(KEY, key, nw.Float64(),
-                                                    backend=backend)).lazy()
-        if self.kind == "polars-lazy":
-            import polars as pl
-            keys = pl.LazyFrame({KEY: key})
-            return nw.from_native(pl.concat([self.native, keys], how="horizontal"))
-        import pyarrow as pa
-        _keys = pa.table({KEY: key})  # (found by name by DuckDB's scan)
-        return nw.from_native(self.native.query(
-            "_dpbudget_rows", "SELECT * FROM _dpbudget_rows POSITIONAL JOIN _keys"))
+
+def keyed(rows: Any, rng: np.random.Generator, kind: str) -> Any:
+    """``rows`` (``Frame.read``) as a lazy frame with ``KEY``: an iid uniform [0, 1) key from
+    ``rng`` per row, attached by position (a DuckDB source's Arrow copy is queried by DuckDB)."""
+    import narwhals as nw
+    key = nw.new_series(KEY, rng.random(len(rows)), nw.Float64(),
+                        backend=nw.get_native_namespace(rows))
+    out = rows.with_columns(key)
+    return out.lazy(backend="duckdb") if kind == "duckdb" else out.lazy()
 
 
 def open_frame(frame: Any) -> Frame:
-    """The user's frame, opened (nothing is read yet but the schema).
+    """The user's frame, opened (nothing is read yet but the schema; a CSV file's types are
+    inferred from all its rows, so a late cell of another type makes the column text, refused
+    by type before anything is spent, not a cast error after).
 
     Raises:
         InvalidTypeError: not a frame this layer reads.
         InvalidArgumentError: a path that does not end in ``.parquet`` or ``.csv``, or that does
             not exist.
+        InvalidDataError: a file the engine cannot read (its message is not shown).
     """
     if isinstance(frame, (str, os.PathLike)):
         path = Path(frame)
@@ -100,8 +120,8 @@ def open_frame(frame: Any) -> Frame:
             raise InvalidArgumentError("frame", "a path", "a file that exists")
         import duckdb
         con = duckdb.connect()  # embedded, in memory: the file is scanned, never loaded whole
-        rel = con.read_parquet(str(path)) if path.suffix == ".parquet" else \
-            con.read_csv(str(path))
+        rel = engine(lambda: con.read_parquet(str(path)) if path.suffix == ".parquet" else
+                     con.read_csv(str(path), sample_size=-1), ["*"])
         return Frame(rel, "duckdb")
     module = type(frame).__module__.split(".")[0]
     name = type(frame).__name__
@@ -116,20 +136,33 @@ def open_frame(frame: Any) -> Frame:
 
 
 def check_columns(frame: Frame, unit: str, groups: Sequence[str], value: str | None) -> None:
-    """The columns a query names exist and have types it can use (the schema only: nothing is
-    read, nothing depends on a value).
+    """The columns a query names exist and have types it can use, and no column of the frame
+    has a name of the bounding's own (``PREFIX``): the schema only, nothing is read.
 
     Raises:
-        InvalidArgumentError: a column the frame does not have.
+        InvalidArgumentError: a column the frame does not have, or a frame column named with
+            ``PREFIX``.
         InvalidDataTypeError: a unit column of mixed or non-id type (ids are integers or
-            strings), or a value column that is not numeric.
+            strings), a group column of a type that has no order (objects, lists), or a value
+            column that is not numeric.
     """
     import narwhals as nw
+    for column in frame.schema:
+        if str(column).startswith(PREFIX):
+            raise InvalidArgumentError("frame", f"a column named {column!r}", f"no column whose "
+                                       f"name starts with {PREFIX!r} (the bounding's own "
+                                       "columns): rename it")
     for column in (unit, *groups, *(() if value is None else (value,))):
         if column not in frame.schema:
             raise InvalidArgumentError("column", column, "a column of the frame")
+    for column in groups:  # (an Object, List or Struct key would fail after the debit)
+        kind = frame.schema[column]
+        if not (_is_text(kind) or kind.is_numeric() or kind in (nw.Boolean, nw.Date,
+                                                                 nw.Datetime)):
+            raise InvalidDataTypeError(f"column {column!r}", kind, "a group column of strings, "
+                                       "numbers, booleans, dates or datetimes")
     dtype = frame.schema[unit]
-    if not (dtype.is_integer() or dtype in (nw.String, nw.Categorical, nw.Enum)):
+    if not (dtype.is_integer() or _is_text(dtype)):
         raise InvalidDataTypeError(f"column {unit!r}", dtype, "one id type per "
                                    "unit column: integers or strings, not mixed or other types "
                                    "(a pandas integer column with nulls is float: drop or fill "
@@ -139,54 +172,93 @@ def check_columns(frame: Frame, unit: str, groups: Sequence[str], value: str | N
                                    "a numeric column")
 
 
+def _is_text(dtype: Any) -> bool:
+    import narwhals as nw
+    return bool(dtype in (nw.String, nw.Categorical, nw.Enum))
+
+
+def _constant_ok(dtype: Any, part: Any) -> bool:
+    """A plain Python or numpy scalar of ``dtype``'s kind (never an expression, a series or an
+    object of another type: an aggregate "constant" would let one unit move another's rows)."""
+    import narwhals as nw
+    if isinstance(part, (bool, np.bool_)):
+        return bool(dtype == nw.Boolean)
+    if _is_text(dtype):
+        return isinstance(part, str)
+    if dtype.is_integer():
+        return isinstance(part, (int, np.integer))
+    if dtype.is_numeric():
+        return isinstance(part, (int, float, np.integer, np.floating))
+    if bool(dtype == nw.Datetime):
+        return isinstance(part, datetime.datetime)
+    if bool(dtype == nw.Date):
+        return isinstance(part, datetime.date) and not isinstance(part, datetime.datetime)
+    return False
+
+
 def check_keys(frame: Frame, groups: Sequence[str], keys: Sequence[Any],
                argument: str = "keys") -> None:
-    """Each public key (or filter constant: ``argument``) has the type of its column (a str for a
-    string column, an int for an integer one, a real number for a float one): a key of another
-    type would match no row, and its noisy 0 would hide the mistake; a filter constant of another
-    type would fail in the engine after the debit.
+    """Each public key (or filter constant: ``argument``) is a plain scalar of its column's type
+    (a str for a string column, an int for an integer one, a real number for a float one, a bool,
+    a ``datetime`` or a ``date``; a column of any other type takes none): a key of another type
+    would match no row, and its noisy 0 would hide the mistake; an expression (``nw.col("x")
+    .max()``) would be evaluated over the table, and one unit's rows would move another's.
 
     Raises:
         InvalidTypeError: a key of another type, naming the column (a key is public: shown).
     """
-    import numbers
-
-    import narwhals as nw
     for key in keys:
         parts = key if len(groups) > 1 else (key,)
         for column, part in zip(groups, parts):
             dtype = frame.schema[column]
-            ok = isinstance(part, str) if dtype in (nw.String, nw.Categorical, nw.Enum) else \
-                isinstance(part, numbers.Integral) and not isinstance(part, bool) \
-                if dtype.is_integer() else isinstance(part, numbers.Real) \
-                if dtype.is_numeric() else True
-            if not ok:
-                raise InvalidTypeError(argument, part, f"values of column {column!r}'s type "
-                                       f"({dtype})")
+            if not _constant_ok(dtype, part):
+                raise InvalidTypeError(argument, type(part).__name__, f"plain values of column "
+                                       f"{column!r}'s type ({dtype})")
 
 
-def check_values(frame: Frame, unit: str, groups: Sequence[str], value: str | None) -> None:
-    """No null unit or group, and no null, NaN or infinite value: one aggregate pass in the
-    engine, before the debit (a bad frame is refused with nothing spent).
+def check_values(rows: Any, unit: str, groups: Sequence[str], value: str | None) -> None:
+    """On the copy ``Frame.read`` made, before the debit: no null unit or group, no null, NaN or
+    infinite value, and (pandas) each object column it reads (or a categorical's categories) holds
+    one type throughout (narwhals infers an object column's type from its first rows).
 
     Raises:
         InvalidDataError: naming the column and what it holds (a count of bad rows is not
             shown: it is data).
+        InvalidDataTypeError: a pandas object column of mixed types.
     """
     import narwhals as nw
+    native = rows.to_native()
+    if type(native).__module__.split(".")[0] == "pandas":
+        import pandas as pd
+        schema = rows.schema
+        for column in native.columns:
+            values = native[column]
+            if isinstance(values.dtype, pd.CategoricalDtype):  # (its categories may mix types)
+                values = values.cat.categories
+            if values.dtype == object:
+                kind = pd.api.types.infer_dtype(values, skipna=True)
+                want = "string" if _is_text(schema[column]) else \
+                    "integer" if schema[column].is_integer() else None
+                if kind != want and kind != "empty":
+                    raise InvalidDataTypeError(f"column {column!r}", schema[column],
+                                               "one type per column (integers or strings, "
+                                               "not mixed)")
     exprs = [nw.col(c).is_null().sum().alias(c) for c in (unit, *groups)]
     if value is not None:
         bad = nw.col(value).is_null() | ~nw.col(value).cast(nw.Float64()).is_finite()
         exprs.append(bad.fill_null(True).sum().alias(value))
-    found = collect(frame.lazy.select(*exprs))
+    found = collect(rows.lazy().select(*exprs), [unit, *groups, *([value] if value else [])])
     for column, counts in found.items():
         if int(counts[0] or 0):
             what = "null, NaN or infinite values" if column == value else "null values"
-            raise InvalidDataError(f"column {column!r}", frame.schema[column], f"a column with "
+            raise InvalidDataError(f"column {column!r}", rows.schema[column], f"a column with "
                                    f"no {what}")
 
 
-def collect(lazy: Any) -> dict[str, np.ndarray]:
-    """An aggregate's columns as numpy arrays (the only data that reaches Python)."""
-    frame = lazy.collect()
-    return {name: frame[name].to_numpy() for name in frame.columns}
+def collect(lazy: Any, columns: Sequence[str] = ("*",)) -> dict[str, np.ndarray]:
+    """An aggregate's columns as numpy arrays (the only data that reaches Python); an engine
+    error is re-raised typed, naming ``columns`` (``engine``)."""
+    def run() -> dict[str, np.ndarray]:
+        frame = lazy.collect()
+        return {name: frame[name].to_numpy() for name in frame.columns}
+    return engine(run, columns)

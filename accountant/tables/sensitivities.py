@@ -11,15 +11,14 @@ in the removed unit's kept rows (``dpbudget.accountant.tables.bounding``; proof 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.errors import InvalidArgumentError
 
-__all__ = ["BOUND_NAMES", "Contribution", "clamp", "contribution", "count", "distinct_units",
-           "quantile_utility", "sum_of"]
+__all__ = ["BOUND_NAMES", "Contribution", "clamp", "contribution", "count",
+           "distinct_contribution", "distinct_units", "quantile_utility", "sum_of"]
 
 BOUND_NAMES = ("max_rows_per_unit", "max_groups_per_unit", "max_rows_per_group")
 
@@ -69,9 +68,9 @@ def contribution(bounds: Mapping[str, Any], grouped: bool) -> Contribution:
                                    if grouped else ""))
 
 
-def count(c: Contribution) -> tuple[int, float]:
-    """(Δ₁, Δ₂) of the vector of row counts per group: L0·L∞ and √L0·L∞ (C and C)."""
-    return c.total, min(float(c.total), math.sqrt(c.groups) * c.per_group)
+def count(c: Contribution) -> int:
+    """Δ₁ of the vector of row counts per group: L0·L∞ (or C)."""
+    return c.total
 
 
 def clamp(lower: float, upper: float, centre: float = 0.0) -> float:
@@ -79,17 +78,36 @@ def clamp(lower: float, upper: float, centre: float = 0.0) -> float:
     return max(abs(lower - centre), abs(upper - centre))
 
 
-def sum_of(c: Contribution, weight: float) -> tuple[float, float]:
-    """(Δ₁, Δ₂) of the vector of sums per group of values of magnitude at most ``weight``
-    (``clamp``): the counts' times ``weight``."""
-    l1, l2 = count(c)
-    return l1 * weight, l2 * weight
+def sum_of(c: Contribution, weight: float) -> float:
+    """Δ₁ of the vector of sums per group of values of magnitude at most ``weight`` (``clamp``):
+    the counts' times ``weight``."""
+    return count(c) * weight
 
 
-def distinct_units(c: Contribution) -> tuple[int, float]:
-    """(Δ₁, Δ₂) of the vector of distinct-unit counts per group: L0 and √L0 (a unit is in at
-    most L0 groups, and counts once in each)."""
-    return c.groups, math.sqrt(c.groups)
+def distinct_units(c: Contribution) -> int:
+    """Δ₁ of the vector of distinct-unit counts per group: L0 (a unit is in at most L0 groups,
+    and counts once in each; over the whole table, L0 = 1: ``distinct_contribution``)."""
+    return c.groups
+
+
+def distinct_contribution(bounds: Mapping[str, Any], grouped: bool) -> Contribution:
+    """The bounding of a distinct-unit count: a unit counts once per group whatever its rows, so
+    only L0 matters — ``max_groups_per_unit``, else C = ``max_rows_per_unit`` (C rows reach at
+    most C groups); over the whole table no bound at all (L0 = 1). One row per kept group
+    (L∞ = 1) is kept, which changes no distinct count.
+
+    Raises:
+        InvalidArgumentError: grouped, and neither bound set (``max_groups_per_unit``), or a
+            bound that is not a positive int.
+    """
+    given = {name: None if bounds.get(name) is None else _validate.positive_int(name, bounds[name])
+             for name in BOUND_NAMES}
+    l0 = (given["max_groups_per_unit"] or given["max_rows_per_unit"]) if grouped else 1
+    if l0 is None:
+        raise InvalidArgumentError("max_groups_per_unit", None, "set (a positive int): a "
+                                   "distinct-unit count per group needs a bound on each unit's "
+                                   "groups (or max_rows_per_unit)")
+    return Contribution(l0, 1, l0, True)
 
 
 def quantile_utility(c: Contribution) -> int:

@@ -37,8 +37,8 @@ def _keyed(frame: pd.DataFrame, keys: tuple[np.ndarray, ...]) -> Any:
 
 def _per_group(frame: pd.DataFrame, keys: tuple[np.ndarray, ...], c: Contribution
                ) -> dict[str, np.ndarray]:
-    pairs = bounding.unit_groups(_keyed(frame, keys), "unit", ["group"], c, "x", 0.0, 10.0)
-    found = frames.collect(bounding.per_group(pairs, ["group"]))
+    found = frames.collect(bounding.per_group(_keyed(frame, keys), "unit", ["group"], c, "x",
+                                              0.0, 10.0))
     index = {g: i for i, g in enumerate(found["group"].tolist())}
     out = {}
     for name in (bounding.ROWS, bounding.UNITS, bounding.SUM):
@@ -70,16 +70,16 @@ def _max_change(c: Contribution, draws: int = 15, tables: int = 6) -> dict[str, 
                                Contribution(3, 3, 3, False)])
 def test_removing_a_unit_moves_each_aggregate_by_at_most_its_sensitivity(c: Contribution) -> None:
     worst = _max_change(c)
-    assert worst[bounding.ROWS] <= sens.count(c)[0]
-    assert worst[bounding.UNITS] <= sens.distinct_units(c)[0]
-    assert worst[bounding.SUM] <= sens.sum_of(c, sens.clamp(0.0, 10.0))[0] + 1e-9
-    assert worst[bounding.ROWS] == sens.count(c)[0]  # reached by some draw: not vacuous
+    assert worst[bounding.ROWS] <= sens.count(c)
+    assert worst[bounding.UNITS] <= sens.distinct_units(c)
+    assert worst[bounding.SUM] <= sens.sum_of(c, sens.clamp(0.0, 10.0)) + 1e-9
+    assert worst[bounding.ROWS] == sens.count(c)  # reached by some draw: not vacuous
 
 
 def test_without_bounding_one_unit_moves_a_count_past_the_bound() -> None:
     """Negative control: the engine with bounds it never reaches (the old row-level queries)."""
     worst = _max_change(Contribution(100, 100, 100, True), draws=2)
-    assert worst[bounding.ROWS] > sens.count(Contribution(2, 2, 4, True))[0]
+    assert worst[bounding.ROWS] > sens.count(Contribution(2, 2, 4, True))
 
 
 def test_each_unit_keeps_at_most_its_bounds_for_every_draw() -> None:
@@ -142,23 +142,25 @@ def test_counts_from_the_kept_groups_alone_are_those_of_the_kept_rows(c: Contrib
     and counts as aggregating the kept rows."""
     frame = small_table(6, units=40, max_rows=12)
     keys = (np.random.default_rng(8).random(len(frame)),)
-    fast = frames.collect(bounding.per_group(bounding.unit_groups(
-        _keyed(frame, keys), "unit", ["group"], c), ["group"]))
-    rows = frames.collect(bounding.per_group(bounding.unit_groups(
-        _keyed(frame, keys), "unit", ["group"], c, "x", 0.0, 10.0), ["group"]))
+    fast = frames.collect(bounding.per_group(_keyed(frame, keys), "unit", ["group"], c))
+    rows = frames.collect(bounding.per_group(_keyed(frame, keys), "unit", ["group"], c, "x",
+                                             0.0, 10.0))
     for name in (bounding.ROWS, bounding.UNITS):
         assert fast[name][np.argsort(fast["group"])].tolist() == \
             rows[name][np.argsort(rows["group"])].tolist()
 
 
 @pytest.mark.parametrize("groups", [["group"], []])
-def test_row_totals_are_the_per_group_aggregates_without_units(groups: list[str]) -> None:
+def test_totals_without_units_are_those_through_the_unit_groups(groups: list[str]) -> None:
+    """Under C rows per unit, ``per_group(units=False)`` aggregates the kept rows straight by
+    group: the same ``ROWS``, ``SUM`` and ``SQUARES`` as through one row per unit × group."""
     frame = small_table(4, units=30, max_rows=9)
     keys = (np.random.default_rng(3).random(len(frame)),)
-    c = Contribution(4, 4, 4, False)
-    args = (_keyed(frame, keys), "unit", groups, c, "x", 0.0, 10.0, 5.0)
-    want = frames.collect(bounding.per_group(bounding.unit_groups(*args), groups))
-    got = frames.collect(bounding.row_totals(*args))
+    args = (_keyed(frame, keys), "unit", groups, Contribution(4, 4, 4, False), "x", 0.0, 10.0,
+            5.0)
+    want = frames.collect(bounding.per_group(*args))
+    got = frames.collect(bounding.per_group(*args, units=False))
+    assert bounding.UNITS not in got
     for name in (bounding.ROWS, bounding.SUM, bounding.SQUARES):
         order_w = np.argsort(want["group"]) if groups else [0]
         order_g = np.argsort(got["group"]) if groups else [0]
@@ -170,5 +172,5 @@ def test_quantile_bins_count_the_kept_rows() -> None:
     keys = (np.array([0.1, 0.2, 0.9, 0.5]),)
     found = frames.collect(bounding.bin_counts(_keyed(frame, keys), "unit",
                                                Contribution(2, 2, 2, False), "x", 0.0, 10.0, 10))
-    bins = dict(zip(found[bounding._X].tolist(), found[bounding.ROWS].tolist()))
+    bins = dict(zip(found[bounding.BIN].tolist(), found[bounding.ROWS].tolist()))
     assert bins == {0: 2, 3: 1}  # 0.0 and −3.0 (clamped) at 0, 2.5 in (2, 3]; 99.0 not kept

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import narwhals as nw
 import numpy as np
 import pandas as pd
 import polars as pl
 import pytest
 
 import dpbudget as dp
+from dpbudget.accountant.tables import bounding, frames
 from dpbudget.accountant.tables.builder import TableQuery, table
 from dpbudget.accountant.values.errors import (BudgetExceededError, InvalidArgumentError,
                                                InvalidDataError, InvalidDataTypeError,
@@ -53,7 +55,7 @@ def _queries(frame: Any, acc: Any = None) -> dict[str, TableQuery]:
 
 
 def _true(query: TableQuery, keys: tuple[np.ndarray, ...]) -> tuple[list[Any], dict[str, Any]]:
-    state: dict[str, Any] = {}
+    state = query._read()
     return query._compute(GivenKeys(*keys), state), state  # type: ignore[arg-type]
 
 
@@ -69,7 +71,7 @@ def _loss(mechanism: Any, a: Any, b: Any) -> float:
 
 
 def _exponential(m: BinnedQuantile, counts: np.ndarray) -> np.ndarray:
-    scores = np.array(m.release_scores(counts), dtype=float)
+    scores = np.array(m.scores(m.prepare(counts)), dtype=float)
     logits = -float(m._rate) * (scores - scores.min())
     p = np.exp(logits)
     return p / p.sum()
@@ -287,3 +289,159 @@ def test_the_policy_bounds_are_the_default() -> None:
     assert math.isclose(query.accuracy()["rows"]["scale"], 7.0)
     assert isinstance(query.mechanisms()[0], DiscreteLaplace)
     assert not isinstance(query.mechanisms()[0], PartitionSelection)
+
+
+# -- the review of the table API (issue 33): each finding's attack, refused ---------------------
+
+def _native(pdf: pd.DataFrame, kind: str) -> Any:
+    return {"pandas": pdf, "polars": pl.from_pandas(pdf), "polars-lazy": pl.from_pandas(pdf).lazy(),
+            "duckdb": duckdb.from_df(pdf)}[kind]
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "polars-lazy", "duckdb"])
+def test_f1_a_column_named_like_a_helper_is_refused_before_the_debit(kind: str) -> None:
+    """F1: a frame column ``__dpbudget_n`` of zeros was read as the partition sizes and every
+    unit was kept whole (one unit's 50 rows counted at C = 5). Refused, nothing debited."""
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    frame = _native(pd.DataFrame({"unit": [1] * 50, "x": 1.0}).assign(__dpbudget_n=0), kind)
+    with pytest.raises(InvalidArgumentError) as err:
+        table(acc, frame, dataset="t").count(epsilon=1.0, max_rows_per_unit=5).release()
+    assert err.value.argument == "frame" and snapshot(acc.ledger) == before
+
+
+def test_f1_the_refusal_and_the_single_read_keep_a_helper_named_column_out(
+        monkeypatch: Any) -> None:
+    """Why the refusal above is needed, and what else stands guard. The rows a query reads are
+    only the columns it names: a stray ``__dpbudget_n`` column never reaches the bounding (5 of
+    50 rows kept, even with the refusal switched off). Negative controls, refusal switched off:
+    the same column named by a filter is read as the partition sizes (all 50 rows kept, C = 5);
+    a unit column named ``__dpbudget_key`` is overwritten by the keys (every row its own unit)."""
+    monkeypatch.setattr(frames, "PREFIX", "__not_reserved__")
+    pdf = pd.DataFrame({"unit": [1] * 50, "x": 1.0}).assign(__dpbudget_n=0)
+    keys = (np.random.default_rng(0).random(50),)
+    t = table(accountant(), pdf, dataset="t")
+    assert _true(t.count(epsilon=1.0, max_rows_per_unit=5), keys)[0] == [5]
+    assert _true(t.filter("__dpbudget_n", "==", 0).count(epsilon=1.0, max_rows_per_unit=5),
+                 keys)[0] == [50]
+    named = pd.DataFrame({frames.KEY: [1] * 50, "x": 1.0})
+    query = table(accountant(unit=frames.KEY), named, dataset="t").count(
+        epsilon=1.0, max_rows_per_unit=5)
+    assert _true(query, keys)[0] == [50]
+
+
+def test_f2_an_expression_as_a_filter_constant_or_a_key_of_another_type_is_refused(
+        monkeypatch: Any) -> None:
+    """F2: ``filter("day", "==", nw.col("day").max())`` on a datetime column ran the aggregate:
+    the count was 1, and 9 once the unit holding the latest day was removed (Δ charged: 1).
+    Refused before the debit, as are keys of another type for a datetime column. Negative
+    control: with the type check switched off, removing one unit moves the count by 8."""
+    days = pd.to_datetime(["2026-02-01"] + ["2026-01-01"] * 9)
+    pdf = pd.DataFrame({"unit": range(10), "day": days})
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    t = table(acc, pdf, dataset="t")
+    with pytest.raises(InvalidTypeError) as err:
+        t.filter("day", "==", nw.col("day").max()).count(epsilon=1.0, max_rows_per_unit=1)
+    assert err.value.argument == "value"
+    with pytest.raises(InvalidTypeError):
+        t.group_by("day", keys=["not-a-date", 3]).count(epsilon=1.0, max_rows_per_unit=1)
+    assert snapshot(acc.ledger) == before
+    monkeypatch.setattr(frames, "check_keys", lambda *a, **k: None)
+    keys = (np.linspace(0.05, 0.95, 10),)
+    full = _true(table(acc, pdf, dataset="t").filter("day", "==", nw.col("day").max()).count(
+        epsilon=1.0, max_rows_per_unit=1), keys)[0]
+    less = _true(table(acc, pdf.iloc[1:], dataset="t").filter("day", "==", nw.col("day").max())
+                 .count(epsilon=1.0, max_rows_per_unit=1), (keys[0][1:],))[0]
+    assert (full, less) == ([1], [9])
+
+
+def test_f3_mixed_id_types_past_the_first_100_rows_are_refused_before_the_debit(
+        monkeypatch: Any) -> None:
+    """F3: 100 string ids, then 7 thirty times and "7" thirty times (object dtype), passed the
+    100-row type sniff: person 7 kept 40 rows at C = 20. Refused, nothing debited; so are mixed
+    group types (they failed in sorting, after the debit). Negative control: with the whole-
+    column check switched off, the bounded count holds 40 rows of person 7."""
+    ids = pd.Series([f"p{i}" for i in range(100)] + [7] * 30 + ["7"] * 30, dtype=object)
+    pdf = pd.DataFrame({"unit": ids, "x": 1.0})
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    with pytest.raises(InvalidDataTypeError):
+        table(acc, pdf, dataset="t").count(epsilon=1.0, max_rows_per_unit=20).release()
+    groups = pd.DataFrame({"unit": range(101), "g": pd.Series(["a"] * 100 + [1], dtype=object)})
+    with pytest.raises(InvalidDataTypeError):
+        table(acc, groups, dataset="t").group_by("g").count(
+            epsilon=1.0, delta=1e-6, max_rows_per_unit=20).release()
+    assert snapshot(acc.ledger) == before
+    monkeypatch.setattr(pd.api.types, "infer_dtype", lambda *a, **k: "string")
+    query = table(acc, pdf, dataset="t").count(epsilon=1.0, max_rows_per_unit=20)
+    assert _true(query, (np.random.default_rng(1).random(160),))[0] == [100 + 40]
+
+
+def test_f4_a_late_bad_csv_cell_in_a_filter_column_is_refused_before_the_debit(
+        tmp_path: Path) -> None:
+    """F4: with ``bob-secret`` in row 60000 of a filter column sniffed as a number, the cast
+    error quoting the raw row was raised after ε = 1 was debited. The whole file is sniffed:
+    the column is text, and an int constant for it is refused before the debit; the cell is
+    never shown."""
+    path = tmp_path / "e.csv"
+    lines = ["unit,d,x"] + [f"{i},30,1.5" for i in range(60_000)]
+    lines[60_000] = "59999,bob-secret,1.5"
+    path.write_text("\n".join(lines) + "\n")
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    with pytest.raises(InvalidTypeError) as err:
+        table(acc, path, dataset="t").filter("d", "==", 30).count(
+            epsilon=1.0, max_rows_per_unit=1).release()
+    assert "bob-secret" not in f"{err.value} {err.value!r}"
+    assert snapshot(acc.ledger) == before
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "duckdb"])
+@pytest.mark.parametrize("unit,group", [("rows", "units"), ("sum", "squares"),
+                                        ("units", "rows")])
+def test_f5_columns_named_like_the_aggregates_release(kind: str, unit: str, group: str) -> None:
+    """F5: a unit or group column named rows, units, sum or squares collided with the internal
+    aggregates and raised after the charge (with a key in pandas's message). They are named
+    under the reserved prefix: every statistic releases."""
+    pdf = pd.DataFrame({unit: [1, 1, 2, 3], group: ["a", "b", "a", "b"], "x": [1.0, 2, 3, 4]})
+    t = table(accountant(eps=1000.0, unit=unit), _native(pdf, kind), dataset="t").group_by(
+        group, keys=["a", "b"])
+    assert set(t.count_distinct_units(epsilon=100.0, max_groups_per_unit=2).release()) == \
+        {"a", "b"}
+    assert set(t.mean("x", lower=0, upper=5, epsilon=100.0, max_rows_per_unit=2).release()) == \
+        {"a", "b"}
+    assert set(t.variance("x", lower=0, upper=5, epsilon=100.0,
+                          max_rows_per_unit=2).release()) == {"a", "b"}
+
+
+def test_f6_a_source_that_changes_per_collect_is_read_once_and_released() -> None:
+    """F6: a LazyFrame keeping a random half of its rows on each collect failed after the debit
+    (its row count and its keyed rows came from different collects). It is read once: released,
+    one debit. Negative control: two collects of the source differ."""
+    lazy = pl.LazyFrame({"unit": range(200), "x": 1.0}).filter(
+        pl.int_range(pl.len()).shuffle() < 100)
+    assert not lazy.collect()["unit"].equals(lazy.collect()["unit"])
+    acc = accountant()
+    n = table(acc, lazy, dataset="t").count(epsilon=50.0, max_rows_per_unit=1).release()
+    assert abs(n - 100) <= 10 and acc.spent("t").epsilon == pytest.approx(50.0)
+
+
+def test_f8_a_distinct_count_is_priced_at_l0_and_at_1_over_the_whole_table() -> None:
+    """F8: the whole-table distinct count at C = 20 had noise scale 20 (its sensitivity is 1),
+    and a grouped private one given only L0 = 3 used L0 = C = 20 (selection threshold 647)."""
+    from dpbudget.policies.units import ContributionBounds
+    acc = dp.Accountant(limits={"t": dp.DatasetLimit(
+        limit=dp.Budget(10.0, 1e-3), privacy_unit="unit",
+        bounds=ContributionBounds(max_rows_per_unit=20))}, rng=0)
+    t = table(acc, pd.DataFrame({"unit": [1, 1, 2], "g": ["a", "b", "a"]}), dataset="t")
+    whole = t.count_distinct_units(epsilon=1.0)
+    assert whole.accuracy()["units"]["scale"] == pytest.approx(1.0)
+    assert whole.bounds == {"max_groups_per_unit": 1}  # (one group: the table)
+    grouped = t.group_by("g").count_distinct_units(epsilon=1.0, delta=1e-6,
+                                                   max_groups_per_unit=3)
+    selection, counts = grouped.mechanisms()
+    assert selection.max_groups_per_unit == 3 and counts.sensitivity == 3
+    old = PartitionSelection(0.5, delta=1e-6, max_groups_per_unit=20).threshold
+    assert selection.threshold < old and grouped.bounds == {"max_groups_per_unit": 3}
+    assert math.isclose(whole.release(), 2, abs_tol=30)

@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import datetime
+
 import duckdb
+import narwhals as nw
 import numpy as np
 import pandas as pd
 import polars as pl
@@ -21,6 +24,7 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
 from dpbudget.examples.events import events_frame, write_events
 
 CANARY = "CANARY-7f3a"
+COLUMNS = ["person_id", "region", "amount"]
 
 
 def _all_kinds(tmp_path: Path) -> dict[str, Any]:
@@ -33,10 +37,10 @@ def _all_kinds(tmp_path: Path) -> dict[str, Any]:
 
 def _aggregates(frame: Any) -> dict[str, list[Any]]:
     opened = frames.open_frame(frame)
-    keyed = opened.keyed(np.random.default_rng(42))
-    pairs = bounding.unit_groups(keyed, "person_id", ["region"], Contribution(3, 2, 6, True),
-                                 "amount", 0.0, 1000.0)
-    found = frames.collect(bounding.per_group(pairs, ["region"]))
+    keyed = frames.keyed(opened.read(COLUMNS), np.random.default_rng(42), opened.kind)
+    found = frames.collect(bounding.per_group(keyed, "person_id", ["region"],
+                                              Contribution(3, 2, 6, True), "amount", 0.0, 1000.0),
+                           COLUMNS)
     order = np.argsort(found["region"].astype(str))
     return {k: np.asarray(v)[order].tolist() for k, v in found.items()}
 
@@ -56,9 +60,11 @@ def test_the_keys_are_drawn_from_the_generator_handed_over() -> None:
     frame = events_frame(persons=300, seed=3)
     a, b = _aggregates(frame), _aggregates(frame)
     assert a == b
-    opened = frames.open_frame(frame)
-    k1 = frames.collect(opened.keyed(np.random.default_rng(1)).select(frames.KEY))
-    k2 = frames.collect(opened.keyed(np.random.default_rng(2)).select(frames.KEY))
+    rows = frames.open_frame(frame).read(COLUMNS)
+    k1 = frames.collect(frames.keyed(rows, np.random.default_rng(1), "pandas")
+                        .select(frames.KEY), [])
+    k2 = frames.collect(frames.keyed(rows, np.random.default_rng(2), "pandas")
+                        .select(frames.KEY), [])
     assert not np.array_equal(k1[frames.KEY], k2[frames.KEY])
 
 
@@ -115,12 +121,13 @@ def test_null_ids_and_non_finite_values_are_refused_naming_the_column(
     native = {"pandas": pdf, "polars": pl.from_pandas(pdf),
               "duckdb": duckdb.from_df(pdf)}[kind]
     with pytest.raises(InvalidDataError) as err:
-        frames.check_values(frames.open_frame(native), "u", ["g"], "x")
+        frames.check_values(frames.open_frame(native).read(["u", "g", "x"]), "u", ["g"], "x")
     assert f"'{column}'" in str(err.value) and "987654" not in _message(err.value)
 
 
 def test_clean_values_pass() -> None:
-    frames.check_values(_frame(u=[1, 2], g=["a", "b"], x=[1.0, 2.0]), "u", ["g"], "x")
+    frames.check_values(_frame(u=[1, 2], g=["a", "b"], x=[1.0, 2.0]).read(["u", "g", "x"]),
+                        "u", ["g"], "x")
 
 
 def test_a_key_of_another_type_than_its_column_is_refused() -> None:
@@ -130,3 +137,111 @@ def test_a_key_of_another_type_than_its_column_is_refused() -> None:
         frames.check_keys(frame, ["g"], [1])
     with pytest.raises(InvalidTypeError):
         frames.check_keys(frame, ["d"], ["3"])
+
+
+@pytest.mark.parametrize("name", ["__dpbudget_n", "__dpbudget_key", "__dpbudget_rows"])
+def test_a_frame_column_named_like_a_helper_is_refused_from_the_schema(name: str) -> None:
+    """Review F1: a user column named like a bounding helper was read in place of it (all
+    zeros in ``__dpbudget_n``: every unit kept whole). Refused, whichever column it is."""
+    frame = frames.open_frame(pd.DataFrame({"u": [1], "x": [1.0], name: [0]}))
+    with pytest.raises(InvalidArgumentError) as err:
+        frames.check_columns(frame, "u", [], "x")
+    assert err.value.argument == "frame" and name in str(err.value)
+
+
+def test_a_filter_constant_or_key_must_be_a_plain_scalar_of_its_column_type() -> None:
+    """Review F2: any value passed for a Datetime, Date, Boolean or Object column, so an
+    expression (``nw.col("day").max()``) ran as the "constant"; and keys of another type on a
+    datetime column were charged and released as noisy zeros."""
+    day = datetime.datetime(2026, 1, 1)
+    frame = frames.open_frame(pl.DataFrame({"day": [day], "date": [day.date()], "flag": [True],
+                                            "x": [1.0], "g": ["a"]}))
+    frames.check_keys(frame, ["day", "date", "flag", "x", "g"],
+                      [(day, day.date(), True, 2, "b"), (day, day.date(), np.bool_(False),
+                                                         np.float64(0.5), "c")])
+    for column, bad in [("day", nw.col("day").max()), ("flag", nw.col("x") > nw.col("x").mean()),
+                        ("x", nw.col("x").mean()), ("g", nw.col("g")), ("day", "not-a-date"),
+                        ("day", 3), ("date", day), ("x", True), ("x", np.array([1.0])),
+                        ("g", pd.Series(["a"]))]:
+        with pytest.raises(InvalidTypeError):
+            frames.check_keys(frame, [column], [bad], argument="value")
+
+
+def test_a_pandas_object_column_of_mixed_types_is_refused_on_all_its_rows() -> None:
+    """Review F3: narwhals types an object column from its first 100 rows; 100 string ids then
+    int 7 and str "7" passed as one string column, and person 7 counted as two. The whole
+    column is checked (negative control: the schema alone still says String)."""
+    ids = pd.Series([f"p{i}" for i in range(100)] + [7] * 30 + ["7"] * 30, dtype=object)
+    frame = frames.open_frame(pd.DataFrame({"u": ids, "g": ids.astype(str), "x": 1.0}))
+    frames.check_columns(frame, "u", ["g"], "x")  # the sniff is fooled: typed String
+    with pytest.raises(InvalidDataTypeError) as err:
+        frames.check_values(frame.read(["u", "g", "x"]), "u", ["g"], "x")
+    assert "'u'" in str(err.value) and "p1" not in _message(err.value)
+    frame = frames.open_frame(pd.DataFrame({"u": 1, "g": pd.Series(["a"] * 100 + [1],
+                                                                      dtype=object), "x": 1.0}))
+    with pytest.raises(InvalidDataTypeError) as err:  # mixed groups: failed in sorted() after
+        frames.check_values(frame.read(["u", "g", "x"]), "u", ["g"], "x")  # the debit
+    assert "'g'" in str(err.value)
+    mixed = pd.Series(pd.Categorical([f"p{i}" for i in range(100)] + [7, "7"]))
+    frame = frames.open_frame(pd.DataFrame({"u": mixed, "x": 1.0}))
+    frames.check_columns(frame, "u", [], "x")  # categorical: typed as text
+    with pytest.raises(InvalidDataTypeError):  # but its categories mix int 7 and str "7"
+        frames.check_values(frame.read(["u", "x"]), "u", [], "x")
+    objects = frames.open_frame(pl.DataFrame({"u": [1], "g": [[1, 2]], "x": [1.0]}))
+    with pytest.raises(InvalidDataTypeError):  # a list column: no key order, refused unread
+        frames.check_columns(objects, "u", ["g"], "x")
+
+
+def test_a_late_csv_cell_of_another_type_is_refused_by_type_not_quoted(tmp_path: Path) -> None:
+    """Review F4: DuckDB sniffed a CSV's types from a sample; a cell ``bob-secret`` in row
+    60000 of a DOUBLE column then raised a cast error quoting the whole raw row. The whole
+    file is sniffed: the column is text, refused by type, naming it. Negative control: read
+    as before (default sample), the engine's own message carries the row."""
+    path = tmp_path / "e.csv"
+    lines = ["u,d,x"] + [f"{i},30,{i % 7}.5" for i in range(60_000)]
+    lines[60_000] = "59999,30,bob-secret"
+    path.write_text("\n".join(lines) + "\n")
+    frame = frames.open_frame(path)
+    with pytest.raises(InvalidDataTypeError) as err:
+        frames.check_columns(frame, "u", [], "x")
+    assert "'x'" in str(err.value) and "bob-secret" not in _message(err.value)
+    with pytest.raises(Exception) as raw:
+        duckdb.connect().read_csv(str(path)).select("x").fetchall()
+    assert "bob-secret" in str(raw.value)
+
+
+def test_an_engine_error_is_typed_and_never_quotes_the_data() -> None:
+    """Review F4: every engine call is wrapped; the error names the columns read, never the
+    engine's text (negative control: the raw engine error quotes the cell)."""
+    con = duckdb.connect()
+    rel = con.sql(f"SELECT u, CAST(s AS DOUBLE) AS x FROM (VALUES (1, '1.0'), (2, '{CANARY}'))"
+                  " t(u, s)")
+    frame = frames.open_frame(rel)
+    with pytest.raises(InvalidDataError) as err:
+        frame.read(["u", "x"])
+    assert "'x'" in str(err.value) and CANARY not in _message(err.value)
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    with pytest.raises(Exception) as raw:
+        rel.fetchall()
+    assert CANARY in str(raw.value)
+
+
+def test_a_source_that_changes_between_evaluations_is_read_once() -> None:
+    """Review F6: a LazyFrame evaluated once per step (a count, the check, the keying) could
+    pass the check on one version and be bounded on another. It is evaluated once per query:
+    the check and the keys see the same copy. Negative control: two collects differ."""
+    calls = []
+
+    def changing(s: pl.Series) -> pl.Series:
+        calls.append(1)  # clean on the first evaluation, NaN from the second on
+        return s if len(calls) == 1 else s * float("nan")
+
+    lazy = pl.LazyFrame({"u": [1, 2, 3], "x": [1.0, 2.0, 3.0]}).with_columns(
+        pl.col("x").map_batches(changing, return_dtype=pl.Float64))
+    frame = frames.open_frame(lazy)
+    rows = frame.read(["u", "x"])
+    frames.check_values(rows, "u", [], "x")
+    found = frames.collect(frames.keyed(rows, np.random.default_rng(0), frame.kind)
+                           .select(nw.col("x").sum()))
+    assert found["x"][0] == 6.0 and len(calls) == 1
+    assert lazy.collect()["x"].is_nan().all()  # the source did change

@@ -68,13 +68,11 @@ def _worst(c: Contribution, tables: int = 60) -> dict[str, float]:
                                Contribution(3, 1, 3, True), Contribution(3, 3, 3, False)])
 def test_each_formula_bounds_every_keep_and_is_reached(c: Contribution) -> None:
     worst = _worst(c)
-    l1, l2 = sens.count(c)
+    l1 = sens.count(c)
     weight = sens.clamp(LOWER, UPPER)
-    assert worst["count_l1"] <= l1 and worst["count_l2"] <= l2 + 1e-12
-    assert worst["sum_l1"] <= sens.sum_of(c, weight)[0] + 1e-9
-    assert worst["sum_l2"] <= sens.sum_of(c, weight)[1] + 1e-9
-    assert worst["units_l1"] <= sens.distinct_units(c)[0]
-    assert worst["units_l2"] <= sens.distinct_units(c)[1] + 1e-12
+    assert worst["count_l1"] <= l1
+    assert worst["sum_l1"] <= sens.sum_of(c, weight) + 1e-9
+    assert worst["units_l1"] <= sens.distinct_units(c)
     assert worst["count_l1"] == l1  # reached: the bound is the sensitivity, not a slack one
 
 
@@ -82,7 +80,34 @@ def test_without_bounding_a_unit_moves_a_count_past_the_row_level_sensitivity() 
     """Negative control: the row-level helpers' Δ = 1 is exceeded by one unit's rows."""
     unbounded = Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
     assert _worst(unbounded)["count_l1"] > 1
-    assert _worst(unbounded)["count_l1"] > sens.count(Contribution(2, 2, 4, True))[0]
+    assert _worst(unbounded)["count_l1"] > sens.count(Contribution(2, 2, 4, True))
+
+
+@pytest.mark.parametrize("bounds", [{"max_groups_per_unit": 1}, {"max_groups_per_unit": 2},
+                                    {"max_rows_per_unit": 2},
+                                    {"max_groups_per_unit": 2, "max_rows_per_unit": 20}])
+def test_a_distinct_count_needs_only_l0_grouped_and_no_bound_over_the_whole_table(
+        bounds: dict[str, int]) -> None:
+    """Review F8: a distinct-unit count is moved by L0 per group (L0 = max_groups_per_unit, else
+    C), and by 1 over the whole table whatever the unit's rows — not by C = 20. Brute force over
+    every keep; reached, so not loose. Negative control: without the L0 bound, one unit moves
+    the grouped distinct counts past L0 = 1."""
+    c = sens.distinct_contribution(bounds, grouped=True)
+    worst = _worst(c)
+    assert worst["units_l1"] <= sens.distinct_units(c)
+    assert worst["units_l1"] == min(sens.distinct_units(c), len(GROUPS))  # reached
+    whole = sens.distinct_contribution(bounds, grouped=False)
+    assert sens.distinct_units(whole) == 1  # a unit is in the table or not
+    assert sens.distinct_contribution({}, grouped=False) == whole  # no bound needed
+    unbounded = Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+    assert _worst(unbounded)["units_l1"] > sens.distinct_units(
+        sens.distinct_contribution({"max_groups_per_unit": 1}, grouped=True))
+
+
+def test_a_grouped_distinct_count_without_l0_or_c_is_refused_naming_l0() -> None:
+    with pytest.raises(InvalidArgumentError) as err:
+        sens.distinct_contribution({"max_rows_per_group": 3}, grouped=True)
+    assert err.value.argument == "max_groups_per_unit"
 
 
 @pytest.mark.parametrize("q", [0.1, 0.5, 0.9])
