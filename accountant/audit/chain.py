@@ -29,6 +29,13 @@ and each link is checked against the last record seen on its lane (every lane's 
 kept, from format 1 records too: their accounts' lanes). In a complete source every link must be
 exactly that; in a subsequence a link past it means records of that lane are absent, and a link
 before it is a fork.
+
+Numbers skipped in a complete source of lanes are counted (``unused``), not reported: a debit takes
+its number from the server's sequence inside its transaction, and a transaction that never
+commits (refused, rolled back, interrupted, or lost in a server crash before its commit: never
+answered) leaves its number unused, as does the sequence itself after a crash (it logs numbers
+ahead). A committed record deleted is still seen, since the next record of each of its lanes
+names it, and the last record of a lane by its account's row (``chain`` problems both).
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class ChainCheck:
         self.head: tuple[int, str] = (0, GENESIS)
         self.verified = 0
         self.absent = 0
+        self.unused = 0  # in a complete source of lanes: numbers no record holds
         self.absent_ranges: list[tuple[int, int]] = []
         self.gap = 0
         self.duplicates = 0
@@ -130,8 +138,12 @@ class ChainCheck:
             self.problem("malformed", f"record {seq}: unknown auth {auth!r}", seq, item.position)
             return 1
         if record_hash(item.text or "", self.key if auth == "hmac-sha256" else None) != item.hash:
-            self.problem("chain", f"record {seq}: its content does not match its hash (edited)",
-                         seq, item.position)
+            if auth == "hmac-sha256":  # (what a writer without the key appends: issue 32)
+                self.problem("auth", f"record {seq}: its HMAC does not verify under the key "
+                             "(forged without the key, or edited)", seq, item.position)
+            else:
+                self.problem("chain", f"record {seq}: its content does not match its hash "
+                             "(edited)", seq, item.position)
             return 1
         return 0
 
@@ -152,6 +164,8 @@ class ChainCheck:
         found = self._writer(item, record, seq)
         if links is not None:
             self.in_lanes = True
+            if self.strict:  # (numbers a transaction took and never committed: not a deletion)
+                self.unused += seq - self.next_seq
             return found + self._links(item, record, seq, links)
         if self.in_lanes:
             self.problem("chain", f"record {seq} is linked in one chain (format 1) after records "

@@ -22,7 +22,8 @@ bit   kind          meaning
 64    limit         a release was admitted that its limit should have refused, or
                     charged other accounts than the gate's plan
 128   auth          records are not verifiable as HMAC-keyed (missing key, or unkeyed
-                    records where a key is required)
+                    records where a key is required), or a record's HMAC does not
+                    verify under the key (forged without it, or edited)
 ====  ============  ==================================================================
 
 An exit status has eight bits and 2 is the command line's own: ``head`` and ``malformed`` share
@@ -143,6 +144,10 @@ class AuditReport(BaseModel):
     #: count and first ``(first, last)`` seq ranges. 0 means the chain is complete up to its head.
     absent: int = 0
     absent_ranges: list[tuple[int, int]] = []
+    #: In a ledger linked per account (PostgreSQL): numbers no committed record holds, taken by
+    #: transactions that never committed (rolled back, or lost in a crash: never answered). A
+    #: note, not a problem: a deleted record is seen by the links that name it.
+    unused: int = 0
     #: Account states taken from a record after absent records instead of replayed (each checked
     #: to be possible: no lower than the replay implies, within its limit).
     resynced: int = 0

@@ -331,8 +331,8 @@ class _Replay:
         out.records, out.verified = self.records, chain.verified
         out.simulation = bool(self.simulation)
         out.head_seq, out.head_hash = chain.head
-        out.absent, out.absent_ranges, out.resynced = (chain.absent, chain.absent_ranges,
-                                                       self.resynced)
+        out.absent, out.absent_ranges, out.resynced, out.unused = (
+            chain.absent, chain.absent_ranges, self.resynced, chain.unused)
         out.writers = len(chain.writers)
         out.duplicates = chain.duplicates + (self.src.duplicates
                                              if isinstance(self.src, MergedSource) else 0)
@@ -374,10 +374,12 @@ class _Replay:
             agrees = None
             if key in stored:
                 agrees = stored[key].state == state and stored[key].seq == self.last_seq[key]
-                if not agrees and self.until is None:
-                    self.problem("state", f"{key}: the ledger's stored running state "
-                                 f"{stored[key].state} (record {stored[key].seq}) differs from "
-                                 f"the replay {state} (record {self.last_seq[key]})")
+                if not agrees and self.until is None:  # (a row naming a later record: gone)
+                    gone = stored[key].seq > self.last_seq[key] and chain.strict
+                    self.problem("chain" if gone else "state", f"{key}: the ledger's stored "
+                                 f"running state {stored[key].state} (record {stored[key].seq}"
+                                 f"{', not among its records: deleted' if gone else ''}) differs from the "
+                                 f"replay {state} (record {self.last_seq[key]})")
             out.accounts.append(AccountReport(
                 account=key, rule=rule.name,
                 limit=None if rule.limit is None else rule.limit.model_dump(),

@@ -64,6 +64,9 @@ def audit_text(report: AuditReport, plot_path: str | None) -> str:
             " one, or the ledger, to verify them (with --complete an absent record counts as"
             f" deleted). {report.resynced} account state(s) after them were taken from the"
             " records, checked only to be possible.")
+    if report.unused:
+        lines.append(f"  {report.unused} number(s) held by no record: taken by transactions that "
+                     "never committed (rolled back, or lost in a crash: never answered)")
     lines.append("\nper account (replayed from the records under each account's rule):")
     for a in report.accounts:
         limit = "no limit" if a.limit is None else (

@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+import warnings
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,10 @@ class Ledger(ABC):
     # Linked per account (format 2, ``dpbudget.accountant.ledger.lanes``), not one chain: such a
     # backend also has ``_lane``, ``_next_seq`` and ``_advance``, which only its transactions call.
     lanes = False
+    # Whether the store itself refuses to edit a record or lower a state, for any role that is
+    # not its owner (the PostgreSQL triggers): a record the key does not authenticate is then a forged append, which
+    # takes no budget back, and ``check_accounts`` warns of it instead of refusing to open.
+    appends_only = False
     _tx_shared: Sequence[str] = ()  # in a ledger of lanes: what the transaction only reads
     # (seq, hash, time in microseconds) of the last record this object wrote or read the time
     # of: the head's time without re-reading it while no other writer moved on.
@@ -174,14 +179,19 @@ class Ledger(ABC):
         replays every record): whoever can write those rows can as well put back an older copy
         of the whole ledger, which no check made here could tell from the ledger itself.
 
+        Where the store ``appends_only``, a record the key does not authenticate only warns
+        (``RuntimeWarning``): a forged append, which lowered no state, must not lock the owner out.
+
         Raises:
             LedgerCorruptedError: naming the first account that disagrees.
         """
+        forged: set[int] = set()
         for account in self.accounts():
             entry = self.entry(account.seq)
             recorded = None  # the record a row names is authentic (a refund edits both), and
-            if entry is not None and self._authentic(entry):  # stored under its own number (an
-                with contextlib.suppress(KeyError, TypeError, ValueError):  # older one moved up)
+            authentic = entry is not None and self._authentic(entry)  # stored under its own
+            if entry is not None and (authentic or self.appends_only):  # number (an older one
+                with contextlib.suppress(KeyError, TypeError, ValueError):  # moved up)
                     record = json.loads(entry.text)
                     if record.get("seq") == account.seq:
                         recorded = record["accounts"][account.key]["state"]
@@ -190,6 +200,14 @@ class Ledger(ABC):
                     f"{account.key}: its stored running state is not the one its last record "
                     f"(seq {account.seq}) wrote; the ledger's state was edited outside dpbudget. "
                     "Nothing was written; run `dpbudget audit` on it")
+            if not authentic:
+                forged.add(account.seq)
+        if forged:  # (one forged record must not make the ledger unopenable: issue 32)
+            warnings.warn(f"records {sorted(forged)[:10]} do not verify under the ledger's key: "
+                          "appended without it by a role that can write the ledger; the server "
+                          "keeps them from lowering any state, so the ledger opens. Run "
+                          "`dpbudget audit` with the key: it reports each one", RuntimeWarning,
+                          stacklevel=2)
 
     @abstractmethod
     def entries(self, start: int = 1) -> Iterator[Entry]:

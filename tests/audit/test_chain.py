@@ -73,3 +73,30 @@ def test_an_unreadable_line_is_malformed_not_raised() -> None:
     items = _items()
     _, found = _check([items[0], Item(2, None, None, error="not JSON"), *items[2:]])
     assert ("malformed", None) in found
+
+
+def test_a_record_with_a_made_up_hmac_is_an_auth_problem() -> None:
+    """What a writer without the key appends (issue 32): a record whose HMAC is not the key's.
+    It is an ``auth`` problem at its seq, not a ``chain`` one (its successors, on PostgreSQL, link
+    to its stored hash and verify: tests/ledger/postgres/test_roles.py). The same chain as
+    written verifies whole under its key (the check is not vacuous)."""
+    from dpbudget.accountant.ledger import MemoryLedger
+    from dpbudget.accountant.ledger.record import record_hash
+
+    acc = Accountant(Budget(10.0), ledger=MemoryLedger(hmac_key=b"the key"), rng=0)
+    for i in range(5):
+        acc.release(Laplace(0.1, sensitivity=1.0), float(i))
+    items = [Item(e.seq, e.hash, e.text) for e in acc.ledger.entries()]
+    found: list[tuple[Any, ...]] = []
+    check = ChainCheck(b"the key", lambda kind, message, seq, position: found.append(
+        (kind, seq)), ledger=True, complete=False)
+    for item in items:
+        check.check(item)
+    assert found == [] and check.verified == 5
+    faked = items[4]._replace(hash=record_hash(items[4].text or "", b"not the key"))
+    items = [*items[:4], faked]
+    check = ChainCheck(b"the key", lambda kind, message, seq, position: found.append(
+        (kind, seq)), ledger=True, complete=False)
+    for item in items:
+        check.check(item)
+    assert found == [("auth", 5)] and check.verified == 4

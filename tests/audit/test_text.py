@@ -22,3 +22,11 @@ def test_the_report_text_names_the_source_and_each_problem() -> None:
     text = audit_text(report, None)
     assert text.startswith("audit of ledger.db: 3 records, 2 verified, head 3")
     assert "record 2 was edited" in text
+
+
+def test_unused_numbers_are_a_note_not_a_problem() -> None:
+    """Numbers no record holds (a crash's, issue 32) are said once, without an exit bit."""
+    report = AuditReport(source="pg", records=5, verified=5, head_seq=8, unused=3)
+    text = audit_text(report, None)
+    assert "3 number(s) held by no record" in text and report.exit_status == 0
+    assert "held by no record" not in audit_text(AuditReport(source="pg"), None)

@@ -57,6 +57,7 @@ class PostgresLedger(Ledger):
     """
 
     lanes = True
+    appends_only = True  # (schema.sql's triggers)
 
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:

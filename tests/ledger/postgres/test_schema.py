@@ -2,7 +2,8 @@
 session starts: an owner role creates the ledger, the gate runs as a writer role that owns nothing,
 an auditor role only reads. Raw SQL as the writer, bypassing dpbudget, cannot rewrite, shorten,
 break or refund the ledger: each attempt is refused by the server and leaves the ledger as it was
-and auditing clean."""
+and auditing clean. What the server accepts from a writer (a record with a made-up HMAC, a record
+understating its cost) leaves the ledger open and is flagged by the audit (issue 32)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ import psycopg
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError, PolicyChangedError
+from dpbudget.accountant.audit.release import LibraryRecords
 from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.postgres.schema import grant_statements
 from dpbudget.accountant.ledger.record import canonical, record_hash
+from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.mechanisms import Laplace
 from tests.support import OWNER
 
@@ -357,3 +360,98 @@ def test_a_writer_without_the_lock_salt_is_refused_and_writes_nothing(
         acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     acc.close()
     assert deployment.rows() == before
+
+
+# Issue 32: what the server accepts from a writer, and what then reports it.
+
+def _append_forged_hmac(deployment: Deployment) -> int:
+    """As the writer, raw SQL: a third release of 0.5 like the two before it, at the next number,
+    linked to each lane's last record, its state grown by its cost (1.0 to 1.5), its HMAC made
+    up (no key): the server cannot check it and accepts it. The rows of its accounts then name
+    it. Returns its seq."""
+    with psycopg.connect(deployment.dsn(deployment.writer)) as conn:
+        seq, _, text = _forged(conn, seq_offset=0, scale=1.5)
+        record = json.loads(text)
+        (seq,) = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()  # type: ignore[misc]
+        record["seq"] = seq
+        record.pop("writer", None)  # (a copied count would read as a reordered writer)
+        assert record["auth"] == "hmac-sha256"
+        text = canonical(record)
+        _insert(conn, (seq, record_hash(text, b"not the key"), text))
+        for key, account in record["accounts"].items():  # (where the insert did not move them)
+            conn.execute("UPDATE dpbudget_accounts SET seq = %s, state = %s WHERE key = %s "
+                         "AND seq < %s", (seq, canonical(account["state"]), key, seq))
+        conn.commit()
+    return int(seq)
+
+
+@pytest.fixture
+def keyed(postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
+    """A deployment whose gate and auditor hold the HMAC key, with a few releases."""
+    monkeypatch.setenv("DPBUDGET_LEDGER_KEY", "the key")
+    made = Deployment(postgres_database)
+    Accountant(Budget(10.0), ledger=made.dsn(made.owner), owner_key=OWNER).close()
+    with Accountant(Budget(10.0), ledger=made.dsn(made.writer)) as acc:
+        for _ in range(2):
+            acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+def test_a_record_with_a_fake_hmac_leaves_the_ledger_open_and_is_flagged(
+        keyed: Deployment) -> None:
+    forged = _append_forged_hmac(keyed)
+    with pytest.warns(RuntimeWarning, match=rf"records \[{forged}\] do not verify"):
+        acc = Accountant.open(keyed.dsn(keyed.owner))
+    acc.close()
+    with pytest.warns(RuntimeWarning):
+        acc = Accountant.open(keyed.dsn(keyed.writer))
+    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)  # linked to the forged record
+    assert acc.spent().epsilon == pytest.approx(2.0)  # (the forged record's 0.5 counts)
+    acc.close()
+    report = audit(keyed.dsn(keyed.auditor))
+    assert report.exit_status == 128, [p.message for p in report.problems]
+    assert [(p.kind, p.seq) for p in report.problems] == [("auth", forged)]
+    assert report.verified == report.records - 1  # the records after it verify
+
+
+def test_negative_control_the_open_that_demanded_every_hmac_is_locked_out(
+        keyed: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: any row naming a record the key does not verify refuses the open,
+    whoever opens it: one writer's forged append locked everyone out of the ledger."""
+    _append_forged_hmac(keyed)
+    monkeypatch.setattr(PostgresLedger, "appends_only", False)
+    for role in (keyed.owner, keyed.writer):
+        with pytest.raises(LedgerCorruptedError):
+            Accountant.open(keyed.dsn(role))
+
+
+def _understated(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's own gate, its Laplace altered to record ten times the ε it was charged:
+    a release record of ``Laplace`` whose cost (0.5) is a tenth of what its recorded parameters
+    (ε = 5) give, and whose chain, states and rows are otherwise exactly the gate's."""
+    honest = Laplace.params
+    with monkeypatch.context() as patch:
+        patch.setattr(Laplace, "params",
+                      lambda self: {**honest(self), "epsilon": self.epsilon * 10})
+        with Accountant.open(deployment.dsn(deployment.writer)) as acc:
+            acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+
+
+def test_a_record_that_understates_its_cost_is_flagged(deployment: Deployment,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _understated(deployment, monkeypatch)
+    report = audit(deployment.dsn(deployment.auditor))
+    assert report.exit_status == 16, [p.message for p in report.problems]
+    (problem,) = report.problems
+    assert "cost" in problem.message and "Laplace" in problem.message
+
+
+def test_negative_control_an_audit_trusting_the_declared_cost_passes_it(
+        deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> None:
+    _understated(deployment, monkeypatch)
+    monkeypatch.setattr(LibraryRecords, "check", lambda self, record, seeded_ok: None)
+    report = audit(deployment.dsn(deployment.auditor))
+    assert report.ok, [p.message for p in report.problems]  # consistent otherwise: unseen
