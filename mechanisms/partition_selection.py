@@ -71,8 +71,6 @@ class PartitionSelection(Mechanism):
     >>> m = PartitionSelection(1.0, delta=1e-6, max_groups_per_unit=1)
     >>> m.cost, m.threshold
     (Budget(epsilon=1.0, delta=1e-06), 15)
-    >>> m.release_probability(1) <= 1e-6
-    True
     """
 
     def __init__(self, epsilon: float, *, delta: float, max_groups_per_unit: int) -> None:
@@ -91,15 +89,6 @@ class PartitionSelection(Mechanism):
     def params(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "delta": self.delta,
                 "max_groups_per_unit": self.max_groups_per_unit, "threshold": self.threshold}
-
-    def release_probability(self, count: int) -> float:
-        """P(count + Z >= threshold): the chance that a key with ``count`` distinct units is
-        released (exact up to float rounding of the closed form)."""
-        a = self._s / self._t
-        m = self.threshold - count
-        if m <= 0:  # P(Z >= m) = 1 − P(Z >= 1 − m) by symmetry
-            return 1.0 - _tail(a, 1 - m)
-        return _tail(a, m)
 
     def prepare(self, value: Any) -> np.ndarray:
         """The distinct-unit count of each present key: a one-dimensional array of integers >= 1

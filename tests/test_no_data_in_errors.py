@@ -38,7 +38,9 @@ from dpbudget.mechanisms import (
     noisy_mean,
     noisy_quantiles,
 )
+from dpbudget.accountant.tables.builder import table
 from dpbudget.mechanisms.queries import true_clamped_sum, true_count, true_histogram
+from dpbudget.policies.limits import DatasetLimit
 
 CANARY = 987654.321
 TEXT = "CANARY-7f3a"
@@ -151,7 +153,29 @@ def _cases() -> list[Any]:
     ]
     for i, call in enumerate(helpers):
         cases.append(pytest.param(call, id=f"helper-{i}"))
+    # Containers where a frame or a filter's values belong (issue 33, second review): their repr
+    # prints their cells; the error shows their type and size only.
+    for i, bad in enumerate(_containers()):
+        cases.append(pytest.param(lambda acc, v=bad: table(acc, v, dataset="default"),
+                                  id=f"table-frame-{i}"))
+        cases.append(pytest.param(lambda acc, v=bad: _unit_table().filter("u", "in", v).count(
+            epsilon=0.5, max_rows_per_unit=1), id=f"table-in-{i}"))
+        cases.append(pytest.param(lambda acc, v=bad: table(v, acc, dataset="default"),
+                                  id=f"table-swapped-{i}"))
     return cases
+
+
+def _containers() -> list[Any]:
+    import pandas as pd
+    import pyarrow as pa
+    return [pd.Series([TEXT, CANARY]), pa.table({"x": [TEXT]}), [TEXT, CANARY],
+            np.rec.fromrecords([(TEXT, CANARY)]), np.array([TEXT]), {TEXT: CANARY}]
+
+
+def _unit_table() -> Any:
+    import pandas as pd
+    acc = Accountant(limits={"t": DatasetLimit(limit=Budget(1.0), privacy_unit="u")}, rng=0)
+    return table(acc, pd.DataFrame({"u": [1]}), dataset="t")
 
 
 def _leaks(text: str) -> bool:
@@ -179,6 +203,12 @@ def test_the_canary_test_can_fail() -> None:
 
     err = InvalidArgumentError("value", CANARY, "anything")  # the parameter form shows values
     assert _leaks(str(err))
+
+
+def test_a_containers_repr_shows_its_cells() -> None:
+    """Negative control for the container cases: the repr an error once printed holds the
+    canary, for each of them."""
+    assert all(_leaks(repr(c)) for c in _containers())
 
 
 def test_errors_still_say_where_the_problem_is() -> None:

@@ -103,19 +103,23 @@ class Statistic:
 
     def answer(self, noisy: list[Any]) -> Any:
         """The released statistic from the noisy values: a number per key (an array), or for a
-        mean or variance a dict of arrays (``mean``/``variance`` with the noisy ``count`` and
-        ``sum`` it was computed from)."""
+        mean or variance a dict of arrays (``mean``/``variance`` with the ``count`` and ``sum``
+        it was computed from). That ``count`` is the noisy count raised to at least 1 (a mean
+        divides by it: a noisy count below 1 would flip or blow up the mean), and ``sum`` is
+        the noisy centred sum plus centre × that count: the three agree (mean = sum / count,
+        before clamping into [lower, upper])."""
         if self.kind in ("count", "count_distinct_units", "sum", "quantile"):
             return noisy[0]
-        count = np.maximum(np.asarray(noisy[0], dtype=np.float64), 1.0)  # (a noisy count < 1)
+        used = np.maximum(noisy[0], 1)  # (an int, or an int array, as the noisy count)
+        count = np.asarray(used, dtype=np.float64)
         centred = np.asarray(noisy[1], dtype=np.float64) / count
         mean = np.clip(self.centre + centred, self.lower, self.upper)
         if self.kind == "mean":
-            return {"mean": mean, "count": noisy[0], "sum": noisy[1] + self.centre * count}
+            return {"mean": mean, "count": used, "sum": noisy[1] + self.centre * count}
         half = (self.upper - self.lower) / 2
         variance = np.clip(np.asarray(noisy[2], dtype=np.float64) / count - centred ** 2,
                            0.0, half * half)
-        return {"variance": variance, "mean": mean, "count": noisy[0]}
+        return {"variance": variance, "mean": mean, "count": used}
 
     def accuracy(self, c: Contribution) -> dict[str, Any]:
         """The noise of each part before any release: its scale and the half-width of a 95 %

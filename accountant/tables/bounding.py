@@ -13,9 +13,9 @@ are a uniformly random subset. A partition (unit, or unit × group) of at most L
 without ranking: the same rows, and on real tables most partitions (ranking every row costs three
 to four times as much on 10^6 rows: 0.26 s against 0.09–0.16 s in Polars, 0.60 s against 0.19 s
 in pandas). The partition sizes are a helper column, and every helper column is named with
-``frames.PREFIX``, which the user's frame may not use (``frames.check_columns``; a query reads
-only the columns it names, ``frames.Frame.read``): a user column can never stand in for a size
-(it once did, and kept every unit whole). A unit's groups are ranked by g = 1 − (1 − k_min)^n,
+``frames.PREFIX``; the rows bounded are the copy ``frames.Frame.read`` made, whose every column
+is named by ``frames.inner`` (``PREFIX`` + ``c0``, ...), never by the user: a user column can
+never stand in for a size or a rank (one once did, and kept every unit whole). A unit's groups are ranked by g = 1 − (1 − k_min)^n,
 k_min the smallest key of the group's n rows: the probability integral transform of the minimum
 of n uniforms, itself uniform whatever n, so each of a unit's groups is equally likely to be kept
 (``group_key``; ranking by k_min itself would favour large groups). No user column (``rows``,
@@ -57,8 +57,8 @@ def _first(rows: Any, partition: Sequence[str], limit: int) -> Any:
 
 
 def kept_rows(keyed: Any, unit: str, groups: Sequence[str], c: Contribution) -> Any:
-    """The rows kept. ``keyed``: a lazy frame with ``KEY`` (and no column named with
-    ``frames.PREFIX`` but it: ``frames.check_columns``)."""
+    """The rows kept. ``keyed``: a lazy frame with ``KEY`` (``frames.keyed``; its other columns
+    named by ``frames.inner``)."""
     import narwhals as nw
     if not c.by_group:  # C rows per unit, the first C by key
         sizes = keyed.group_by(unit).agg(nw.len().alias(_N))

@@ -3,8 +3,9 @@ released per privacy unit as one all-or-nothing step.
 
 Invariant: everything that decides the charge — the unit, the bounds, ε (and δ), the statistic's
 parameters, the public keys — is fixed and checked before the debit: the frame's schema, then
-the columns the query reads, read ONCE into memory (``Frame.read``) and checked for null ids,
-non-finite values and mixed types; the debit goes through the gate's ``release_bounded``, which
+the columns the query reads, read ONCE into memory (``Frame.read``), checked for null ids,
+non-finite values and mixed types, then filtered (an engine error there is a refusal too); the
+debit goes through the gate's ``release_bounded``, which
 only then hands ``compute`` its generator: the random keys (on that same copy), the bounding and
 the aggregation run after the debit, and only aggregates reach Python. A refusal
 (a bound not set, a bad column, a budget that does not fit) draws nothing and debits nothing.
@@ -20,6 +21,7 @@ another unit are kept, and the bounding's sensitivity would no longer hold.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -34,7 +36,8 @@ from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution,
                                                        distinct_contribution)
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
-from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError
+from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataTypeError,
+                                               InvalidTypeError)
 from dpbudget.mechanisms.partition_selection import PartitionSelection
 
 __all__ = ["TableQuery", "Table", "table"]
@@ -72,7 +75,8 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
     """
     gate = getattr(accountant, "_gate", None)
     if gate is None:
-        raise InvalidTypeError("accountant", accountant, "an Accountant")
+        raise InvalidDataTypeError("accountant", accountant, "an Accountant")  # (not shown:
+        # the arguments swapped, it is the frame)
     opened = frames.open_frame(frame)
     plan = gate.plan((dataset, analyst, None))
     names = (plan.dataset,) if isinstance(plan.dataset, str) else tuple(plan.dataset)
@@ -108,7 +112,7 @@ class Table:
             raise InvalidArgumentError("op", op, "one of ==, !=, <, <=, >, >=, in, not in")
         if op in ("in", "not in"):
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-                raise InvalidTypeError("value", value, "a sequence of values for 'in'")
+                raise InvalidDataTypeError("value", value, "a sequence of values for 'in'")
             value = tuple(value)
         return self._with(filters=(*self._spec.filters, (column, op, value)))
 
@@ -119,6 +123,10 @@ class Table:
         (``PartitionSelection``; counts only, and the query needs ``delta``)."""
         if not columns or not all(isinstance(c, str) for c in columns):
             raise InvalidArgumentError("columns", columns, "one or more column names")
+        if len(set(columns)) != len(columns) or self._unit in columns:
+            raise InvalidArgumentError("columns", columns, "distinct column names, not the "
+                                       f"privacy unit {self._unit!r} (each unit would be its "
+                                       "own group)")
         if keys is not None:
             if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
                 raise InvalidTypeError("keys", keys, "a sequence of public keys")
@@ -216,8 +224,10 @@ class Table:
                 raise InvalidArgumentError("column", column, "a column of the frame")
             frames.check_keys(self._frame, [column], value if op in ("in", "not in") else
                               [value], argument="value")
-        used: dict[str, float] = {"max_groups_per_unit": c.groups} if distinct else \
-            {k: v for k, v in merged.items() if v is not None}  # (the bounds Δ derives from)
+        used: dict[str, float] = {k: v for k, v in merged.items() if v is not None}
+        if distinct:  # the bound Δ = L0 derives from: L0, or C standing for it (grouped)
+            derived = spec.groups and merged["max_groups_per_unit"] is None
+            used = {"max_rows_per_unit" if derived else "max_groups_per_unit": c.groups}
         if kind not in ("count", "count_distinct_units"):
             used.update(lower=statistic.lower, upper=statistic.upper)
         return TableQuery(self, statistic, c, selection, used)
@@ -239,8 +249,8 @@ class TableQuery:
     def accuracy(self) -> dict[str, Any]:
         """The noise scale and 95 % interval half-width of each part, before releasing; nothing
         is charged. With private keys, also the selection's threshold (a key with n distinct
-        units is kept with probability ``release_probability(n)`` of the ``PartitionSelection``
-        in ``mechanisms()``)."""
+        units is kept when n plus discrete Laplace noise of scale L0/ε clears it: the
+        ``PartitionSelection`` in ``mechanisms()``)."""
         out = self.statistic.accuracy(self.contribution)
         if self._selection is not None:
             out["selection"] = {"threshold": self._selection.threshold}
@@ -263,44 +273,52 @@ class TableQuery:
         return self._answer(noisy, state)
 
     def _read(self) -> dict[str, Any]:
-        """Before the debit: the columns the query reads, read ONCE (``rows``: checked here,
-        keyed and bounded by ``_compute``), and their names (``read``)."""
+        """Before the debit: the columns the query reads, read ONCE under names of their own
+        (``frames.inner``), checked on every row read (a filter cannot aim the free check at
+        one person's row), then filtered — its filters and its public keys — on that copy (an
+        engine that cannot run them refuses here, spending nothing): ``rows``, keyed and bounded
+        by ``_compute``; ``read``: the user's names of the columns, for errors; ``names``: each
+        one's name in ``rows``."""
+        import narwhals as nw
         t, spec, stat = self._table, self._table._spec, self.statistic
         read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
                 *(column for column, _, _ in spec.filters)]
+        names = frames.inner(read)
         rows = t._frame.read(read)
-        frames.check_values(rows, t._unit, spec.groups, stat.value)
-        return {"rows": rows, "read": read}
+        frames.check_values(rows, names, t._unit, spec.groups, stat.value)
+        where = []
+        for column, op, value in spec.filters:
+            col = nw.col(names[column])
+            where.append(col.is_in(list(value)) if op == "in" else
+                         ~col.is_in(list(value)) if op == "not in" else _OPS[op](col, value))
+        if spec.keys is not None:  # other keys dropped before bounding: they use no L0 slot
+            where.append(_among([names[g] for g in spec.groups], spec.keys))
+        if where:
+            rows = frames.engine(lambda: rows.filter(functools.reduce(operator.and_, where)),
+                                 read)
+        return {"rows": rows, "read": read, "names": names}
 
     def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
-        import narwhals as nw
         t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution
         keyed = frames.keyed(state.pop("rows"), rng, t._frame.kind)
-        read = state.pop("read")
-        for column, op, value in spec.filters:
-            col = nw.col(column)
-            keyed = keyed.filter(col.is_in(list(value)) if op == "in" else
-                                 ~col.is_in(list(value)) if op == "not in" else
-                                 _OPS[op](col, value))
-        if spec.keys is not None:  # drop other keys before bounding (each column: a superset)
-            for i, column in enumerate(spec.groups):
-                wanted = {k[i] if len(spec.groups) > 1 else k for k in spec.keys}
-                keyed = keyed.filter(nw.col(column).is_in(list(wanted)))
+        read, names = state.pop("read"), state.pop("names")
+        unit, groups = names[t._unit], [names[g] for g in spec.groups]
+        value = None if stat.value is None else names[stat.value]
         if stat.kind == "quantile":
-            found = frames.collect(bounding.bin_counts(keyed, t._unit, c, str(stat.value),
+            found = frames.collect(bounding.bin_counts(keyed, unit, c, str(value),
                                                        stat.lower, stat.upper, stat.bins), read)
             counts = np.zeros(stat.bins + 1, dtype=np.int64)
             counts[found[bounding.BIN].astype(np.int64)] = np.rint(
                 found[bounding.ROWS].astype(np.float64)).astype(np.int64)
             return [counts]
-        args = (keyed, t._unit, spec.groups, c, stat.value, stat.lower, stat.upper, stat.centre)
+        args = (keyed, unit, groups, c, value, stat.lower, stat.upper, stat.centre)
         distinct = self._selection is not None or bounding.UNITS in stat.columns()
         found = frames.collect(bounding.per_group(*args, units=distinct), read)
-        names = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
+        aggs = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
         if not spec.groups:
             return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))
-                                for n in names if n in found}, scalar=True)
-        present = list(zip(*(found[g].tolist() for g in spec.groups)))
+                                for n in aggs if n in found}, scalar=True)
+        present = list(zip(*(found[g].tolist() for g in groups)))
         present = [k[0] for k in present] if len(spec.groups) == 1 else present
         order = sorted(range(len(present)), key=present.__getitem__)  # (the engine's order is
         present = [present[i] for i in order]  # its own: sorted, the same seed draws the same)
@@ -309,7 +327,7 @@ class TableQuery:
             index = {k: i for i, k in enumerate(spec.keys)}
             rows = [(i, index[k]) for i, k in enumerate(present) if k in index]
             aligned = {}
-            for n in names:
+            for n in aggs:
                 if n in found:
                     filled = np.zeros(len(spec.keys))
                     filled[[j for _, j in rows]] = found[n].astype(np.float64)[[i for i, _ in rows]]
@@ -335,6 +353,23 @@ class TableQuery:
             return {keys[i]: {n: _plain(np.asarray(v)[i]) for n, v in answer.items()}
                     for i in kept}
         return {keys[i]: _plain(np.asarray(answer)[i]) for i in kept}
+
+
+def _among(columns: Sequence[str], keys: Sequence[Any]) -> Any:
+    """The rows whose values in ``columns`` form one of ``keys`` (a tuple per key for several
+    columns): the whole tuple, not each column apart — with keys (a, 1) and (b, 2), a row at
+    (a, 2) would pass a filter per column, take one of its unit's L0 slots and then be dropped.
+    One ``is_in`` for one column; for several, an ``or`` over the first column's values of the
+    rest's keys (no join: a join may reorder the rows, and their keys attach by position)."""
+    import narwhals as nw
+    if len(columns) == 1:
+        return nw.col(columns[0]).is_in(list(keys))
+    rest: dict[Any, list[Any]] = {}
+    for key in keys:
+        rest.setdefault(key[0], []).append(key[1:] if len(columns) > 2 else key[1])
+    return functools.reduce(operator.or_, ((nw.col(columns[0]) == first) &
+                                           _among(columns[1:], tail)
+                                           for first, tail in rest.items()))
 
 
 def _plain(x: Any) -> Any:

@@ -3,15 +3,20 @@
 Invariant: whatever the user passes — a pandas DataFrame, a Polars DataFrame or LazyFrame, a
 DuckDB relation, or a ``.parquet``/``.csv`` path (read by an embedded, in-memory DuckDB, the
 default engine for files) — a query reads the columns it names ONCE, before the debit, into one
-in-memory copy (``Frame.read``); that copy is checked (``check_values``), and after the debit
-the same copy is keyed (``keyed``) and bounded and aggregated in the frame's own engine (pandas,
-Polars, or DuckDB over the Arrow copy). A source that changes between evaluations (a LazyFrame
-with a random step, a file rewritten) cannot pass the checks on one version and be bounded on
-another. Only aggregates reach Python. No value of the data appears in an error: every engine
-call is wrapped (``engine``), and its error re-raised typed, naming columns, never a value (a
-DuckDB cast error carries whole raw rows). Column names starting with ``PREFIX`` are the
-bounding's own and are refused in the user's frame (``check_columns``): a user column of that
-name would be read in place of the helper.
+in-memory copy (``Frame.read``); that copy is checked (``check_values``, on every row read) and
+filtered, and after the debit the same copy is keyed (``keyed``) and bounded and aggregated in
+the frame's own engine (pandas, Polars, or DuckDB over the Arrow copy). A source that changes
+between evaluations (a LazyFrame with a random step, a file rewritten) cannot pass the checks on
+one version and be bounded on another, and a filter the engine cannot run is a refusal that
+spends nothing. Only aggregates reach Python. No value of the data
+appears in an error: every engine call is wrapped (``engine``), and its error re-raised typed,
+naming columns, never a value (a DuckDB cast error carries whole raw rows).
+
+No user column name reaches the bounding: the copy holds only the columns the query reads,
+each under a name of this layer's own (``inner``: ``PREFIX`` + ``c0``, ``c1``, ...), so a user
+column can never stand in for a helper column (``__dpbudget_n`` once did, and kept every unit
+whole; DuckDB matches names case-insensitively, so no check of the user's names could be
+complete).
 
 Why narwhals, not Ibis: narwhals is a thin, dependency-free layer over the user's own objects —
 it runs a pandas frame in pandas, a Polars frame in Polars and a DuckDB relation in DuckDB, with
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,9 +46,9 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
                                                PrivacyError)
 
 __all__ = ["KEY", "PREFIX", "Frame", "check_columns", "check_keys", "check_values", "collect",
-           "engine", "keyed", "open_frame"]
+           "engine", "inner", "keyed", "open_frame"]
 
-PREFIX = "__dpbudget_"  # the bounding's own columns; refused in the user's frame
+PREFIX = "__dpbudget_"  # the copy's columns: each one this layer's own (``inner``)
 KEY = PREFIX + "key"  # ranks a unit's rows, and (through each group's minimum) its groups
 
 _T = TypeVar("_T")
@@ -72,23 +77,35 @@ class Frame:
 
     Attributes:
         lazy: the frame as a ``narwhals.LazyFrame``.
-        kind: ``"pandas"``, ``"polars"``, ``"polars-lazy"`` or ``"duckdb"``.
+        kind: ``"pandas"``, ``"polars"`` or ``"duckdb"``.
         schema: each column's narwhals dtype.
     """
 
     def __init__(self, native: Any, kind: str) -> None:
         import narwhals as nw
-        self.native = native
         self.kind = kind
         frame = nw.from_native(native)
         self.lazy: Any = frame.lazy() if isinstance(frame, nw.DataFrame) else frame
         self.schema: dict[str, Any] = dict(engine(self.lazy.collect_schema, ["*"]))
 
     def read(self, columns: Sequence[str]) -> Any:
-        """The named columns, read once into memory: an eager narwhals DataFrame (pandas, Polars,
-        or Arrow for DuckDB). Every later step of the query works on this one copy."""
-        names = list(dict.fromkeys(columns))
-        return engine(lambda: self.lazy.select(*names).collect(), names)
+        """The named columns, read once into memory under their ``inner`` names: an eager
+        narwhals DataFrame (pandas, Polars, or Arrow for DuckDB). Every later step of the query
+        works on this one copy.
+
+        Raises:
+            InvalidDataError: the engine failed to read the columns (nothing spent).
+        """
+        import narwhals as nw
+        names = inner(columns)
+        return engine(lambda: self.lazy.select(*(nw.col(c).alias(n) for c, n in names.items()))
+                      .collect(), list(names))
+
+
+def inner(columns: Sequence[str]) -> dict[str, str]:
+    """Each distinct column a query reads, mapped to its name in the copy: ``PREFIX`` + ``c0``,
+    ``c1``, ... in order of first mention."""
+    return {c: f"{PREFIX}c{i}" for i, c in enumerate(dict.fromkeys(columns))}
 
 
 def keyed(rows: Any, rng: np.random.Generator, kind: str) -> Any:
@@ -107,7 +124,8 @@ def open_frame(frame: Any) -> Frame:
     by type before anything is spent, not a cast error after).
 
     Raises:
-        InvalidTypeError: not a frame this layer reads.
+        InvalidDataTypeError: not a frame this layer reads (an ``InvalidTypeError`` that shows
+            its type and size, never its repr: a Series or a list prints its cells).
         InvalidArgumentError: a path that does not end in ``.parquet`` or ``.csv``, or that does
             not exist.
         InvalidDataError: a file the engine cannot read (its message is not shown).
@@ -128,30 +146,24 @@ def open_frame(frame: Any) -> Frame:
     if module == "pandas" and name == "DataFrame":
         return Frame(frame, "pandas")
     if module == "polars" and name in ("DataFrame", "LazyFrame"):
-        return Frame(frame, "polars" if name == "DataFrame" else "polars-lazy")
+        return Frame(frame, "polars")
     if module in ("duckdb", "_duckdb") and name == "DuckDBPyRelation":
         return Frame(frame, "duckdb")
-    raise InvalidTypeError("frame", frame, "a pandas DataFrame, a Polars DataFrame or "
-                           "LazyFrame, a DuckDB relation, or a .parquet or .csv path")
+    raise InvalidDataTypeError("frame", frame, "a pandas DataFrame, a Polars DataFrame or "
+                               "LazyFrame, a DuckDB relation, or a .parquet or .csv path")
 
 
 def check_columns(frame: Frame, unit: str, groups: Sequence[str], value: str | None) -> None:
-    """The columns a query names exist and have types it can use, and no column of the frame
-    has a name of the bounding's own (``PREFIX``): the schema only, nothing is read.
+    """The columns a query names exist and have types it can use: the schema only, nothing is
+    read.
 
     Raises:
-        InvalidArgumentError: a column the frame does not have, or a frame column named with
-            ``PREFIX``.
+        InvalidArgumentError: a column the frame does not have.
         InvalidDataTypeError: a unit column of mixed or non-id type (ids are integers or
             strings), a group column of a type that has no order (objects, lists), or a value
             column that is not numeric.
     """
     import narwhals as nw
-    for column in frame.schema:
-        if str(column).startswith(PREFIX):
-            raise InvalidArgumentError("frame", f"a column named {column!r}", f"no column whose "
-                                       f"name starts with {PREFIX!r} (the bounding's own "
-                                       "columns): rename it")
     for column in (unit, *groups, *(() if value is None else (value,))):
         if column not in frame.schema:
             raise InvalidArgumentError("column", column, "a column of the frame")
@@ -189,8 +201,9 @@ def _constant_ok(dtype: Any, part: Any) -> bool:
         return isinstance(part, (int, np.integer))
     if dtype.is_numeric():
         return isinstance(part, (int, float, np.integer, np.floating))
-    if bool(dtype == nw.Datetime):
-        return isinstance(part, datetime.datetime)
+    if bool(dtype == nw.Datetime):  # aware for a column with a time zone, naive without (the
+        naive = getattr(dtype, "time_zone", None) is None  # engines refuse to compare them)
+        return isinstance(part, datetime.datetime) and (part.tzinfo is None) == naive
     if bool(dtype == nw.Date):
         return isinstance(part, datetime.date) and not isinstance(part, datetime.datetime)
     return False
@@ -200,7 +213,8 @@ def check_keys(frame: Frame, groups: Sequence[str], keys: Sequence[Any],
                argument: str = "keys") -> None:
     """Each public key (or filter constant: ``argument``) is a plain scalar of its column's type
     (a str for a string column, an int for an integer one, a real number for a float one, a bool,
-    a ``datetime`` or a ``date``; a column of any other type takes none): a key of another type
+    a ``datetime`` — aware for a column with a time zone, naive without — or a ``date``; a column
+    of any other type takes none): a key of another type
     would match no row, and its noisy 0 would hide the mistake; an expression (``nw.col("x")
     .max()``) would be evaluated over the table, and one unit's rows would move another's.
 
@@ -216,10 +230,15 @@ def check_keys(frame: Frame, groups: Sequence[str], keys: Sequence[Any],
                                        f"{column!r}'s type ({dtype})")
 
 
-def check_values(rows: Any, unit: str, groups: Sequence[str], value: str | None) -> None:
-    """On the copy ``Frame.read`` made, before the debit: no null unit or group, no null, NaN or
-    infinite value, and (pandas) each object column it reads (or a categorical's categories) holds
-    one type throughout (narwhals infers an object column's type from its first rows).
+def check_values(rows: Any, names: Mapping[str, str], unit: str, groups: Sequence[str],
+                 value: str | None) -> None:
+    """On the copy ``Frame.read`` made, before its filters and the debit: no null unit or group,
+    no null, NaN or infinite value, and (pandas) each object column it reads (or a categorical's
+    categories) holds one type throughout (narwhals infers an object column's type from its
+    first rows). ``names``: each column's name in the copy (``inner``); errors name the user's
+    column. Every row read is checked, the filters' too: a refusal is free, and checked after
+    the filters it would answer "does the row of person 7 hold a null?" for any row a filter
+    can single out (tests/tables/test_builder.py).
 
     Raises:
         InvalidDataError: naming the column and what it holds (a count of bad rows is not
@@ -228,30 +247,33 @@ def check_values(rows: Any, unit: str, groups: Sequence[str], value: str | None)
     """
     import narwhals as nw
     native = rows.to_native()
+    schema = rows.schema
     if type(native).__module__.split(".")[0] == "pandas":
         import pandas as pd
-        schema = rows.schema
-        for column in native.columns:
-            values = native[column]
+        for column, name in names.items():
+            values = native[name]
             if isinstance(values.dtype, pd.CategoricalDtype):  # (its categories may mix types)
                 values = values.cat.categories
             if values.dtype == object:
                 kind = pd.api.types.infer_dtype(values, skipna=True)
-                want = "string" if _is_text(schema[column]) else \
-                    "integer" if schema[column].is_integer() else None
+                want = "string" if _is_text(schema[name]) else \
+                    "integer" if schema[name].is_integer() else None
                 if kind != want and kind != "empty":
-                    raise InvalidDataTypeError(f"column {column!r}", schema[column],
+                    raise InvalidDataTypeError(f"column {column!r}", schema[name],
                                                "one type per column (integers or strings, "
                                                "not mixed)")
-    exprs = [nw.col(c).is_null().sum().alias(c) for c in (unit, *groups)]
-    if value is not None:
-        bad = nw.col(value).is_null() | ~nw.col(value).cast(nw.Float64()).is_finite()
-        exprs.append(bad.fill_null(True).sum().alias(value))
-    found = collect(rows.lazy().select(*exprs), [unit, *groups, *([value] if value else [])])
-    for column, counts in found.items():
+    checks = {names[c]: (c, "null values") for c in (unit, *groups)}  # (keyed by inner name)
+    exprs = [nw.col(name).is_null().sum().alias(name) for name in checks]
+    if value is not None:  # (its own alias: the value column may also be a group column)
+        x = nw.col(names[value])
+        bad = x.is_null() | ~x.cast(nw.Float64()).is_finite()
+        exprs.append(bad.fill_null(True).sum().alias(PREFIX + "value"))
+        checks[PREFIX + "value"] = (value, "null, NaN or infinite values")
+    found = collect(rows.lazy().select(*exprs), list(names))
+    for alias, counts in found.items():
         if int(counts[0] or 0):
-            what = "null, NaN or infinite values" if column == value else "null values"
-            raise InvalidDataError(f"column {column!r}", rows.schema[column], f"a column with "
+            column, what = checks[alias]
+            raise InvalidDataError(f"column {column!r}", schema[names[column]], f"a column with "
                                    f"no {what}")
 
 

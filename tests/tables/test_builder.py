@@ -10,8 +10,11 @@ Also: one debit per query, refusals that debit nothing, and the same answers fro
 
 from __future__ import annotations
 
+import datetime
+import functools
 import json
 import math
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from dpbudget.accountant.values.errors import (BudgetExceededError, InvalidArgum
 from dpbudget.examples.events import REGIONS, events_frame
 from dpbudget.mechanisms import BinnedQuantile, DiscreteLaplace, Laplace, PartitionSelection
 
+from tests.mechanisms.test_partition_selection import release_probability
 from tests.support import snapshot
 from tests.tables._tables import GivenKeys, accountant
 
@@ -136,7 +140,7 @@ def test_q5_a_key_only_one_person_creates_is_released_with_probability_at_most_d
                            tuple(k[keep] for k in keys))
         only = [i for i, k in enumerate(state_a["keys"]) if k not in set(state_b["keys"])]
         assert all(a[0][i] == 1 for i in only)  # a key only they create has one unit
-        assert sum(selection.release_probability(1) for _ in only) <= selection.delta
+        assert sum(release_probability(selection, 1) for _ in only) <= selection.delta
         shared = [state_a["keys"].index(k) for k in state_b["keys"]]
         loss = _loss(DiscreteLaplace(selection.epsilon, sensitivity=selection.max_groups_per_unit),
                      a[0][shared], b[0]) + _loss(counts, a[1][shared], b[1])
@@ -298,38 +302,6 @@ def _native(pdf: pd.DataFrame, kind: str) -> Any:
             "duckdb": duckdb.from_df(pdf)}[kind]
 
 
-@pytest.mark.parametrize("kind", ["pandas", "polars", "polars-lazy", "duckdb"])
-def test_f1_a_column_named_like_a_helper_is_refused_before_the_debit(kind: str) -> None:
-    """F1: a frame column ``__dpbudget_n`` of zeros was read as the partition sizes and every
-    unit was kept whole (one unit's 50 rows counted at C = 5). Refused, nothing debited."""
-    acc = accountant()
-    before = snapshot(acc.ledger)
-    frame = _native(pd.DataFrame({"unit": [1] * 50, "x": 1.0}).assign(__dpbudget_n=0), kind)
-    with pytest.raises(InvalidArgumentError) as err:
-        table(acc, frame, dataset="t").count(epsilon=1.0, max_rows_per_unit=5).release()
-    assert err.value.argument == "frame" and snapshot(acc.ledger) == before
-
-
-def test_f1_the_refusal_and_the_single_read_keep_a_helper_named_column_out(
-        monkeypatch: Any) -> None:
-    """Why the refusal above is needed, and what else stands guard. The rows a query reads are
-    only the columns it names: a stray ``__dpbudget_n`` column never reaches the bounding (5 of
-    50 rows kept, even with the refusal switched off). Negative controls, refusal switched off:
-    the same column named by a filter is read as the partition sizes (all 50 rows kept, C = 5);
-    a unit column named ``__dpbudget_key`` is overwritten by the keys (every row its own unit)."""
-    monkeypatch.setattr(frames, "PREFIX", "__not_reserved__")
-    pdf = pd.DataFrame({"unit": [1] * 50, "x": 1.0}).assign(__dpbudget_n=0)
-    keys = (np.random.default_rng(0).random(50),)
-    t = table(accountant(), pdf, dataset="t")
-    assert _true(t.count(epsilon=1.0, max_rows_per_unit=5), keys)[0] == [5]
-    assert _true(t.filter("__dpbudget_n", "==", 0).count(epsilon=1.0, max_rows_per_unit=5),
-                 keys)[0] == [50]
-    named = pd.DataFrame({frames.KEY: [1] * 50, "x": 1.0})
-    query = table(accountant(unit=frames.KEY), named, dataset="t").count(
-        epsilon=1.0, max_rows_per_unit=5)
-    assert _true(query, keys)[0] == [50]
-
-
 def test_f2_an_expression_as_a_filter_constant_or_a_key_of_another_type_is_refused(
         monkeypatch: Any) -> None:
     """F2: ``filter("day", "==", nw.col("day").max())`` on a datetime column ran the aggregate:
@@ -348,11 +320,10 @@ def test_f2_an_expression_as_a_filter_constant_or_a_key_of_another_type_is_refus
         t.group_by("day", keys=["not-a-date", 3]).count(epsilon=1.0, max_rows_per_unit=1)
     assert snapshot(acc.ledger) == before
     monkeypatch.setattr(frames, "check_keys", lambda *a, **k: None)
-    keys = (np.linspace(0.05, 0.95, 10),)
-    full = _true(table(acc, pdf, dataset="t").filter("day", "==", nw.col("day").max()).count(
-        epsilon=1.0, max_rows_per_unit=1), keys)[0]
-    less = _true(table(acc, pdf.iloc[1:], dataset="t").filter("day", "==", nw.col("day").max())
-                 .count(epsilon=1.0, max_rows_per_unit=1), (keys[0][1:],))[0]
+    latest = nw.col(frames.inner(["unit", "day"])["day"]).max()  # (the copy's name for "day")
+    full, less = (q._compute(np.random.default_rng(0), q._read()) for q in (
+        table(acc, frame, dataset="t").filter("day", "==", latest).count(
+            epsilon=1.0, max_rows_per_unit=1) for frame in (pdf, pdf.iloc[1:])))
     assert (full, less) == ([1], [9])
 
 
@@ -445,3 +416,173 @@ def test_f8_a_distinct_count_is_priced_at_l0_and_at_1_over_the_whole_table() -> 
     old = PartitionSelection(0.5, delta=1e-6, max_groups_per_unit=20).threshold
     assert selection.threshold < old and grouped.bounds == {"max_groups_per_unit": 3}
     assert math.isclose(whole.release(), 2, abs_tol=30)
+
+
+# -- the second review of the table API (issue 33) ----------------------------------------------
+
+def _kinds(pdf: pd.DataFrame, tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / "t.parquet"
+    pdf.to_parquet(path, index=False)
+    return {"pandas": pdf, "polars": pl.from_pandas(pdf), "duckdb": duckdb.from_df(pdf),
+            "parquet": path}
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "duckdb", "parquet"])
+def test_r1_helper_names_in_any_case_never_reach_the_bounding(kind: str, tmp_path: Path,
+                                                               monkeypatch: Any) -> None:
+    """R1: DuckDB matches names case-insensitively, so a column ``__DPBUDGET_RANK`` passed the
+    reserved-prefix check and, grouped by, was filtered on in place of the bounding's own rank:
+    one unit counted in 50 groups at L0 = 1 (Δ = 1 charged). The copy a query reads names its
+    columns itself: one group kept, in every engine, whatever the user's names (a filter on
+    ``__DPBUDGET_N``, a column ``__dpbudget_key``). Negative control (DuckDB and its files):
+    with the user's names kept in the copy, the count is 50."""
+    pdf = pd.DataFrame({"uid": [7] * 50, "__DPBUDGET_RANK": [1] * 50, "h": range(50),
+                        "__DPBUDGET_N": 0, "__dpbudget_key": 0.5})
+    frame = _kinds(pdf, tmp_path)[kind]
+    acc = dp.Accountant(limits={"t": dp.DatasetLimit(limit=dp.Budget(1e5, 1e-3),
+                                                     privacy_unit="uid")}, rng=0)
+    t = table(acc, frame, dataset="t")
+
+    def kept(*queries: TableQuery) -> list[int]:
+        keys = (np.random.default_rng(0).random(50),)
+        return [int(np.sum(_true(q, keys)[0][0])) for q in queries]
+
+    grouped = t.group_by("__DPBUDGET_RANK", "h", keys=[(1, h) for h in range(50)])
+    attacks = (grouped.count_distinct_units(epsilon=1e4, max_groups_per_unit=1),
+               grouped.count(epsilon=1e4, max_groups_per_unit=1, max_rows_per_group=1))
+    assert kept(*attacks) == [1, 1]
+    assert kept(t.filter("__DPBUDGET_N", "==", 0).filter("__dpbudget_key", "==", 0.5).count(
+        epsilon=1.0, max_rows_per_unit=1)) == [1]
+    released = t.group_by("__DPBUDGET_RANK", "h", keys=[(1, h) for h in range(50)]) \
+        .count_distinct_units(epsilon=1e4, max_groups_per_unit=1).release()
+    assert sum(released.values()) == 1 and acc.spent("t").epsilon == pytest.approx(1e4)
+    if kind in ("duckdb", "parquet"):
+        monkeypatch.setattr(frames, "inner", lambda columns: {c: c for c in
+                                                              dict.fromkeys(columns)})
+        assert kept(*attacks) == [50, 50]
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "duckdb"])
+def test_r2_a_filter_or_key_the_engine_cannot_run_is_refused_before_the_debit(
+        kind: str, monkeypatch: Any) -> None:
+    """R2: filters and the public-key filter ran after the debit, so one the engine could not
+    run (a tz-aware datetime against a naive column, ``<`` on an unordered categorical) raised
+    with ε spent. A datetime of the other awareness is refused by type; whatever else the
+    engine refuses is refused as it reads, before the debit. Negative control: the engine does
+    fail on that filter (so the refusal is not vacuous)."""
+    utc = datetime.timezone.utc
+    naive = pd.to_datetime(["2026-01-01", "2026-01-02"])
+    pdf = pd.DataFrame({"unit": [1, 2], "t": naive, "tz": naive.tz_localize("UTC"),
+                        "c": pd.Categorical(["a", "b"])})
+    frame = _native(pdf, kind)
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    t = table(acc, frame, dataset="t")
+    one = {"epsilon": 1.0, "max_rows_per_unit": 1}
+    for bad in (lambda: t.filter("t", ">", datetime.datetime(2026, 1, 1, tzinfo=utc)),
+                lambda: t.filter("tz", ">", datetime.datetime(2026, 1, 1)),
+                lambda: t.group_by("tz", keys=[datetime.datetime(2026, 1, 1)])):
+        with pytest.raises(InvalidTypeError):
+            bad().count(**one).release()
+    if kind == "pandas":  # (Polars and DuckDB order a categorical by its values)
+        with pytest.raises(InvalidDataError) as err:
+            t.filter("c", "<", "b").count(**one).release()
+        assert "'c'" in str(err.value)
+        with pytest.raises(TypeError):
+            pdf["c"] < "b"  # the engine's own failure
+    if kind != "duckdb":  # (DuckDB casts one to the other)
+        monkeypatch.setattr(frames, "_constant_ok", lambda dtype, part: True)
+        with pytest.raises(InvalidDataError):  # (no type check: the engine, still before)
+            t.filter("t", ">", datetime.datetime(2026, 1, 1, tzinfo=utc)).count(**one).release()
+    assert snapshot(acc.ledger) == before
+
+
+def test_r3_the_unit_or_a_repeated_column_as_a_group_is_refused() -> None:
+    """R3: grouping by the unit (each unit its own group: meaningless) or by one column twice
+    raised narwhals's DuplicateError; refused with a typed error naming the argument."""
+    acc = accountant()
+    before = snapshot(acc.ledger)
+    t = table(acc, pd.DataFrame({"unit": [1, 2], "g": ["a", "b"]}), dataset="t")
+    for columns in (("unit",), ("g", "g"), ("g", "unit")):
+        with pytest.raises(InvalidArgumentError) as err:
+            t.group_by(*columns, keys=None)
+        assert err.value.argument == "columns"
+    assert snapshot(acc.ledger) == before
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "duckdb"])
+def test_r5_a_filter_cannot_aim_the_free_check_at_one_persons_row(kind: str) -> None:
+    """R5: a bad cell is refused for free. Checked on the filtered rows (the review's proposal),
+    ``filter("unit", "==", u)`` would ask "does person u hold a NaN?" for every u, each answer
+    free. The check runs on every row read, before the filters: the refusal is the same whatever
+    the filter, nothing debited. Negative control: the check run on each filtered copy answers
+    for the one person the filter singles out."""
+    pdf = pd.DataFrame({"unit": [1, 2, 3], "g": ["a", "b", "b"], "x": [1.0, float("nan"), 2.0]})
+    acc = accountant(eps=1000.0)
+    before = snapshot(acc.ledger)
+    t = table(acc, _native(pdf, kind), dataset="t")
+    for person in (1, 2, 3):
+        with pytest.raises(InvalidDataError) as err:
+            t.filter("unit", "==", person).sum("x", lower=0, upper=5, epsilon=1.0,
+                                               max_rows_per_unit=1).release()
+        assert "'x'" in str(err.value)
+    assert snapshot(acc.ledger) == before
+    opened, names = frames.open_frame(_native(pdf, kind)), frames.inner(["unit", "x"])
+    answers = []
+    for person in (1, 2, 3):
+        rows = opened.read(["unit", "x"]).filter(nw.col(names["unit"]) == person)
+        try:
+            frames.check_values(rows, names, "unit", [], "x")
+            answers.append(False)
+        except InvalidDataError:
+            answers.append(True)
+    assert answers == [False, True, False]  # person 2's NaN, and theirs alone
+
+
+@pytest.mark.parametrize("kind", ["pandas", "polars", "duckdb"])
+def test_r6_several_column_keys_filter_the_whole_tuple(kind: str, monkeypatch: Any) -> None:
+    """R6: keys [(a, 1), (b, 2)] were filtered one column at a time, so rows at (a, 2) or
+    (b, 1) survived, took a unit's one L0 slot and were dropped after: counts came out low.
+    Each unit here has rows in at most one wanted key and some in those other cells: filtered
+    on the whole tuple it keeps that key and min(rows there, L∞) rows, for every key draw (the
+    brute-force count). Negative control: filtered per column, the counts fall short."""
+    rng = np.random.default_rng(5)
+    wanted = [("a", 1), ("b", 2)]
+    rows = []
+    for u in range(30):
+        rows += [(u, *wanted[u % 2])] * int(rng.integers(0 if u % 3 == 0 else 1, 5))
+        rows += [(u, "a", 2)] * int(rng.integers(0, 3)) + [(u, "b", 1)] * int(rng.integers(0, 3))
+    pdf = pd.DataFrame(rows, columns=["unit", "g", "h"])
+    at = pdf.groupby(["g", "h", "unit"]).size()
+    expected = [int(np.minimum(at.loc[k], 2).sum()) for k in wanted]  # L∞ = 2 per unit
+    query = table(accountant(), _native(pdf, kind), dataset="t").group_by(
+        "g", "h", keys=wanted).count(epsilon=1.0, max_groups_per_unit=1, max_rows_per_group=2)
+
+    def counts(seed: int) -> list[int]:
+        return query._compute(np.random.default_rng(seed), query._read())[0].tolist()
+
+    for seed in range(5):
+        assert counts(seed) == expected
+    monkeypatch.setattr("dpbudget.accountant.tables.builder._among",
+                        lambda columns, keys: functools.reduce(operator.and_, (
+                            nw.col(c).is_in(list({k[i] for k in keys}))
+                            for i, c in enumerate(columns))))
+    short = [counts(seed) for seed in range(5)]
+    assert all(a <= b for got in short for a, b in zip(got, expected))
+    assert any(got != expected for got in short)
+
+
+def test_r7_a_mean_reports_the_count_it_divided_by_and_a_distinct_count_its_bound() -> None:
+    """R7: a mean divided by the noisy count raised to 1 but reported the raw one (−6 beside a
+    sum of 1 × centre): the three now agree. A grouped distinct count bounded through
+    max_rows_per_unit was recorded as max_groups_per_unit: the bound given is recorded."""
+    from dpbudget.accountant.tables.aggregates import Statistic
+    out = Statistic("mean", 1.0, "x", 0.0, 10.0).answer([np.array([-6, 4]), np.array([2.0, 4.0])])
+    assert out["count"].tolist() == [1, 4] and out["sum"].tolist() == [7.0, 24.0]
+    assert out["mean"].tolist() == [7.0, 6.0]  # = sum / count (within [0, 10])
+    t = table(accountant(), pd.DataFrame({"unit": [1, 2], "g": ["a", "b"]}), dataset="t")
+    grouped = t.group_by("g", keys=["a", "b"])
+    assert grouped.count_distinct_units(epsilon=1.0, max_rows_per_unit=4).bounds == \
+        {"max_rows_per_unit": 4}
+    assert grouped.count_distinct_units(epsilon=1.0, max_groups_per_unit=2,
+                                        max_rows_per_unit=4).bounds == {"max_groups_per_unit": 2}

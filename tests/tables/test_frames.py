@@ -25,6 +25,7 @@ from dpbudget.examples.events import events_frame, write_events
 
 CANARY = "CANARY-7f3a"
 COLUMNS = ["person_id", "region", "amount"]
+NAMES = frames.inner(["u", "g", "x"])
 
 
 def _all_kinds(tmp_path: Path) -> dict[str, Any]:
@@ -38,10 +39,11 @@ def _all_kinds(tmp_path: Path) -> dict[str, Any]:
 def _aggregates(frame: Any) -> dict[str, list[Any]]:
     opened = frames.open_frame(frame)
     keyed = frames.keyed(opened.read(COLUMNS), np.random.default_rng(42), opened.kind)
-    found = frames.collect(bounding.per_group(keyed, "person_id", ["region"],
-                                              Contribution(3, 2, 6, True), "amount", 0.0, 1000.0),
+    unit, region, amount = frames.inner(COLUMNS).values()
+    found = frames.collect(bounding.per_group(keyed, unit, [region],
+                                              Contribution(3, 2, 6, True), amount, 0.0, 1000.0),
                            COLUMNS)
-    order = np.argsort(found["region"].astype(str))
+    order = np.argsort(found[region].astype(str))
     return {k: np.asarray(v)[order].tolist() for k, v in found.items()}
 
 
@@ -121,13 +123,14 @@ def test_null_ids_and_non_finite_values_are_refused_naming_the_column(
     native = {"pandas": pdf, "polars": pl.from_pandas(pdf),
               "duckdb": duckdb.from_df(pdf)}[kind]
     with pytest.raises(InvalidDataError) as err:
-        frames.check_values(frames.open_frame(native).read(["u", "g", "x"]), "u", ["g"], "x")
+        frames.check_values(frames.open_frame(native).read(["u", "g", "x"]), NAMES, "u", ["g"],
+                            "x")
     assert f"'{column}'" in str(err.value) and "987654" not in _message(err.value)
 
 
 def test_clean_values_pass() -> None:
     frames.check_values(_frame(u=[1, 2], g=["a", "b"], x=[1.0, 2.0]).read(["u", "g", "x"]),
-                        "u", ["g"], "x")
+                        NAMES, "u", ["g"], "x")
 
 
 def test_a_key_of_another_type_than_its_column_is_refused() -> None:
@@ -139,14 +142,20 @@ def test_a_key_of_another_type_than_its_column_is_refused() -> None:
         frames.check_keys(frame, ["d"], ["3"])
 
 
-@pytest.mark.parametrize("name", ["__dpbudget_n", "__dpbudget_key", "__dpbudget_rows"])
-def test_a_frame_column_named_like_a_helper_is_refused_from_the_schema(name: str) -> None:
-    """Review F1: a user column named like a bounding helper was read in place of it (all
-    zeros in ``__dpbudget_n``: every unit kept whole). Refused, whichever column it is."""
-    frame = frames.open_frame(pd.DataFrame({"u": [1], "x": [1.0], name: [0]}))
-    with pytest.raises(InvalidArgumentError) as err:
-        frames.check_columns(frame, "u", [], "x")
-    assert err.value.argument == "frame" and name in str(err.value)
+def test_the_copy_holds_only_the_columns_read_under_names_of_its_own(tmp_path: Path) -> None:
+    """Second review, R1: no user name reaches the bounding, whatever its case (DuckDB matches
+    names case-insensitively: ``__DPBUDGET_N`` would stand for ``__dpbudget_n``). The copy holds
+    the columns read, each once, under ``inner`` names."""
+    pdf = pd.DataFrame({"__DPBUDGET_N": [0, 1], "u": [1, 2], "x": [1.0, 2.0]})
+    path = tmp_path / "t.parquet"
+    pdf.to_parquet(path, index=False)
+    for native in (pdf, pl.from_pandas(pdf), duckdb.from_df(pdf), path):
+        frame = frames.open_frame(native)
+        names = frames.inner(["u", "__DPBUDGET_N", "u"])
+        assert list(names.values()) == [frames.PREFIX + "c0", frames.PREFIX + "c1"]
+        rows = frame.read(["u", "__DPBUDGET_N", "u"])
+        assert rows.columns == list(names.values())
+        assert sorted(rows[names["__DPBUDGET_N"]].to_list()) == [0, 1]
 
 
 def test_a_filter_constant_or_key_must_be_a_plain_scalar_of_its_column_type() -> None:
@@ -175,18 +184,18 @@ def test_a_pandas_object_column_of_mixed_types_is_refused_on_all_its_rows() -> N
     frame = frames.open_frame(pd.DataFrame({"u": ids, "g": ids.astype(str), "x": 1.0}))
     frames.check_columns(frame, "u", ["g"], "x")  # the sniff is fooled: typed String
     with pytest.raises(InvalidDataTypeError) as err:
-        frames.check_values(frame.read(["u", "g", "x"]), "u", ["g"], "x")
+        frames.check_values(frame.read(["u", "g", "x"]), NAMES, "u", ["g"], "x")
     assert "'u'" in str(err.value) and "p1" not in _message(err.value)
     frame = frames.open_frame(pd.DataFrame({"u": 1, "g": pd.Series(["a"] * 100 + [1],
                                                                       dtype=object), "x": 1.0}))
     with pytest.raises(InvalidDataTypeError) as err:  # mixed groups: failed in sorted() after
-        frames.check_values(frame.read(["u", "g", "x"]), "u", ["g"], "x")  # the debit
+        frames.check_values(frame.read(["u", "g", "x"]), NAMES, "u", ["g"], "x")  # the debit
     assert "'g'" in str(err.value)
     mixed = pd.Series(pd.Categorical([f"p{i}" for i in range(100)] + [7, "7"]))
     frame = frames.open_frame(pd.DataFrame({"u": mixed, "x": 1.0}))
     frames.check_columns(frame, "u", [], "x")  # categorical: typed as text
     with pytest.raises(InvalidDataTypeError):  # but its categories mix int 7 and str "7"
-        frames.check_values(frame.read(["u", "x"]), "u", [], "x")
+        frames.check_values(frame.read(["u", "x"]), frames.inner(["u", "x"]), "u", [], "x")
     objects = frames.open_frame(pl.DataFrame({"u": [1], "g": [[1, 2]], "x": [1.0]}))
     with pytest.raises(InvalidDataTypeError):  # a list column: no key order, refused unread
         frames.check_columns(objects, "u", ["g"], "x")
@@ -240,8 +249,9 @@ def test_a_source_that_changes_between_evaluations_is_read_once() -> None:
         pl.col("x").map_batches(changing, return_dtype=pl.Float64))
     frame = frames.open_frame(lazy)
     rows = frame.read(["u", "x"])
-    frames.check_values(rows, "u", [], "x")
+    names = frames.inner(["u", "x"])
+    frames.check_values(rows, names, "u", [], "x")
     found = frames.collect(frames.keyed(rows, np.random.default_rng(0), frame.kind)
-                           .select(nw.col("x").sum()))
-    assert found["x"][0] == 6.0 and len(calls) == 1
+                           .select(nw.col(names["x"]).sum()))
+    assert found[names["x"]][0] == 6.0 and len(calls) == 1
     assert lazy.collect()["x"].is_nan().all()  # the source did change
