@@ -17,12 +17,11 @@ import os
 import threading
 import time
 import warnings
-import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.values.errors import LedgerCorruptedError
+from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.entry import Account, Entry
 from dpbudget.accountant.ledger.record import (GENESIS, auth_name, canonical, key_from_env,
                                                 record_hash, time_micros)
@@ -54,7 +53,7 @@ class Ledger(ABC):
 
     def __init__(self, *, hmac_key: bytes | str | None = None) -> None:
         self._lock: Any = threading.RLock()
-        _LIVE.add(self)
+        self._pid = os.getpid()  # the process it belongs to (``_mine``)
         key = hmac_key.encode("utf-8") if isinstance(hmac_key, str) else hmac_key
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
@@ -107,12 +106,14 @@ class Ledger(ABC):
 
     def account(self, key: str) -> Account | None:
         """A limit's state as last committed (a read; takes no write lock)."""
+        self._mine()
         with self._lock:
             return self._read_account(key)
 
     def head(self) -> tuple[int, str]:
         """``(seq, hash)`` of the last record; ``(0, GENESIS)`` for an empty ledger. Keep the head
         hash somewhere else to detect a truncated tail later."""
+        self._mine()
         with self._lock:
             return self._head()
 
@@ -246,13 +247,21 @@ class Ledger(ABC):
             cached = self._configs[id(config)] = (config, canonical(config))
         return cached[1]
 
-    def _after_fork(self) -> None:
-        """In a child process just forked (one thread: the one that forked): new locks in place
-        of ``_lock``. A lock another thread of the parent held at the fork is held for good
-        here, since that thread does not exist in the child: the child's first transaction would
-        wait for it forever. What that thread's transaction left half done is the backend's to
-        discard without touching the parent's session (a backend overrides this to do so)."""
-        self._lock = threading.RLock()
+    def _mine(self) -> None:
+        """Refuse a process other than the one that opened this object (a forked child holds a
+        copy: of an in-memory budget, of a connection or a lock that are its parent's), before
+        any lock is taken: a lock another thread of the parent held at the fork is held for good
+        in the child. One rule for every backend; a child opens a ledger of its own.
+
+        Raises:
+            LedgerError: this process is not the one that opened the ledger; nothing was read
+                or written.
+        """
+        if self._pid != os.getpid():
+            raise LedgerError(
+                f"this {type(self).__name__} belongs to the process that opened it; this process "
+                "was forked from it: nothing was read or written. Open a ledger (an Accountant) "
+                "of its own in each process (docs/getting-started.md, \"Several processes\")")
 
     # Storage primitives, called with self._lock held.
     @abstractmethod
@@ -284,17 +293,3 @@ class Ledger(ABC):
 
 EMPTY_HEAD = (0, GENESIS)
 
-# Every ledger object of this process, for ``_after_fork`` (weakly: none is kept alive by it).
-_LIVE: "weakref.WeakSet[Ledger]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for ledger in list(_LIVE):
-        try:
-            ledger._after_fork()
-        except Exception:  # (one half built when the parent forked; its locks were replaced first)
-            continue  # the others must still get theirs; a fork hook has no caller to tell
-
-
-if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork to guard against
-    os.register_at_fork(after_in_child=_after_fork_in_child)

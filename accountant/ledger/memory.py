@@ -3,20 +3,18 @@
 For simulations and tests. Concurrent threads are serialised by the base class's lock; changes made
 inside a transaction are staged and applied only on commit.
 
-Only the process that made it may debit it. A forked child holds a copy: debits there would spend a
-copy of the budget that the parent never sees, each child as much again (workers of a
-``multiprocessing`` pool, say). Processes share a budget through a durable ledger.
+Only the process that made it may use it (``Ledger._mine``): a forked child holds a copy, and
+debits there would spend a copy of the budget that the parent never sees, each child as much
+again. Processes share a budget through a durable ledger.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from dpbudget.accountant.values.errors import LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
 
 __all__ = ["MemoryLedger"]
@@ -48,15 +46,8 @@ class MemoryLedger(Ledger):
         self._accounts: dict[str, Account] = {}
         self._staged_entries: list[Entry] = []
         self._staged_accounts: dict[str, Account] = {}
-        self._pid = os.getpid()
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
-        if self._pid != os.getpid():
-            raise LedgerError(
-                "an in-memory ledger can be debited only in the process that made it: in a "
-                "forked child each process would spend its own copy of the budget, unseen by the "
-                "others; nothing was written. Share a budget between processes through a durable "
-                "ledger (sqlite:///path or postgresql://...)")
         self._rollback()
 
     def now(self) -> float:
@@ -96,16 +87,19 @@ class MemoryLedger(Ledger):
     def created_since(self, mark: Any = None) -> tuple[int, list[str]]:
         # Accounts are never removed and a dict keeps insertion order: those created since
         # ``mark`` (a count of accounts) are the last ones, read from the end in O(their number).
+        self._mine()
         with self._lock:
             count = len(self._accounts)
             new = list(itertools.islice(reversed(self._accounts), count - (mark or 0)))
         return count, new[::-1]
 
     def accounts(self) -> list[Account]:
+        self._mine()
         with self._lock:
             return [self._accounts[k] for k in sorted(self._accounts)]
 
     def entries(self, start: int = 1) -> Iterator[Entry]:
+        self._mine()
         with self._lock:
             snapshot = self._entries[max(0, start - 1):]
         yield from snapshot

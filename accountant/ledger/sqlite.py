@@ -73,7 +73,7 @@ def _refusal(path: Path) -> LedgerError:
         "SQLite ledger, and SQLite cannot be used in such a child (its locks are kept per "
         "process: https://www.sqlite.org/howtocorrupt.html, section 2.6); nothing was read or "
         "written. Open SQLite ledgers only after forking, or start workers with "
-        "multiprocessing's spawn or forkserver method (a PostgreSQL ledger can be shared with "
+        "multiprocessing's spawn or forkserver method (a PostgreSQL ledger can be opened in "
         "forked children)")
 
 

@@ -473,3 +473,21 @@ def test_links_are_read_back_as_written_and_a_malformed_member_is_refused() -> N
                 {"dataset:a": [-1, "h"]}, {"dataset:a": [1, 2]}, {"dataset:a": [1]}):
         with pytest.raises(ValueError):
             lanes.read_links({"links": bad})
+
+
+def test_a_ledger_of_one_chain_is_not_upgraded_in_place(dsn: str) -> None:
+    """A PostgreSQL ledger from before lanes (no format 2 marker, records in place) is refused
+    on open, typed, and left as it was: export, then import (docs/postgres-deployment.md)."""
+    PostgresLedger(dsn).close()
+    with psycopg.connect(dsn, autocommit=True) as conn:  # re-created: an older version's ledger
+        conn.execute("DELETE FROM dpbudget_meta WHERE key IN ('format', 'schema')")
+        conn.execute("ALTER TABLE dpbudget_entries DISABLE TRIGGER USER")
+        conn.execute("INSERT INTO dpbudget_entries VALUES (1, %s, '{}')", ("0" * 64,))
+        before = conn.execute("SELECT key, value FROM dpbudget_meta ORDER BY key").fetchall()
+    with pytest.raises(LedgerError, match="dpbudget export"):
+        PostgresLedger(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT key, value FROM dpbudget_meta ORDER BY key").fetchall() == before
+        assert conn.execute("SELECT tgenabled FROM pg_trigger WHERE tgname = 'dpbudget_entries_"
+                            "chain' AND tgrelid = to_regclass('dpbudget_entries')"
+                            ).fetchone() == ("D",)  # (the DDL it ran was rolled back)

@@ -8,6 +8,7 @@ another thread holds the ledger's lock, or is inside a transaction. Each test ha
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -18,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from dpbudget.accountant import Accountant, Budget, LedgerError, MechanismExhaustedError
-from dpbudget.accountant.ledger import base
 from dpbudget.mechanisms import AboveThreshold, Laplace
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork only")
@@ -77,7 +77,7 @@ def test_negative_control_an_in_memory_ledger_without_its_guard_spends_again_per
     acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
     def bypassed() -> int:
-        acc.ledger._pid = os.getpid()  # type: ignore[attr-defined]
+        acc.ledger._pid = os.getpid()
         return _spend_all(acc)
 
     assert [_in_child(bypassed) for _ in range(3)] == [59, 59, 59]
@@ -161,12 +161,24 @@ def _one_release(acc: Accountant) -> int:
     return 0
 
 
+def _ledger(kind: str, tmp_path: Path, postgres: str | None = None) -> str:
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'l.db'}"
+    if kind == "postgres":
+        from tests.conftest import _fresh_schema
+
+        assert postgres is not None
+        return _fresh_schema(postgres)
+    return "memory://"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
 @pytest.mark.parametrize("inside", [False, True])
 def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
-        tmp_path: Path, inside: bool) -> None:
-    """The child gets new locks, so it is never left waiting for the parent's thread; the SQLite
-    ledger it carried is then refused at once (a typed error); the parent is unaffected."""
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
+        tmp_path: Path, inside: bool, kind: str) -> None:
+    """The ledger object the child carried is refused at once (a typed error), before its lock,
+    which the parent's thread holds for good in the child; the parent is unaffected."""
+    acc = Accountant(Budget(10.0), ledger=_ledger(kind, tmp_path))
     done = _held_by_another_thread(acc, inside)
     later = threading.Timer(1.0, done)  # (the parent's thread lets go a moment after the fork)
     later.start()
@@ -179,30 +191,32 @@ def test_a_child_forked_while_another_thread_holds_the_lock_does_not_hang(
     acc.close()
 
 
-def test_negative_control_without_new_locks_the_child_waits_forever(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    acc = Accountant(Budget(10.0), ledger=f"sqlite:///{tmp_path / 'l.db'}")
-    monkeypatch.setattr(base, "_LIVE", type(base._LIVE)())  # the at-fork hook then sees no ledger
+def test_negative_control_a_child_that_takes_the_ledger_as_its_own_waits_forever() -> None:
+    """The rule bypassed (the child takes the object as its own): it waits for a lock that the
+    parent's thread held at the fork, for good."""
+    acc = Accountant(Budget(10.0))
     done = _held_by_another_thread(acc, False)
+
+    def bypassed() -> int:
+        acc.ledger._pid = os.getpid()
+        return _one_release(acc)
+
     try:
-        assert _in_child(lambda: _one_release(acc), seconds=3.0) == _HUNG
+        assert _in_child(bypassed, seconds=3.0) == _HUNG
     finally:
         done()
     acc.close()
 
 
 @pytest.mark.postgres
-def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
-        postgres_database: str) -> None:
-    """Another thread's debit is between its statements and its COMMIT at the fork. The child
-    neither waits for the parent's lock nor touches the parent's session (a ROLLBACK sent there
-    from the child would end that transaction under it, and free its lanes' locks): it opens its
-    own session and waits, on the server, for the parent's lane lock like any other writer; the
-    parent's debit then commits."""
-    from dpbudget.accountant.ledger.postgres import PostgresLedger
-    from tests.conftest import _fresh_schema
-
-    acc = Accountant(Budget(10.0), ledger=PostgresLedger(_fresh_schema(postgres_database)))
+def test_a_postgres_child_is_refused_its_parents_ledger_and_leaves_it_alone(
+        tmp_path: Path, postgres_database: str) -> None:
+    """Another thread's debit is between its statements and its COMMIT at the fork. The child's
+    release on the parent's accountant is refused (typed, nothing debited), and the child, closing
+    its copy of the accountant, never touches the parent's session (a ROLLBACK or a
+    terminate sent there would end that transaction under it); the parent's debit commits. A
+    child's own accountant on the same URL debits as any other process."""
+    acc = Accountant(Budget(10.0), ledger=_ledger("postgres", tmp_path, postgres_database))
     ledger = acc.ledger
     commit, holding, go = ledger._commit, threading.Event(), threading.Event()  # type: ignore[attr-defined]
     holder: list[int] = []
@@ -223,19 +237,30 @@ def test_a_postgres_child_forked_inside_another_threads_debit_leaves_it_alone(
         except BaseException as exc:
             outcome.append(exc)
 
+    def child() -> int:
+        code = _one_release(acc)
+        if code == 10:
+            with pytest.raises(LedgerError, match="belongs to the process"):
+                acc.spent()  # (reads too)
+        acc.close()  # (a child's close, and its collection, leave the parent's session alone)
+        gc.collect()
+        with Accountant.open(ledger.url) as own:  # a child's own accountant
+            own.release(Laplace(0.1, sensitivity=1.0), 1.0)
+        return code
+
     thread = threading.Thread(target=debit)
     thread.start()
     assert holding.wait(30)
     later = threading.Timer(1.0, go.set)
     later.start()
     try:
-        assert _in_child(lambda: _one_release(acc)) == 0
+        assert _in_child(child) == 10
     finally:
         later.join()
         thread.join(30)
     assert len(outcome) == 1 and isinstance(outcome[0], float), outcome
     acc.release(Laplace(0.1, sensitivity=1.0), 1.0)  # the parent's session is intact
-    assert acc.spent().epsilon == pytest.approx(0.3)
+    assert acc.spent().epsilon == pytest.approx(0.3)  # its two, and the child's own one
     acc.close()
 
 

@@ -5,11 +5,12 @@ bound parameters): BEGIN; the lanes' advisory locks (``dpbudget.accountant.ledge
 the lanes it writes, shared on the policy's, in the order of their ids: no cycle of waits); then,
 in a statement of its own (whose snapshot is taken once the locks are held), the lanes' last
 records, the accounts, a number for the record and the server's clock (``rows.READS``). Its
-commit is the other: the record, the account rows and COMMIT, under ``synchronous_commit = on``
+commit is the other: the record (the server writes the account rows from it) and COMMIT, under ``synchronous_commit = on``
 (``session``), so COMMIT returns once the record is on disk; the server groups concurrent commits
 into one disk write itself. A transaction's time is the server's clock, never the caller's
-(``rows.Tx``). Threads of a process take turns on the object's session; processes each have
-their own, and debits on different lanes run in parallel on the server. Needs the optional
+(``rows.Tx``). Threads of a process take turns on the object's session; a process uses only
+the objects it opened (``Ledger._mine``), and debits on different lanes run in parallel on the
+server. Needs the optional
 extra: ``pip install "dpbudget[postgres]"`` (psycopg 3).
 """
 
@@ -29,15 +30,11 @@ from dpbudget.accountant.ledger.lanes import FORMAT, START
 from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, BEGIN, READS, Tx, account, entries
 from dpbudget.accountant.ledger.postgres.schema import lock_id, prepare
 from dpbudget.accountant.ledger.postgres.session import Session, shown
-from dpbudget.accountant.ledger.record import float_object
 
 __all__ = ["PostgresLedger"]
 
 # Taken while a ledger's tables are created or updated: two openers never run the DDL at once.
 _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
-_UPDATE = "UPDATE dpbudget_accounts SET rule = $1, config = $2, state = $3, seq = $4 WHERE key = $5"
-_INSERT = ("INSERT INTO dpbudget_accounts (rule, config, state, seq, key) "
-           "VALUES ($1, $2, $3, $4, $5)")
 _ENTRY = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES ($1, $2, $3)"
 
 
@@ -83,16 +80,18 @@ class PostgresLedger(Ledger):
                     prepare(conn, psycopg)
                     row = conn.execute("SELECT value FROM dpbudget_meta WHERE key = 'format'"
                                        ).fetchone()
+                    if row is None or row[0] != str(FORMAT):  # (raised inside: DDL rolled back)
+                        raise LedgerError(
+                            f"the ledger at {self.url} has record format "
+                            f"{None if row is None else row[0]}; this version of dpbudget reads "
+                            f"format {FORMAT} there and does not upgrade a ledger in place: "
+                            "`dpbudget export` it, then `dpbudget import` the export into a new "
+                            "ledger (docs/postgres-deployment.md); nothing was written")
             except BaseException:
                 conn.close()  # the caller never gets a handle that could close it
                 raise
         except psycopg.Error as exc:
             raise LedgerError(f"cannot open PostgreSQL ledger: {exc}") from exc
-        if row is None or row[0] != str(FORMAT):
-            conn.close()
-            raise LedgerError(f"the ledger at {self.url} has record format "
-                              f"{None if row is None else row[0]}; this version of dpbudget "
-                              f"reads format {FORMAT} there")
 
     @property
     def authenticated_analyst(self) -> str | None:
@@ -102,18 +101,16 @@ class PostgresLedger(Ledger):
 
     def _query(self, sql: str, args: Any = ()) -> list[Any]:
         """The rows of one statement on this object's session (in its transaction, if open)."""
+        self._mine()
         with self._lock:
             if self._tx is None:
                 self._s.usable()
             return self._s.query(sql, args)
 
     def close(self) -> None:
-        with self._lock:
-            self._s.close()
-
-    def _after_fork(self) -> None:
-        super()._after_fork()
-        self._tx = None  # a parent's thread's transaction: the parent's, never touched here
+        if self._pid == os.getpid():  # (a forked child's copy: the parent's, and maybe its lock)
+            with self._lock:
+                self._s.close()
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -221,12 +218,8 @@ class PostgresLedger(Ledger):
         self._open().writes.append((_ENTRY, (entry.seq, entry.hash, entry.text)))
 
     def _write_accounts(self, accounts: list[Account]) -> None:
-        tx = self._open()
-        for a in accounts:
-            sql = _INSERT if self._read_account(a.key) is None else _UPDATE  # (read under its lock)
-            tx.writes.append((sql, (a.rule, self._config_text(a.config), float_object(a.state),
-                                    a.seq, a.key)))
-            tx.read[a.key] = a
+        # The server writes the rows from the record (schema.sql: dpbudget_entry_lanes).
+        self._open().read.update((a.key, a) for a in accounts)
 
     def _commit(self) -> None:
         """Send the transaction's writes and COMMIT in one round trip; it returns once the
@@ -283,6 +276,7 @@ class PostgresLedger(Ledger):
         def keep(accounts: list[Account]) -> None:
             self._audited = accounts
 
+        self._mine()
         with self._s.reader() as conn:
             yield from entries(conn, start, keep)
 

@@ -1,14 +1,9 @@
 """The PostgreSQL ledger's tables and the triggers that guard them on the server (``schema.sql``,
-a resource of this package), and the grants of a deployment in which analysts cannot write the
-ledger except through the gate (docs/postgres-deployment.md).
+a resource of this package), and the grants of the recommended deployment.
 
-The triggers hold for any client, raw SQL included: ``entries`` is append-only, and a record must
-be the next link of every lane it is on (``dpbudget.accountant.ledger.lanes``), numbered from the ledger's
-sequence, hashed with SHA-256 unless keyed, written by the role that logged in (``session_user``)
-and charging only that role's per-analyst accounts, and a policy record only by the tables' owner;
-an ``accounts`` row holds exactly what the record at its ``seq`` lists for its key, never goes
-back, never decreases and is never deleted. They cannot check an HMAC (the key never reaches the
-server) nor that a cost is what was really spent. The functions pin their ``search_path``.
+Invariant: the triggers hold for any client and role, raw SQL included (only the owner can
+disable them); what they refuse, and what they cannot check (an HMAC, the truth of a cost):
+docs/postgres-deployment.md, "What the server enforces". The functions pin their ``search_path``.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "lock_id", "
 
 # Bumped whenever schema.sql changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``prepare`` says so to anyone else).
-SCHEMA_VERSION = "9"
+SCHEMA_VERSION = "10"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.
@@ -36,7 +31,7 @@ _TRIGGERS = (
      "dpbudget_append_only"),
     ("dpbudget_entries", "dpbudget_entries_chain", "BEFORE INSERT", "ROW",
      "dpbudget_entry_check"),
-    # After the row is in: it moves the lanes (accountant.ledger.lanes).
+    # After the row is in: it writes the account rows and moves the lanes.
     ("dpbudget_entries", "dpbudget_entries_lanes", "AFTER INSERT", "ROW",
      "dpbudget_entry_lanes"),
     ("dpbudget_accounts", "dpbudget_accounts_match_record", "BEFORE INSERT OR UPDATE", "ROW",
@@ -96,8 +91,8 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
     for the owner (or a superuser) to run once the owner has created the ledger.
 
     ``owner_role`` owns the schema's ledger tables, functions and triggers; ``writer_role`` is the
-    role of the processes that run the gate (it can read, append entries, and insert and update
-    accounts, nothing else); ``reader_role`` (auditors) can only read. Roles must exist.
+    role of the processes that run the gate (it can read and append entries, nothing else: the
+    server writes the lanes and account rows); ``reader_role`` (auditors) can only read. Roles must exist.
 
     Raises:
         LedgerError: a name that is empty or holds a NUL character, or the same role given
@@ -124,14 +119,13 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
         f"GRANT SELECT ON {salt} TO {writer}",
         f"REVOKE ALL ON FUNCTION {', '.join(functions)} FROM PUBLIC, {writer}, {reader}",
         f"REVOKE ALL ON SEQUENCE {s}.dpbudget_seq FROM PUBLIC, {writer}, {reader}",
-        # Lanes are written only by the trigger, as the owner. Taking numbers (``nextval``) is
-        # harmless: they need only grow along each lane, and a record's must have been taken.
+        # Lanes and accounts are written only by the trigger, as the owner. Taking numbers
+        # (``nextval``) is harmless: they need only grow along each lane, and a record's must
+        # have been taken.
         f"GRANT USAGE, SELECT ON SEQUENCE {s}.dpbudget_seq TO {writer}",
-        f"GRANT SELECT ON {s}.dpbudget_meta, {s}.dpbudget_lanes TO {writer}",
-        f"GRANT SELECT, INSERT ON {s}.dpbudget_entries TO {writer}",
-        # Not the key column: an account's key never changes (the trigger refuses it as well).
-        f"GRANT SELECT, INSERT, UPDATE (rule, config, state, seq) ON {s}.dpbudget_accounts "
+        f"GRANT SELECT ON {s}.dpbudget_meta, {s}.dpbudget_lanes, {s}.dpbudget_accounts "
         f"TO {writer}",
+        f"GRANT SELECT, INSERT ON {s}.dpbudget_entries TO {writer}",
         f"GRANT SELECT ON {', '.join(tables)} TO {reader}",
     ]
 

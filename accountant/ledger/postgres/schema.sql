@@ -18,23 +18,10 @@ CREATE TABLE IF NOT EXISTS {S}.dpbudget_salt (salt TEXT NOT NULL CHECK (salt <> 
 CREATE UNIQUE INDEX IF NOT EXISTS dpbudget_salt_one ON {S}.dpbudget_salt ((true));
 INSERT INTO {S}.dpbudget_salt SELECT gen_random_uuid()::text
     WHERE NOT EXISTS (SELECT 1 FROM {S}.dpbudget_salt);
--- Gone from earlier versions: the flush table (commits are synchronous) and debit functions.
-DROP TABLE IF EXISTS {S}.dpbudget_flush;
-DROP FUNCTION IF EXISTS {S}.dpbudget_lock(text[], text[], int, bigint),
-    {S}.dpbudget_lock(text[], text[], int, bigint[]),
-    {S}.dpbudget_lock(text[], text[], int, bigint[], bigint),
-    {S}.dpbudget_expect(text[], text[], bigint[]), {S}.dpbudget_expect(text[], bigint[]),
-    {S}.dpbudget_take(text[], text[]);
--- A ledger of one chain (format 1) continues in lanes: each account's lane starts at the record
--- its row names.
-INSERT INTO {S}.dpbudget_lanes SELECT a.key, a.seq, e.hash FROM {S}.dpbudget_accounts a
-    JOIN {S}.dpbudget_entries e ON e.seq = a.seq ON CONFLICT (key) DO NOTHING;
--- Format 2 from now on: a version of dpbudget from before lanes refuses to open the ledger.
-INSERT INTO {S}.dpbudget_meta VALUES ('format', '2')
-    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
-SELECT setval(({S_LITERAL} || '.dpbudget_seq')::regclass, greatest(m, 1), m > 0)
-FROM (SELECT greatest((SELECT coalesce(max(seq), 0) FROM {S}.dpbudget_entries), (SELECT CASE
-    WHEN is_called THEN last_value ELSE last_value - 1 END FROM {S}.dpbudget_seq)) m) x;
+-- Format 2 (linked per account): only a new, empty ledger becomes one here. A ledger made before
+-- lanes is not upgraded in place (ledger.py refuses it: export, then import).
+INSERT INTO {S}.dpbudget_meta SELECT 'format', '2'
+    WHERE NOT EXISTS (SELECT 1 FROM {S}.dpbudget_entries) ON CONFLICT (key) DO NOTHING;
 
 CREATE OR REPLACE FUNCTION {S}.dpbudget_append_only() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
@@ -133,6 +120,13 @@ BEGIN
     -- Nor may it charge another analyst's quota: every per-analyst account it lists
     -- (analyst:<name>, dataset:<d>/analyst:<name>, a window's @... after it; policies.accounts)
     -- is session_user's, unless the owner writes it. Only a record that lists one pays the scan.
+    -- Each account a rule's name and a state of numbers >= 0 (the row is written from it).
+    IF jsonb_path_exists(v_accounts, 'strict $.* ? (@.type() != "object" || @.rule.type() != '
+            '"string" || @.state.type() != "object" || exists (@.state.* ? (@.type() != '
+            '"number" || @ < 0)))', '{}', true) IS NOT FALSE THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: an account it lists has no rule or a '
+            'state not made of numbers >= 0', NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
     IF strpos(v_accounts::text, 'analyst:') > 0 THEN
         SELECT k INTO v_key FROM jsonb_object_keys(v_accounts) k
             WHERE substring(k FROM '(?:^|/)analyst:([^@/]*)') <> session_user::text LIMIT 1;
@@ -161,62 +155,21 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- An account row is written only by dpbudget_entry_lanes, from the record it follows (a row a
+-- client wrote could stay behind its lane, and the next debit would read a refund).
 CREATE OR REPLACE FUNCTION {S}.dpbudget_account_check() RETURNS trigger LANGUAGE plpgsql
-SET search_path = pg_catalog, {S}, pg_temp AS $$
-DECLARE
-    v_acct jsonb;
-    v_state jsonb;
-    v_bad text;
+SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        IF NEW.key IS DISTINCT FROM OLD.key THEN
-            RAISE EXCEPTION 'dpbudget ledger: account %: its key cannot change', OLD.key
-                USING ERRCODE = 'check_violation';
-        END IF;
-        IF NEW.seq < OLD.seq THEN
-            RAISE EXCEPTION 'dpbudget ledger: account % refused: its seq would go back from % '
-                'to %', NEW.key, OLD.seq, NEW.seq USING ERRCODE = 'check_violation';
-        END IF;
-    END IF;
-    -- The entry is written before its accounts, in the same transaction.
-    SELECT record::jsonb->'accounts'->NEW.key INTO v_acct FROM dpbudget_entries
-        WHERE seq = NEW.seq;
-    IF jsonb_typeof(v_acct) IS DISTINCT FROM 'object' THEN
-        RAISE EXCEPTION 'dpbudget ledger: account % refused: entry % does not record it',
-            NEW.key, NEW.seq USING ERRCODE = 'check_violation';
-    END IF;
-    v_state := NEW.state::jsonb;
-    IF v_acct->'state' IS DISTINCT FROM v_state OR jsonb_typeof(v_state) <> 'object' THEN
-        RAISE EXCEPTION 'dpbudget ledger: account % refused: its state is not the one entry % '
-            'records', NEW.key, NEW.seq USING ERRCODE = 'check_violation';
-    END IF;
-    -- The rule's configuration decides how a state is read (a rule's state parameters).
-    IF NEW.rule IS DISTINCT FROM v_acct->>'rule'
-            OR NEW.config::jsonb - 'rule' IS DISTINCT FROM v_acct - 'state' - 'rule' THEN
-        RAISE EXCEPTION 'dpbudget ledger: account % refused: its rule or configuration is not '
-            'the one entry % records', NEW.key, NEW.seq USING ERRCODE = 'check_violation';
-    END IF;
-    IF jsonb_path_exists(v_state, 'strict $.* ? (@.type() != "number" || @ < 0)') THEN
-        RAISE EXCEPTION 'dpbudget ledger: account % refused: its state is not made of numbers '
-            '>= 0', NEW.key USING ERRCODE = 'check_violation';
-    END IF;
-    IF TG_OP = 'UPDATE' AND NEW.state <> OLD.state THEN
-        SELECT o.key INTO v_bad FROM jsonb_each(OLD.state::jsonb) o
-            WHERE CASE WHEN jsonb_typeof(v_state->o.key) = 'number'
-                       AND jsonb_typeof(o.value) = 'number'
-                  THEN (v_state->o.key)::numeric < o.value::numeric ELSE true END
-            LIMIT 1;
-        IF v_bad IS NOT NULL THEN
-            RAISE EXCEPTION 'dpbudget ledger: account % refused: its state % would decrease (a '
-                'refund)', NEW.key, v_bad USING ERRCODE = 'check_violation';
-        END IF;
+    IF pg_trigger_depth() < 2 THEN
+        RAISE EXCEPTION 'dpbudget ledger: account % refused: account rows are written only from '
+            'the records appended to dpbudget_entries', NEW.key USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;
 END $$;
 
--- After the row is in (as the owner: writers cannot write lanes): a format 2 record must link,
--- for every lane it is on, to that lane's last record, and becomes it. A format 1 record moves
--- its accounts' lanes to it.
+-- After the row is in (as the owner: writers write neither lanes nor accounts): it writes the
+-- account rows; a format 2 record must link, for every lane it is on, to that lane's last
+-- record, and becomes it. A format 1 record moves its accounts' lanes to it.
 CREATE OR REPLACE FUNCTION {S}.dpbudget_entry_lanes() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, {S}, pg_temp AS $$
 DECLARE
@@ -227,6 +180,14 @@ DECLARE
 BEGIN
     v_rec := NEW.record::jsonb;
     v_links := v_rec->'links';
+    -- Each account row becomes what this record lists for it (dpbudget_entry_check refused a
+    -- state below the stored one): a row never lags behind its lane.
+    INSERT INTO dpbudget_accounts (key, rule, config, state, seq)
+        SELECT a.key, a.value->>'rule', CASE a.value->>'rule' WHEN 'policy' THEN '{}' ELSE
+            (a.value - 'state')::text END, (a.value->'state')::text, NEW.seq  -- (as the gate's)
+        FROM jsonb_each(coalesce(v_rec->'accounts', '{}')) a
+        ON CONFLICT (key) DO UPDATE SET rule = EXCLUDED.rule, config = EXCLUDED.config,
+            state = EXCLUDED.state, seq = EXCLUDED.seq;
     IF v_links IS NULL THEN
         INSERT INTO dpbudget_lanes AS l SELECT k, NEW.seq, NEW.hash
             FROM jsonb_object_keys(coalesce(v_rec->'accounts', '{}')) k

@@ -1,11 +1,12 @@
 """The PostgreSQL ledger's session: one connection per ledger object and process, with a bound on
 every wait, durable commits, and statements sent several to a round trip with bound parameters.
 
-Invariant: a process never touches a session another process opened (after ``fork()`` the child
-keeps its parent's connection object referenced, so that its finaliser cannot end the parent's
-session, and opens its own); a session lost between transactions is replaced, by one that logged
-in as the same role; one cut off inside a round trip is closed, which makes the server roll back
-what it held and free its locks.
+Invariant: a process never touches a session another process opened (the ledger refuses a
+forked child, ``Ledger._mine``; psycopg's finaliser leaves a connection of another process
+alone); a session lost between transactions is replaced (its role is not checked: the server
+refuses a record naming another role than the one logged in, unless that role is the owner's);
+one cut off inside a round trip is closed, which makes the server roll back what it held and free
+its locks.
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ from typing import Any
 from dpbudget.accountant.values.errors import LedgerError
 
 __all__ = ["Session"]
-
-# Sessions inherited through fork(): kept referenced so that their finalisers never run in the
-# child (which would end the parent's session).
-_INHERITED: list[Any] = []
 
 
 class Session:
@@ -73,12 +70,10 @@ class Session:
         self._named = 0
 
     def usable(self) -> bool:
-        """Make the session this process's and alive, between transactions: a forked child's
-        first use opens its own; a session lost since its last use (a server restart, a dropped
-        connection) is replaced, as nothing was in flight on it. True when it was replaced."""
-        if self.pid != os.getpid():
-            _INHERITED.append(self.conn)
-        elif not (self.conn.closed or self.conn.broken):
+        """Make the session alive, between transactions: one lost since its last use (a server
+        restart, a dropped connection) is replaced, as nothing was in flight on it. True when it
+        was replaced."""
+        if not (self.conn.closed or self.conn.broken):
             return False
         try:
             self.connect()

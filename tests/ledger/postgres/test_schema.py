@@ -367,8 +367,8 @@ def test_a_writer_without_the_lock_salt_is_refused_and_writes_nothing(
 def _append_forged_hmac(deployment: Deployment) -> int:
     """As the writer, raw SQL: a third release of 0.5 like the two before it, at the next number,
     linked to each lane's last record, its state grown by its cost (1.0 to 1.5), its HMAC made
-    up (no key): the server cannot check it and accepts it. The rows of its accounts then name
-    it. Returns its seq."""
+    up (no key): the server cannot check it and accepts it, and moves the rows of its accounts
+    to it. Returns its seq."""
     with psycopg.connect(deployment.dsn(deployment.writer)) as conn:
         seq, _, text = _forged(conn, seq_offset=0, scale=1.5)
         record = json.loads(text)
@@ -378,10 +378,7 @@ def _append_forged_hmac(deployment: Deployment) -> int:
         assert record["auth"] == "hmac-sha256"
         text = canonical(record)
         _insert(conn, (seq, record_hash(text, b"not the key"), text))
-        for key, account in record["accounts"].items():  # (where the insert did not move them)
-            conn.execute("UPDATE dpbudget_accounts SET seq = %s, state = %s WHERE key = %s "
-                         "AND seq < %s", (seq, canonical(account["state"]), key, seq))
-        conn.commit()
+        conn.commit()  # (the server's trigger moves the rows of its accounts to it)
     return int(seq)
 
 
@@ -455,3 +452,54 @@ def test_negative_control_an_audit_trusting_the_declared_cost_passes_it(
     monkeypatch.setattr(LibraryRecords, "check", lambda self, record, seeded_ok: None)
     report = audit(deployment.dsn(deployment.auditor))
     assert report.ok, [p.message for p in report.problems]  # consistent otherwise: unseen
+
+
+def _append_at_twice_the_state(conn: psycopg.Connection[Any]) -> tuple[str, int]:
+    """As a writer may: a number from the sequence, then a correctly linked record charging the
+    dataset's account at twice its state, and no write of the account row. (key, its seq)."""
+    key = _dataset_account(conn)[0]
+    seq = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()[0]  # type: ignore[index]
+    last = conn.execute("SELECT max(seq) FROM dpbudget_entries").fetchone()[0]  # type: ignore[index]
+    _insert(conn, _forged(conn, seq_offset=seq - last, scale=2.0))
+    return key, seq
+
+
+def _epsilons_along(deployment: Deployment, key: str) -> list[float]:
+    """The ε of account ``key`` in each record that lists it, in seq order."""
+    records = [json.loads(text) for _, _, text in deployment.rows()[0]]
+    return [r["accounts"][key]["state"]["epsilon"] for r in records
+            if key in r.get("accounts", {})]
+
+
+def test_an_account_row_never_lags_behind_its_lane(deployment: Deployment) -> None:
+    """F1: a writer's correctly linked record charging twice the state, the account row left
+    alone, is accepted (it spends the writer's own budget) and the server moves the row to it:
+    the gate's next debit builds on it, never below it (which would read as a refund)."""
+    with psycopg.connect(deployment.dsn(deployment.writer), autocommit=True) as conn:
+        key, seq = _append_at_twice_the_state(conn)
+        row = conn.execute("SELECT state, seq FROM dpbudget_accounts WHERE key = %s",
+                           (key,)).fetchone()
+    assert row is not None and row[1] == seq and json.loads(row[0])["epsilon"] == 3.0
+    with Accountant.open(deployment.dsn(deployment.writer)) as acc:
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        assert acc.spent().epsilon == pytest.approx(3.5)  # 2 x 1.5, then 0.5
+    epsilons = _epsilons_along(deployment, key)
+    assert epsilons[-2:] == [3.0, 3.5] and epsilons == sorted(epsilons)
+
+
+def test_a_row_left_behind_its_lane_is_read_as_a_refund(deployment: Deployment) -> None:
+    """Negative control of the test above: the old behaviour (the row left where it was, here
+    by the owner with the row trigger off) puts the gate's record below the forged one."""
+    with psycopg.connect(deployment.dsn(deployment.writer), autocommit=True) as conn:
+        key, old_state, old_seq = _dataset_account(conn)
+        _append_at_twice_the_state(conn)
+    with psycopg.connect(deployment.dsn(deployment.owner), autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_accounts DISABLE TRIGGER "
+                     "dpbudget_accounts_match_record")
+        conn.execute("UPDATE dpbudget_accounts SET state = %s, seq = %s WHERE key = %s",
+                     (old_state, old_seq, key))
+        conn.execute("ALTER TABLE dpbudget_accounts ENABLE TRIGGER "
+                     "dpbudget_accounts_match_record")
+    with Accountant.open(deployment.dsn(deployment.writer)) as acc:
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+    assert _epsilons_along(deployment, key)[-2:] == [3.0, 2.0]

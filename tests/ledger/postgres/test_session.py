@@ -189,16 +189,24 @@ def test_a_held_lock_ends_in_a_typed_error_not_a_hang(dsn: str) -> None:
 
 
 def _child_release(acc: Accountant, n: int, out: Any) -> None:
+    """Refused the parent's accountant; then ``n`` releases through one of its own."""
     try:
-        for _ in range(n):
+        try:
             acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
+            out.put("released on the parent's ledger")
+            return
+        except LedgerError:
+            pass
+        with Accountant.open(acc.ledger.url) as own:
+            for _ in range(n):
+                own.release(Laplace(0.01, sensitivity=1.0), 1.0)
         out.put("ok")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         out.put(f"{type(exc).__name__}: {exc}")
 
 
 @pytest.mark.postgres
-def test_forked_children_never_use_their_parents_session(dsn: str) -> None:
+def test_forked_children_open_their_own_and_spend_in_the_same_limits(dsn: str) -> None:
     acc = Accountant(Budget(10.0), ledger=dsn, rng=None)
     acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     ctx = multiprocessing.get_context("fork")
@@ -332,11 +340,10 @@ def _answers_lost_in_a_crash(server: str, tries: int) -> int:
             acc.close()
         except psycopg.Error:
             pass
-        again = Accountant.open(url)
-        kept = again.spent().epsilon
-        assert audit(again.ledger).ok
-        again.close()
-        lost = len(answers) - round(kept / 0.1)
+        with PostgresLedger(url) as again:  # (a crash may take the policy record too)
+            kinds = [e.record["kind"] for e in again.entries()]
+            assert not kinds or audit(again).ok
+        lost = len(answers) - kinds.count("release")
         if lost:
             return lost
     return 0
@@ -387,18 +394,18 @@ def test_threads_sharing_one_accountant_spend_exactly_the_limit(dsn: str) -> Non
 
 def _child(acc: Accountant, out: Any) -> None:
     try:
-        ledger = acc.ledger
-        assert isinstance(ledger, PostgresLedger)
-        parents = ledger._s.conn
-        for _ in range(10):
-            acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
-        out.put("ok" if ledger._s.conn is not parents else "the parent's session")
+        acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
+        out.put("released on the parent's ledger")
+    except LedgerError as exc:
+        out.put("refused" if "belongs to the process" in str(exc) else str(exc))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         out.put(f"{type(exc).__name__}: {exc}")
 
 
 @pytest.mark.postgres
-def test_a_forked_child_debits_through_its_own_session(dsn: str) -> None:
+def test_a_forked_child_is_refused_its_parents_ledger(dsn: str) -> None:
+    """One process rule: a child using its parent's PostgreSQL ledger is refused, typed, before
+    anything is read or sent; nothing is debited, and the parent's session goes on untouched."""
     acc = Accountant(Budget(10.0), ledger=PostgresLedger(dsn), rng=None)
     ledger = acc.ledger
     assert isinstance(ledger, PostgresLedger)
@@ -410,11 +417,11 @@ def test_a_forked_child_debits_through_its_own_session(dsn: str) -> None:
     child.start()
     child.join(60)
     assert child.exitcode == 0
-    assert out.get(timeout=5) == "ok"
+    assert out.get(timeout=5) == "refused"
     for _ in range(5):  # the parent's session was left alone
         acc.release(Laplace(0.01, sensitivity=1.0), 1.0)
     assert ledger._s.conn is parents
-    assert acc.spent().epsilon == pytest.approx(0.16)
+    assert acc.spent().epsilon == pytest.approx(0.06)
     assert audit(ledger).ok
     acc.close()
 
