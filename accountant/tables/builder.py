@@ -119,8 +119,9 @@ class Table:
     def group_by(self, *columns: str, keys: Any = None) -> "Table":
         """Group by ``columns``. ``keys``: the public keys to release (a value per key, a tuple
         per key for several columns); a key absent from the data gets a noisy 0, and rows with
-        other keys are dropped before bounding. Without ``keys`` the keys are selected privately
-        (``PartitionSelection``; counts only, and the query needs ``delta``)."""
+        other keys are dropped before bounding. Without ``keys`` the keys are selected privately,
+        in one step with the counts (``PartitionSelection``: a key's noisy count is released if
+        it clears a threshold; counts only, and the query needs ``delta``)."""
         if not columns or not all(isinstance(c, str) for c in columns):
             raise InvalidArgumentError("columns", columns, "one or more column names")
         if len(set(columns)) != len(columns) or self._unit in columns:
@@ -208,14 +209,17 @@ class Table:
                                        "the whole table)")
         if private and delta is None:
             raise InvalidArgumentError("delta", None, "set: keys selected privately cost δ")
-        share = epsilon / 2 if private else epsilon
-        statistic = Statistic(kind, share, *args)
+        statistic = Statistic(kind, epsilon, *args)
         merged = {name: bounds.get(name, self._policy.get(name)) for name in BOUND_NAMES}
         distinct = kind == "count_distinct_units"
         c = distinct_contribution(merged, bool(spec.groups)) if distinct else \
             contribution(merged, grouped=bool(spec.groups))
-        selection = PartitionSelection(share, delta=delta, max_groups_per_unit=c.groups) \
-            if private else None
+        # Private keys: the thresholded noisy count itself, all of ε (one step: no ε/2 to select
+        # and ε/2 to count; selecting on units and counting rows is two queries, docs/privacy-
+        # units.md), at the count's own Δ₁; a lone key's count is at most L∞ (C), 1 for units.
+        selection = PartitionSelection(epsilon, delta=delta, max_groups_per_unit=c.groups,
+                                       max_rows_per_group=c.per_group,
+                                       max_rows_per_unit=c.total) if private else None
         frames.check_columns(self._frame, self._unit, spec.groups, statistic.value)
         if spec.keys is not None:
             frames.check_keys(self._frame, spec.groups, spec.keys)
@@ -243,14 +247,15 @@ class TableQuery:
 
     def mechanisms(self) -> list[Any]:
         """The mechanisms the release debits (their costs add up to the query's)."""
-        own = self.statistic.mechanisms(self.contribution)
-        return own if self._selection is None else [self._selection, *own]
+        if self._selection is not None:
+            return [self._selection]
+        return self.statistic.mechanisms(self.contribution)
 
     def accuracy(self) -> dict[str, Any]:
         """The noise scale and 95 % interval half-width of each part, before releasing; nothing
-        is charged. With private keys, also the selection's threshold (a key with n distinct
-        units is kept when n plus discrete Laplace noise of scale L0/ε clears it: the
-        ``PartitionSelection`` in ``mechanisms()``)."""
+        is charged. With private keys, also the selection's threshold (a key's count is
+        released when it plus the same noise clears it: the ``PartitionSelection`` of
+        ``mechanisms()``, whose noise is the count's, Δ₁/ε)."""
         out = self.statistic.accuracy(self.contribution)
         if self._selection is not None:
             out["selection"] = {"threshold": self._selection.threshold}
@@ -312,7 +317,7 @@ class TableQuery:
                 found[bounding.ROWS].astype(np.float64)).astype(np.int64)
             return [counts]
         args = (keyed, unit, groups, c, value, stat.lower, stat.upper, stat.centre)
-        distinct = self._selection is not None or bounding.UNITS in stat.columns()
+        distinct = bounding.UNITS in stat.columns()
         found = frames.collect(bounding.per_group(*args, units=distinct), read)
         aggs = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
         if not spec.groups:
@@ -335,20 +340,15 @@ class TableQuery:
             state["keys"] = spec.keys
             return stat.values(aligned, scalar=False)
         state["keys"] = present
-        units = np.rint(found[bounding.UNITS].astype(np.float64)).astype(np.int64)
-        values = stat.values(found, scalar=False) if present else \
-            [np.zeros(1, dtype=np.int64)]  # (nothing to draw on: a placeholder, never released)
-        return [units, *values]
+        return stat.values(found, scalar=False)  # (the selection's counts; empty: none present)
 
     def _answer(self, noisy: list[Any], state: dict[str, Any]) -> Any:
         stat, keys = self.statistic, state.get("keys")
-        mask = None
-        if self._selection is not None:
-            mask, noisy = noisy[0], noisy[1:]
         answer = stat.answer(noisy)
         if keys is None:
             return _plain(answer)
-        kept = range(len(keys)) if mask is None else np.flatnonzero(mask)
+        # A released count clears the threshold (>= 2); 0 marks a key not released.
+        kept = range(len(keys)) if self._selection is None else np.flatnonzero(noisy[0])
         if isinstance(answer, dict):
             return {keys[i]: {n: _plain(np.asarray(v)[i]) for n, v in answer.items()}
                     for i in kept}

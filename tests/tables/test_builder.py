@@ -65,8 +65,9 @@ def _true(query: TableQuery, keys: tuple[np.ndarray, ...]) -> tuple[list[Any], d
 
 def _loss(mechanism: Any, a: Any, b: Any) -> float:
     """The exact worst-case privacy loss between the mechanism's output laws on a and b."""
-    if isinstance(mechanism, (DiscreteLaplace, Laplace)):
-        # Laplace (discrete or on a fine grid): ln P(a + Z = y)/P(b + Z = y) <= |a − b|₁·rate.
+    if isinstance(mechanism, (DiscreteLaplace, Laplace, PartitionSelection)):
+        # Laplace (discrete or on a fine grid): ln P(a + Z = y)/P(b + Z = y) <= |a − b|₁·rate
+        # (a threshold on the noisy counts of shared keys is a post-processing of them).
         l1 = float(np.abs(np.asarray(a, dtype=float) - np.asarray(b, dtype=float)).sum())
         return l1 * mechanism.epsilon / mechanism.sensitivity
     assert isinstance(mechanism, BinnedQuantile)
@@ -125,26 +126,95 @@ def test_row_level_pricing_leaks_more_than_epsilon_per_person(name: str,
     assert sum(_loss(m, x, y) for m, x, y in zip(priced, a, b)) > 1.0
 
 
-def test_q5_a_key_only_one_person_creates_is_released_with_probability_at_most_delta() -> None:
-    """The removed person's own keys (absent without them) appear with probability <= δ in all;
-    the keys both tables share are priced by the selection's and the counts' ε."""
+def _q5_neighbours(full: pd.DataFrame, person: Any, keys: tuple[np.ndarray, ...]
+                   ) -> tuple[TableQuery, dict[Any, int], dict[Any, int]]:
+    """Q5's true counts per present key with and without all rows of ``person`` (coupled keys)."""
+    query = _queries(full)["Q5"]
+    a, state_a = _true(query, keys)
+    keep = (full[PERSON] != person).to_numpy()
+    b, state_b = _true(_queries(full[keep].reset_index(drop=True))["Q5"],
+                       tuple(k[keep] for k in keys))
+    return query, dict(zip(state_a["keys"], a[0].tolist())), \
+        dict(zip(state_b["keys"], b[0].tolist()))
+
+
+def _q5_person_loss(query: TableQuery, with_: dict[Any, int], without_: dict[Any, int]
+                    ) -> tuple[float, float]:
+    """The exact privacy loss on the shared keys, and the probability that a key only the
+    removed person creates is released (summed over those keys: a union bound)."""
+    [selection] = query.mechanisms()
+    shared = sorted(without_)
+    loss = _loss(selection, [with_[k] for k in shared], [without_[k] for k in shared])
+    lone = sum(release_probability(selection, c) for k, c in with_.items() if k not in without_)
+    return loss, lone
+
+
+def test_q5_is_one_step_private_per_person() -> None:
+    """Q5, count per day × region with private keys, is ONE mechanism at all of ε (noise scale
+    Δ₁/ε = 20, not 40: no ε/2 to select, ε/2 to count). Removing all rows of a person (the
+    heaviest, and others): on the keys both tables share the exact loss is <= ε; the keys only
+    they create (each at most C = 20 rows) are released with probability <= δ in all."""
     full = events_frame(persons=300, seed=3)
     rng = np.random.default_rng(2)
-    keys = (rng.random(len(full)),)
+    persons = [*full[PERSON].value_counts().index[:3], *full[PERSON].unique()[:12]]
     query = _queries(full)["Q5"]
-    selection, counts = query.mechanisms()
-    for person in full[PERSON].unique()[:20]:
-        a, state_a = _true(query, keys)
-        keep = (full[PERSON] != person).to_numpy()
-        b, state_b = _true(_queries(full[keep].reset_index(drop=True))["Q5"],
-                           tuple(k[keep] for k in keys))
-        only = [i for i, k in enumerate(state_a["keys"]) if k not in set(state_b["keys"])]
-        assert all(a[0][i] == 1 for i in only)  # a key only they create has one unit
-        assert sum(release_probability(selection, 1) for _ in only) <= selection.delta
-        shared = [state_a["keys"].index(k) for k in state_b["keys"]]
-        loss = _loss(DiscreteLaplace(selection.epsilon, sensitivity=selection.max_groups_per_unit),
-                     a[0][shared], b[0]) + _loss(counts, a[1][shared], b[1])
-        assert loss <= 1.0 + 1e-9
+    [selection] = query.mechanisms()
+    assert selection.cost == dp.Budget(1.0, 1e-6)
+    assert query.accuracy()["rows"]["scale"] == pytest.approx(20.0) == selection.scale
+    lone_seen = 0
+    for trial in range(2):
+        keys = (rng.random(len(full)),)
+        for person in persons:
+            query, with_, without_ = _q5_neighbours(full, person, keys)
+            assert set(without_) <= set(with_)
+            only = [c for k, c in with_.items() if k not in without_]
+            assert all(1 <= c <= 20 for c in only) and len(only) <= 20
+            lone_seen += len(only)
+            loss, lone = _q5_person_loss(query, with_, without_)
+            assert loss <= 1.0 + 1e-9 and lone <= selection.delta, (person, trial)
+    assert lone_seen > 0  # (the δ bound was exercised, not vacuous)
+
+
+def test_q5_priced_per_row_leaks_more_than_epsilon_and_delta_per_person(
+        monkeypatch: Any) -> None:
+    """Negative control: Q5 unbounded and priced per row (Δ₁ = 1, a lone key counted as 1 row,
+    as a row-level threshold would be): the heaviest person moves the shared counts by more
+    than 1 (loss > ε), and keys only they create hold more than one row (released with more
+    than δ)."""
+    from dpbudget.accountant.tables import sensitivities
+    row = sensitivities.Contribution(1, 1, 1, False)
+    monkeypatch.setattr("dpbudget.accountant.tables.builder.contribution",
+                        lambda bounds, grouped: row)
+    full = events_frame(persons=300, seed=3)
+    person = full[PERSON].value_counts().index[0]
+    keys = (np.random.default_rng(1).random(len(full)),)
+    big = sensitivities.Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+    with_, without_ = ({}, {})
+    for frame, out in ((full, with_), (full[full[PERSON] != person].reset_index(drop=True),
+                                       without_)):
+        query = _queries(frame)["Q5"]
+        query.contribution = big  # compute without bounding, priced as above (Δ₁ = 1)
+        keep = keys if frame is full else tuple(k[(full[PERSON] != person).to_numpy()]
+                                                for k in keys)
+        values, state = _true(query, keep)
+        out.update(zip(state["keys"], values[0].tolist()))
+    loss, lone = _q5_person_loss(_queries(full)["Q5"], with_, without_)
+    assert loss > 1.0 and lone > 1e-6  # (18 ε, and 3.9e-6: a lone key of several rows)
+
+
+def test_q5_refused_draws_and_debits_nothing(monkeypatch: Any) -> None:
+    """A Q5 whose δ does not fit the limit is refused: nothing computed, no noise drawn, the
+    ledger untouched."""
+    acc = dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(5.0, 1e-7),
+                                                          privacy_unit=PERSON)}, rng=0)
+    before = snapshot(acc.ledger)
+    query = _queries(events_frame(persons=50, seed=3), acc)["Q5"]
+    monkeypatch.setattr(type(query), "_compute", lambda *a: pytest.fail("computed"))
+    monkeypatch.setattr("dpbudget.mechanisms.partition_selection.discrete_laplace_array",
+                        lambda *a: pytest.fail("drew noise"))
+    with pytest.raises(BudgetExceededError):
+        query.release()
+    assert snapshot(acc.ledger) == before
 
 
 def test_the_five_queries_release_and_charge_epsilon_each() -> None:
@@ -411,8 +481,8 @@ def test_f8_a_distinct_count_is_priced_at_l0_and_at_1_over_the_whole_table() -> 
     assert whole.bounds == {"max_groups_per_unit": 1}  # (one group: the table)
     grouped = t.group_by("g").count_distinct_units(epsilon=1.0, delta=1e-6,
                                                    max_groups_per_unit=3)
-    selection, counts = grouped.mechanisms()
-    assert selection.max_groups_per_unit == 3 and counts.sensitivity == 3
+    [selection] = grouped.mechanisms()  # (one step: the thresholded noisy distinct count)
+    assert selection.max_groups_per_unit == 3 and selection.sensitivity == 3
     old = PartitionSelection(0.5, delta=1e-6, max_groups_per_unit=20).threshold
     assert selection.threshold < old and grouped.bounds == {"max_groups_per_unit": 3}
     assert math.isclose(whole.release(), 2, abs_tol=30)
