@@ -17,6 +17,10 @@ under the write lock each debit checks that the database file and its ``-wal`` a
 are the ones this ledger opened (two ``stat`` calls more than one); one deleted or replaced is
 refused, nothing written.
 
+A damaged ``-wal`` (one flipped byte) would make SQLite's recovery drop every commit after the
+damage, silently: a ledger is not opened on such a ``-wal`` (``dpbudget.accountant.ledger.wal``),
+before SQLite touches the files, so nothing is read, written or checkpointed.
+
 Processes (one rule): a ledger belongs to the process that opened it, and a process forked from
 one that ever opened an SQLite ledger is refused every SQLite ledger, carried or opened anew.
 SQLite keeps its locks, and its bookkeeping of them, per process, and ``fork`` copies that
@@ -36,8 +40,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
+from dpbudget.accountant.values.errors import (
+    LedgerCorruptedError, LedgerError, LedgerUnconfirmedError)
 from dpbudget.accountant.ledger.sql import SqlLedger
+from dpbudget.accountant.ledger.wal import dropped_commits
 
 __all__ = ["SqliteLedger"]
 
@@ -112,6 +118,15 @@ class SqliteLedger(SqlLedger):
                 "process and one still using the deleted one write at once. Nothing was read or "
                 "written. Stop every process using the ledger, then open it once with the "
                 "sqlite3 shell (which rebuilds the -shm from the -wal), and audit it")
+        dropped = dropped_commits(f"{self.path}-wal")
+        if dropped:
+            raise LedgerCorruptedError(
+                f"SQLite ledger {str(self.path)!r}: its -wal file is damaged, and SQLite would "
+                f"drop committed transactions written after the damage (at least {dropped} (records "
+                "whose answers may have been released)). Nothing was read or written. Copy the "
+                "ledger's files aside as evidence; to accept the loss, run the sqlite3 shell's "
+                "'PRAGMA wal_checkpoint(TRUNCATE)' on it, then audit it with --expect-head "
+                "(docs/threat-model.md)")
         self._target: Path | str = self.path  # what SQLite opens: the file, or a read-only URI
         try:
             self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
