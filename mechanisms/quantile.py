@@ -149,6 +149,15 @@ class BinnedQuantile(Quantile):
     j ∈ [0, m] and q·n by q·m, so |Δu| ≤ m·max(q, 1 − q) ≤ C, and the selection is drawn with
     P[c] ∝ exp(ε·u(x, c)/(2C)) (McSherry–Talwar 2007 with Δu = C). C = 1 is ``Quantile``.
 
+    Grouped: a matrix of counts, one row per public group, draws one candidate per row, all at
+    that same rate, and is (ε, 0)-DP per unit as a whole: removing a unit takes m_g rows from
+    group g with Σ m_g ≤ C, so row g's utilities move by at most m_g and its law by a factor of
+    at most exp(ε·m_g/C) (numerator and normaliser, each e^{ε·m_g/(2C)}); the rows are drawn
+    independently, so the joint law moves by at most exp(ε·Σ m_g/C) ≤ e^ε. With C = L0·L∞ (a
+    unit in at most L0 groups, at most L∞ rows in each) each group's draw is the (ε/L0)-DP
+    quantile at utility sensitivity L∞: ε split over the L0 groups a unit can reach, the
+    per-partition budget of PipelineDP's ``max_partitions_contributed`` (Wilson et al. 2020, §3).
+
     Args:
         epsilon, q, lower, upper, candidates, bins: as for ``Quantile``.
         rows_per_unit: C, the most rows one unit has after bounding (a positive int).
@@ -168,20 +177,28 @@ class BinnedQuantile(Quantile):
         return {**super().params(), "rows_per_unit": self.rows_per_unit}
 
     def prepare(self, value: Any) -> np.ndarray:
-        """The cumulative counts k_c (an ``int64`` array), from the count in each candidate's bin.
+        """The cumulative counts k_c (an ``int64`` array), from the count in each candidate's bin
+        (a matrix: per row, one row per group).
 
         Raises:
-            InvalidDataTypeError: not a one-dimensional array of integers, one per candidate.
+            InvalidDataTypeError: not an array of integers, one per candidate (per row).
             InvalidDataError: a negative count.
         """
         arr = np.asarray(value)
-        if arr.shape != (len(self.candidates),) or arr.dtype == bool or \
-                not np.issubdtype(arr.dtype, np.integer):
+        if arr.ndim not in (1, 2) or arr.shape[-1:] != (len(self.candidates),) or \
+                arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
             raise InvalidDataTypeError("value", value, f"{len(self.candidates)} integer counts "
-                                       "(one per candidate's bin)")
+                                       "(one per candidate's bin; a row of them per group)")
         if arr.size and int(arr.min()) < 0:
             raise InvalidDataError("value", value, "counts of at least 0")
-        return np.cumsum(arr.astype(np.int64))
+        return np.cumsum(arr.astype(np.int64), axis=-1)
+
+    def draw(self, value: np.ndarray, sampler: Sampler) -> Any:
+        """One candidate, or for a matrix an array of one per row (drawn independently)."""
+        if value.ndim == 2:
+            return np.array([super(BinnedQuantile, self).draw(row, sampler) for row in value],
+                            dtype=np.float64)
+        return super().draw(value, sampler)
 
     def scores(self, ordered: np.ndarray) -> list[int]:
         """|k_c·D − Q·n| for each candidate, from the cumulative counts ``prepare`` returns (n:

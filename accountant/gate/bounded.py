@@ -65,7 +65,11 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
         compute: called once, after the debit has committed, with a ``numpy.random.Generator``
             seeded from the accountant's source of noise (a fresh seed per call; reproducible
             under a seeded accountant): returns one true value per mechanism, in order (a list,
-            or a numpy array whose rows are the values).
+            or a numpy array whose rows are the values). A value may be a function of the
+            noisy answers drawn before it (a tuple), called once they are: a later item chosen
+            by the earlier ones' output — the sums on the keys a selection released — which
+            adaptive composition prices at the same sum of costs; it returns the value, or
+            None for nothing to draw (that answer is None).
         unit: the unit and bounds the sensitivities are per.
         label, where: as for ``Gate.release_many``.
 
@@ -147,7 +151,7 @@ def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generato
                 not isinstance(values, Iterable) or len(values) != len(items):
             raise InvalidDataError("compute", values, f"a sized iterable of {len(items)} "
                                    "values (one per mechanism)", f"; {stands}")
-        prepared = [m.prepare(v) for m, v in zip(items, values)]
+        prepared = [v if callable(v) else m.prepare(v) for m, v in zip(items, values)]
     except PrivacyError as error:
         error.add_note(stands)
         raise
@@ -157,7 +161,20 @@ def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generato
                                     f"{stands}")
     if replaced is not None:  # (raised here, not in the handler: no ``__context__``)
         raise replaced from None
-    return [m.draw(v, sampler) for m, v in zip(items, prepared)]
+    answers: list[Any] = []
+    for m, v in zip(items, prepared):
+        if callable(v):  # (chosen by the answers before it: ``release_bounded``)
+            v = v(tuple(answers))
+            if v is None:
+                answers.append(None)
+                continue
+            try:
+                v = m.prepare(v)
+            except PrivacyError as error:  # (earlier items drew; nothing is returned)
+                error.add_note(stands.replace("drawn", "released"))
+                raise
+        answers.append(m.draw(v, sampler))
+    return answers
 
 
 def _checked_unit(unit: Any) -> UnitBounds:

@@ -10,6 +10,7 @@ on each of count, centred sum and centred sum of squares.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from dpbudget.mechanisms.discrete import DiscreteLaplace
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.quantile import BinnedQuantile
 
-__all__ = ["KINDS", "Statistic"]
+__all__ = ["KINDS", "Statistic", "plain", "present_keys", "released"]
 
 KINDS = ("count", "sum", "mean", "variance", "count_distinct_units", "quantile")
 _Z95 = math.log(20.0)  # P(|Laplace(b)| > b·ln 20) = 5 %
@@ -121,6 +122,23 @@ class Statistic:
                            0.0, half * half)
         return {"variance": variance, "mean": mean, "count": used}
 
+    def per_key(self, noisy: list[Any], keys: Sequence[Any], selected: bool) -> dict[Any, Any]:
+        """``{key: answer}``. ``selected``: ``noisy[0]`` is a ``PartitionSelection``'s output
+        per present key (a count that cleared its threshold, >= 2; 0: not released), then come
+        the statistic's values of the released keys only, in order (``released``) — none for
+        a count, whose answer is the selection's own."""
+        kept = [int(i) for i in np.flatnonzero(noisy[0])] if selected else range(len(keys))
+        at = [(i, i) for i in kept]
+        if selected and len(noisy) > 1:
+            if not len(kept):
+                return {}
+            at, noisy = list(enumerate(kept)), noisy[1:]
+        answer = self.answer(noisy)
+        if isinstance(answer, dict):
+            return {keys[i]: {n: plain(np.asarray(v)[j]) for n, v in answer.items()}
+                    for j, i in at}
+        return {keys[i]: plain(np.asarray(answer)[j]) for j, i in at}
+
     def accuracy(self, c: Contribution) -> dict[str, Any]:
         """The noise of each part before any release: its scale and the half-width of a 95 %
         interval (for a quantile, the rank error that holds with 95 %), without charging."""
@@ -137,3 +155,24 @@ class Statistic:
             scale = float(getattr(mechanism, "scale"))
             out[name] = {"scale": scale, "interval95": scale * _Z95}
         return out
+
+
+def present_keys(found: dict[str, Any], groups: Sequence[str]) -> list[Any]:
+    """The keys of the aggregate rows, in their order (a value per key, a tuple for several)."""
+    keys = list(zip(*(found[g].tolist() for g in groups)))
+    return [k[0] for k in keys] if len(groups) == 1 else keys
+
+
+def released(values: np.ndarray, answers: tuple[Any, ...]) -> np.ndarray | None:
+    """``values`` of the keys a selection (the first of ``answers``) released, in order; None
+    when it released none (nothing to draw: ``release_bounded``). Drawn on |S| entries, a
+    length the selection's output fixes — not on every present key (docs/theory.md §4f)."""
+    kept = np.flatnonzero(answers[0])
+    return values[kept] if kept.size else None
+
+
+def plain(x: Any) -> Any:
+    """A numpy number as a Python one (dicts of them too)."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    return x.item() if isinstance(x, np.generic) else x

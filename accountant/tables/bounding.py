@@ -127,15 +127,16 @@ def per_group(keyed: Any, unit: str, groups: Sequence[str], c: Contribution,
 
 
 def bin_counts(keyed: Any, unit: str, c: Contribution, value: str, lower: float, upper: float,
-               bins: int) -> Any:
-    """The kept rows per candidate bin of a quantile (``BinnedQuantile``): bin j holds the values
+               bins: int, groups: Sequence[str] = ()) -> Any:
+    """The kept rows per candidate bin of a quantile (``BinnedQuantile``), per group with
+    ``groups`` (each unit bounded to L0 groups of L∞ rows, or C rows): bin j holds the values
     in (c_{j−1}, c_j] of the evenly spaced candidates c_j = lower + j·(upper − lower)/bins (bin 0:
     at most lower), after clamping. A value within a rounding of a candidate may fall in the
     next bin: each row's bin is a function of its value alone, which is all the sensitivity
     needs."""
     import narwhals as nw
-    rows = kept_rows(keyed, unit, [], c)
+    rows = kept_rows(keyed, unit, groups, c)
     step = upper / bins - lower / bins
     x = nw.col(value).cast(nw.Float64()).clip(lower, upper)
     j = ((x - lower) / step).ceil().clip(0, bins).cast(nw.Int64()).alias(BIN)
-    return rows.select(j).group_by(BIN).agg(nw.len().alias(ROWS))
+    return rows.select(*groups, j).group_by(*groups, BIN).agg(nw.len().alias(ROWS))

@@ -31,7 +31,7 @@ import numpy as np
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.accountant.tables import bounding, frames
-from dpbudget.accountant.tables.aggregates import Statistic
+from dpbudget.accountant.tables.aggregates import Statistic, plain, present_keys, released
 from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution, contribution,
                                                        distinct_contribution)
 from dpbudget.accountant.values import _validate
@@ -119,9 +119,11 @@ class Table:
     def group_by(self, *columns: str, keys: Any = None) -> "Table":
         """Group by ``columns``. ``keys``: the public keys to release (a value per key, a tuple
         per key for several columns); a key absent from the data gets a noisy 0, and rows with
-        other keys are dropped before bounding. Without ``keys`` the keys are selected privately,
-        in one step with the counts (``PartitionSelection``: a key's noisy count is released if
-        it clears a threshold; counts only, and the query needs ``delta``)."""
+        other keys are dropped before bounding. Without ``keys`` the keys are selected privately
+        (the query needs ``delta``): a count in one step (``PartitionSelection``: a key's noisy
+        count is released if it clears a threshold); a sum, mean or variance spends
+        ``selection_share`` of ε (default 1/2) on that thresholded count of rows, then the rest
+        on the statistic of the released keys only; a quantile needs ``keys``."""
         if not columns or not all(isinstance(c, str) for c in columns):
             raise InvalidArgumentError("columns", columns, "one or more column names")
         if len(set(columns)) != len(columns) or self._unit in columns:
@@ -155,28 +157,37 @@ class Table:
         return self._query("count_distinct_units", epsilon, budget, delta, bounds)
 
     def sum(self, column: str, *, lower: float, upper: float, epsilon: float | None = None,
-            budget: Budget | None = None, **bounds: Any) -> "TableQuery":
-        """The sum of ``column`` clamped into [lower, upper], Δ₁ = L0·L∞·max(|l|, |u|)."""
-        return self._query("sum", epsilon, budget, None, bounds, column, lower, upper)
+            budget: Budget | None = None, delta: float | None = None,
+            selection_share: float | None = None, **bounds: Any) -> "TableQuery":
+        """The sum of ``column`` clamped into [lower, upper], Δ₁ = L0·L∞·max(|l|, |u|).
+        ``delta`` and ``selection_share``: for keys selected privately (``group_by``)."""
+        return self._query("sum", epsilon, budget, delta, bounds, column, lower, upper,
+                           share=selection_share)
 
     def mean(self, column: str, *, lower: float, upper: float, epsilon: float | None = None,
-             budget: Budget | None = None, **bounds: Any) -> "TableQuery":
+             budget: Budget | None = None, delta: float | None = None,
+             selection_share: float | None = None, **bounds: Any) -> "TableQuery":
         """The mean of ``column`` clamped into [lower, upper]: a noisy centred sum over a noisy
-        count, ε/2 each (answer: ``mean``, ``count``, ``sum``)."""
-        return self._query("mean", epsilon, budget, None, bounds, column, lower, upper)
+        count, ε/2 each (answer: ``mean``, ``count``, ``sum``; private keys: as ``sum``)."""
+        return self._query("mean", epsilon, budget, delta, bounds, column, lower, upper,
+                           share=selection_share)
 
     def variance(self, column: str, *, lower: float, upper: float,
                  epsilon: float | None = None, budget: Budget | None = None,
+                 delta: float | None = None, selection_share: float | None = None,
                  **bounds: Any) -> "TableQuery":
         """The variance of ``column`` clamped into [lower, upper], from a noisy count, centred
-        sum and centred sum of squares, ε/3 each (answer: ``variance``, ``mean``, ``count``)."""
-        return self._query("variance", epsilon, budget, None, bounds, column, lower, upper)
+        sum and centred sum of squares, ε/3 each (answer: ``variance``, ``mean``, ``count``;
+        private keys: as ``sum``)."""
+        return self._query("variance", epsilon, budget, delta, bounds, column, lower, upper,
+                           share=selection_share)
 
     def quantile(self, column: str, q: float, *, lower: float, upper: float, bins: int = 1000,
                  epsilon: float | None = None, budget: Budget | None = None,
                  **bounds: Any) -> "TableQuery":
         """The q-quantile of ``column`` over ``bins + 1`` candidates evenly spaced on [lower,
-        upper] (``BinnedQuantile``, utility sensitivity C), over the whole table."""
+        upper] (``BinnedQuantile``, utility sensitivity C; grouped by public keys, one per key,
+        all of them ε per unit: a unit's C rows in all groups bound them together)."""
         return self._query("quantile", epsilon, budget, None, bounds, column, lower, upper, q,
                            bins)
 
@@ -188,7 +199,7 @@ class Table:
                              budget=budget, **bounds)
 
     def _query(self, kind: str, epsilon: Any, budget: Any, delta: Any, bounds: dict[str, Any],
-               *args: Any) -> "TableQuery":
+               *args: Any, share: Any = None) -> "TableQuery":
         unknown = sorted(set(bounds) - set(BOUND_NAMES))
         if unknown:
             raise InvalidArgumentError("bounds", unknown[0], f"one of {', '.join(BOUND_NAMES)}")
@@ -201,23 +212,33 @@ class Table:
             raise InvalidArgumentError("epsilon", None, "set (or budget=)")
         spec = self._spec
         private = bool(spec.groups) and spec.keys is None
-        if private and kind not in ("count", "count_distinct_units"):
+        if private and kind == "quantile":
             raise InvalidArgumentError("keys", None, "given in group_by(..., keys=[...]) for "
-                                       f"a {kind}: keys are selected privately for counts only")
-        if kind == "quantile" and spec.groups:
-            raise InvalidArgumentError("group_by", spec.groups, "not set for a quantile (over "
-                                       "the whole table)")
+                                       "a quantile: its keys are not selected privately")
         if private and delta is None:
             raise InvalidArgumentError("delta", None, "set: keys selected privately cost δ")
-        statistic = Statistic(kind, epsilon, *args)
+        # A sum, mean or variance on private keys: ε·share selects (a thresholded count of
+        # rows), the rest prices the statistic of the released keys (docs/theory.md §4f).
+        split = private and kind in ("sum", "mean", "variance")
+        if share is not None and not split:
+            raise InvalidArgumentError("selection_share", share, "left out: it splits ε only "
+                                       "for a sum, mean or variance on keys selected privately")
+        epsilon = _validate.positive("epsilon", epsilon)
+        share = _validate.positive("selection_share", 0.5 if share is None else share)
+        if not share < 1.0:
+            raise InvalidArgumentError("selection_share", share, "a number in (0, 1)")
+        select = epsilon * share if split else epsilon
+        rest = epsilon - select if split else epsilon
+        statistic = Statistic(kind, rest, *args)
         merged = {name: bounds.get(name, self._policy.get(name)) for name in BOUND_NAMES}
         distinct = kind == "count_distinct_units"
         c = distinct_contribution(merged, bool(spec.groups)) if distinct else \
             contribution(merged, grouped=bool(spec.groups))
-        # Private keys: the thresholded noisy count itself, all of ε (one step: no ε/2 to select
-        # and ε/2 to count; selecting on units and counting rows is two queries, docs/privacy-
-        # units.md), at the count's own Δ₁; a lone key's count is at most L∞ (C), 1 for units.
-        selection = PartitionSelection(epsilon, delta=delta, max_groups_per_unit=c.groups,
+        # Private keys: the thresholded noisy count (for a count itself, all of ε: one step, no
+        # ε/2 to select and ε/2 to count; selecting on units and counting rows is two queries,
+        # docs/privacy-units.md), at the count's own Δ₁; a lone key's count is at most L∞ (C),
+        # 1 for units.
+        selection = PartitionSelection(select, delta=delta, max_groups_per_unit=c.groups,
                                        max_rows_per_group=c.per_group,
                                        max_rows_per_unit=c.total) if private else None
         frames.check_columns(self._frame, self._unit, spec.groups, statistic.value)
@@ -247,9 +268,11 @@ class TableQuery:
 
     def mechanisms(self) -> list[Any]:
         """The mechanisms the release debits (their costs add up to the query's)."""
-        if self._selection is not None:
+        if self._selection is not None and self.statistic.kind in ("count",
+                                                                   "count_distinct_units"):
             return [self._selection]
-        return self.statistic.mechanisms(self.contribution)
+        priced = self.statistic.mechanisms(self.contribution)
+        return priced if self._selection is None else [self._selection, *priced]
 
     def accuracy(self) -> dict[str, Any]:
         """The noise scale and 95 % interval half-width of each part, before releasing; nothing
@@ -258,7 +281,8 @@ class TableQuery:
         ``mechanisms()``, whose noise is the count's, Δ₁/ε)."""
         out = self.statistic.accuracy(self.contribution)
         if self._selection is not None:
-            out["selection"] = {"threshold": self._selection.threshold}
+            out["selection"] = {"threshold": self._selection.threshold,
+                                "scale": self._selection.scale}
         return out
 
     def release(self, *, label: str | None = None) -> Any:
@@ -309,13 +333,16 @@ class TableQuery:
         read, names = state.pop("read"), state.pop("names")
         unit, groups = names[t._unit], [names[g] for g in spec.groups]
         value = None if stat.value is None else names[stat.value]
-        if stat.kind == "quantile":
-            found = frames.collect(bounding.bin_counts(keyed, unit, c, str(value),
-                                                       stat.lower, stat.upper, stat.bins), read)
-            counts = np.zeros(stat.bins + 1, dtype=np.int64)
-            counts[found[bounding.BIN].astype(np.int64)] = np.rint(
+        if stat.kind == "quantile":  # (public keys, if grouped: a row of bin counts per key)
+            found = frames.collect(bounding.bin_counts(keyed, unit, c, str(value), stat.lower,
+                                                       stat.upper, stat.bins, groups), read)
+            index = {k: i for i, k in enumerate(spec.keys or [None])}
+            at = [index[k] for k in present_keys(found, groups)] if groups else 0
+            counts = np.zeros((len(index), stat.bins + 1), dtype=np.int64)
+            counts[at, found[bounding.BIN].astype(np.int64)] = np.rint(
                 found[bounding.ROWS].astype(np.float64)).astype(np.int64)
-            return [counts]
+            state["keys"] = spec.keys
+            return [counts if groups else counts[0]]
         args = (keyed, unit, groups, c, value, stat.lower, stat.upper, stat.centre)
         distinct = bounding.UNITS in stat.columns()
         found = frames.collect(bounding.per_group(*args, units=distinct), read)
@@ -323,8 +350,7 @@ class TableQuery:
         if not spec.groups:
             return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))
                                 for n in aggs if n in found}, scalar=True)
-        present = list(zip(*(found[g].tolist() for g in groups)))
-        present = [k[0] for k in present] if len(spec.groups) == 1 else present
+        present = present_keys(found, groups)
         order = sorted(range(len(present)), key=present.__getitem__)  # (the engine's order is
         present = [present[i] for i in order]  # its own: sorted, the same seed draws the same)
         found = {n: np.asarray(v)[order] for n, v in found.items()}
@@ -340,19 +366,19 @@ class TableQuery:
             state["keys"] = spec.keys
             return stat.values(aligned, scalar=False)
         state["keys"] = present
-        return stat.values(found, scalar=False)  # (the selection's counts; empty: none present)
+        values = stat.values(found, scalar=False)
+        if len(self.mechanisms()) == 1:
+            return values  # (a count: the selection's counts; empty: none present)
+        # A sum, mean or variance: the selection on the rows, then each value on the keys it
+        # released only — drawn on |S| entries, a length the selection's output fixes.
+        counts = np.rint(np.asarray(found[bounding.ROWS], dtype=np.float64)).astype(np.int64)
+        return [counts, *(functools.partial(released, v) for v in values)]
 
     def _answer(self, noisy: list[Any], state: dict[str, Any]) -> Any:
-        stat, keys = self.statistic, state.get("keys")
-        answer = stat.answer(noisy)
+        keys = state.get("keys")
         if keys is None:
-            return _plain(answer)
-        # A released count clears the threshold (>= 2); 0 marks a key not released.
-        kept = range(len(keys)) if self._selection is None else np.flatnonzero(noisy[0])
-        if isinstance(answer, dict):
-            return {keys[i]: {n: _plain(np.asarray(v)[i]) for n, v in answer.items()}
-                    for i in kept}
-        return {keys[i]: _plain(np.asarray(answer)[i]) for i in kept}
+            return plain(self.statistic.answer(noisy))
+        return self.statistic.per_key(noisy, keys, self._selection is not None)
 
 
 def _among(columns: Sequence[str], keys: Sequence[Any]) -> Any:
@@ -370,10 +396,3 @@ def _among(columns: Sequence[str], keys: Sequence[Any]) -> Any:
     return functools.reduce(operator.or_, ((nw.col(columns[0]) == first) &
                                            _among(columns[1:], tail)
                                            for first, tail in rest.items()))
-
-
-def _plain(x: Any) -> Any:
-    """A numpy number as a Python one (dicts of them too)."""
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x.item() if isinstance(x, np.generic) else x

@@ -322,3 +322,27 @@ def test_empty_or_stream_mechanisms_are_refused() -> None:
     stream = AboveThreshold(epsilon=0.1, threshold=1.0, sensitivity=1.0)
     with pytest.raises(InvalidTypeError):
         release_bounded(acc._gate, [stream], _Compute([1.0]), PER_PERSON, None, ("events", None))
+
+
+def test_a_later_value_may_be_chosen_by_the_answers_drawn_before_it() -> None:
+    """A value given as a function is called with the answers drawn before it (the sums of the
+    keys a selection released: adaptive composition, the batch's one cost); None draws nothing
+    of it. A later value that fails its mechanism's check is refused naming no data, the debit
+    standing and nothing released."""
+    acc = _acc(eps=1.0)
+    seen: list[tuple[Any, ...]] = []
+
+    def later(answers: tuple[Any, ...]) -> float:
+        seen.append(answers)
+        return 7.0
+    first, second = release_bounded(acc._gate, _two(), lambda rng: [100.0, later], PER_PERSON,
+                                    None, ("events", None, None))
+    assert seen == [(first,)] and isinstance(second, float)
+    out = release_bounded(acc._gate, _two(), lambda rng: [100.0, lambda answers: None],
+                          PER_PERSON, None, ("events", None, None))
+    assert out[1] is None and acc.spent("events").epsilon == pytest.approx(1.0)
+    with pytest.raises(InvalidDataError) as err:
+        release_bounded(_acc()._gate, _two(), lambda rng: [1.0, lambda a: float("nan")],
+                        PER_PERSON, None, ("events", None, None))
+    assert "debit stands" in str(err.value.__notes__) and "nothing was released" in \
+        str(err.value.__notes__)

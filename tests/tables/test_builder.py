@@ -5,7 +5,9 @@ rows the two tables share are kept (the coupling), and the output law of the mec
 is priced with is compared exactly on the two true values the query computes. Negative control:
 the same query priced row by row (Δ = 1, as the old helpers) leaks more than ε per person.
 
-Also: one debit per query, refusals that debit nothing, and the same answers from every engine.
+Also: one debit per query, refusals that debit nothing, and the same answers from every engine;
+and the last two shapes: sums, means and variances on keys selected privately, and quantiles
+grouped by public keys, each with the broken pricing re-created as a negative control.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dpbudget.mechanisms import BinnedQuantile, DiscreteLaplace, Laplace, Partit
 
 from tests.mechanisms.test_partition_selection import release_probability
 from tests.support import snapshot
-from tests.tables._tables import GivenKeys, accountant
+from tests.tables._tables import GivenKeys, accountant, small_table, without
 
 PERSON = "person_id"
 B = {"max_rows_per_unit": 20}
@@ -259,7 +261,15 @@ def test_accuracy_reports_the_noise_before_spending_anything() -> None:
     (lambda t: t.sum("amount", lower=0, upper=None, epsilon=1.0, **B), InvalidArgumentError,
      "upper"),
     (lambda t: t.group_by("region").sum("amount", lower=0, upper=9, epsilon=1.0, **B),
+     InvalidArgumentError, "delta"),
+    (lambda t: t.group_by("region").median("amount", lower=0, upper=9, epsilon=1.0, **B),
      InvalidArgumentError, "keys"),
+    (lambda t: t.group_by("region").mean("amount", lower=0, upper=9, epsilon=1.0, delta=1e-6,
+                                         selection_share=1.0, **B),
+     InvalidArgumentError, "selection_share"),
+    (lambda t: t.group_by("region", keys=REGIONS).sum("amount", lower=0, upper=9, epsilon=1.0,
+                                                      selection_share=0.5, **B),
+     InvalidArgumentError, "selection_share"),
     (lambda t: t.group_by("region").count(epsilon=1.0, **B), InvalidArgumentError, "delta"),
     (lambda t: t.group_by("region", keys=[]), InvalidArgumentError, "keys"),
     (lambda t: t.group_by("region", keys=[3]).count(epsilon=1.0, **B), InvalidTypeError, "keys"),
@@ -656,3 +666,289 @@ def test_r7_a_mean_reports_the_count_it_divided_by_and_a_distinct_count_its_boun
         {"max_rows_per_unit": 4}
     assert grouped.count_distinct_units(epsilon=1.0, max_groups_per_unit=2,
                                         max_rows_per_unit=4).bounds == {"max_groups_per_unit": 2}
+
+
+# -- sums, means and variances on private keys (issue 33, the last two shapes) ------------------
+
+def _mean(frame: Any, acc: Any = None, **kw: Any) -> TableQuery:
+    """Q2 on private keys: mean amount per day × region, keys selected privately."""
+    return table(acc or _acc(), frame, dataset="events").group_by("day", "region").mean(
+        "amount", lower=0, upper=1000, epsilon=1.0, delta=1e-6, **{**B, **kw})
+
+
+def _per_key(query: TableQuery, keys: tuple[np.ndarray, ...]) -> dict[Any, list[float]]:
+    """The true values per present key: the selection's row count, then each later value (the
+    full vectors the selection's output is restricted to after its draw)."""
+    values, state = _true(query, keys)
+    rows, *later = values
+    columns = [rows, *(v.args[0] for v in later)]
+    assert all(isinstance(v, functools.partial) for v in later)  # (drawn after the selection)
+    return {k: [float(c[i]) for c in columns] for i, k in enumerate(state["keys"])}
+
+
+def _selected_loss(query: TableQuery, with_: dict[Any, list[float]],
+                   without_: dict[Any, list[float]]) -> tuple[float, float]:
+    """The exact loss: the selection's on the shared keys, plus each later mechanism's on ANY
+    set S of released keys (bounded by its L1 change over every key of the larger table, a key
+    absent from the smaller one counting 0); and the chance a key of the person alone is
+    released (a union bound)."""
+    selection, *later = query.mechanisms()
+    shared = sorted(without_)
+    loss = _loss(selection, [with_[k][0] for k in shared], [without_[k][0] for k in shared])
+    for j, mechanism in enumerate(later, start=1):
+        keys = sorted(with_)
+        loss += _loss(mechanism, [with_[k][j] for k in keys],
+                      [without_.get(k, [0.0] * (j + 1))[j] for k in keys])
+    lone = sum(release_probability(selection, int(v[0])) for k, v in with_.items()
+               if k not in without_)
+    return loss, lone
+
+
+def test_a_mean_on_private_keys_is_private_per_person() -> None:
+    """Selection at ε/2 (threshold on rows, Δ₁ = C = 20), count and centred sum of the released
+    keys at ε/4 each: removing a person (the heaviest, and others) costs at most ε = 1 on the
+    shared keys and the sums, and releases a key only they create with probability <= δ."""
+    full = events_frame(persons=300, seed=3)
+    persons = [*full[PERSON].value_counts().index[:3], *full[PERSON].unique()[:8]]
+    query = _mean(full)
+    assert [m.cost for m in query.mechanisms()] == [dp.Budget(0.5, 1e-6), dp.Budget(0.25),
+                                                    dp.Budget(0.25)]
+    lone_seen = 0
+    for trial in range(2):
+        keys = (np.random.default_rng(trial).random(len(full)),)
+        with_ = _per_key(_mean(full), keys)
+        for person in persons:
+            less, less_keys = without(full.rename(columns={PERSON: "unit"}), keys, person)
+            without_ = _per_key(_mean(less.rename(columns={"unit": PERSON})), less_keys)
+            assert set(without_) <= set(with_)
+            lone_seen += len(set(with_) - set(without_))
+            loss, lone = _selected_loss(query, with_, without_)
+            assert loss <= 1.0 + 1e-9 and lone <= 1e-6, (person, trial)
+    assert lone_seen > 0  # (the δ bound was exercised)
+
+
+def test_a_mean_on_private_keys_priced_per_row_leaks_more_than_epsilon(monkeypatch: Any) -> None:
+    """Negative control: unbounded and priced per row (Δ₁ = 1 row, a weight per row): the
+    heaviest person moves the counts and sums by far more than the noise covers."""
+    from dpbudget.accountant.tables import sensitivities
+    row = sensitivities.Contribution(1, 1, 1, False)
+    monkeypatch.setattr("dpbudget.accountant.tables.builder.contribution",
+                        lambda bounds, grouped: row)
+    full = events_frame(persons=300, seed=3)
+    person = full[PERSON].value_counts().index[0]
+    keys = (np.random.default_rng(1).random(len(full)),)
+    big = sensitivities.Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+    out = []
+    for frame, k in ((full, keys), without(full.rename(columns={PERSON: "unit"}), keys,
+                                           person)):
+        query = _mean(frame.rename(columns={"unit": PERSON}))
+        query.contribution = big  # compute without bounding, priced as above
+        out.append(_per_key(query, k))
+    loss, lone = _selected_loss(_mean(full), *out)
+    assert loss > 1.0
+
+
+def _grid_table(lone: bool) -> pd.DataFrame:
+    """Keys "a" and "b" with 200 one-row units each (always selected), and, with ``lone``, one
+    more unit alone in "c" (selected with probability <= δ): 3 keys present, or 2."""
+    units = [("a", i) for i in range(200)] + [("b", 200 + i) for i in range(200)]
+    units += [("c", 999)] if lone else []
+    return pd.DataFrame({"unit": [u for _, u in units], "g": [k for k, _ in units],
+                         "x": [3.25] * len(units)})
+
+
+def _sums_on_the_grid(lone: bool, seed: int = 0) -> list[bool]:
+    """Whether each released sum is a multiple of the exact Laplace's grid step for 2 entries
+    (its step for 3 is half that: ``LaplaceGrid.granularity_for``)."""
+    acc = accountant(eps=1000.0, delta=1e-3, rng=seed)
+    query = table(acc, _grid_table(lone), dataset="t").group_by("g").sum(
+        "x", lower=0, upper=10, epsilon=1.0, delta=1e-9, max_rows_per_unit=1)
+    later = query.mechanisms()[1]
+    assert isinstance(later, Laplace) and later.grid is not None
+    step = later.grid.granularity_for(2)
+    assert later.grid.granularity_for(3) == step / 2
+    seen = []
+    for _ in range(20):
+        out = query.release()
+        assert set(out) == {"a", "b"}
+        seen += [float(v) / step == round(float(v) / step) for v in out.values()]
+    return seen
+
+
+def test_the_sums_on_private_keys_are_drawn_on_the_released_keys_only() -> None:
+    """The earlier refusal's worry, resolved: the exact Laplace of a vector is calibrated on
+    its length n (grid step 2^k finer up to n = 64, noise parameter ⌈(Δ₁/g + n)/ε⌉). Drawn on
+    the released keys, n = |S| is the selection's output: with or without a person alone in a
+    third key (not released), every sum lies on the grid of 2 entries."""
+    assert all(_sums_on_the_grid(lone=True)) and all(_sums_on_the_grid(lone=False))
+
+
+def test_sums_drawn_on_every_present_key_reveal_a_lone_person(monkeypatch: Any) -> None:
+    """Negative control (the attack): noise drawn on every PRESENT key, then the unreleased
+    dropped. The released sums then lie on the grid of 3 entries when the lone person is in
+    the table — an odd multiple of its step, which the table without them never gives: an
+    event of probability 0 on one neighbour and about 1 on the other, for no ε at all."""
+    monkeypatch.setattr("dpbudget.accountant.tables.builder.released",
+                        lambda values, answers: values)
+    assert not all(_sums_on_the_grid(lone=True))
+    assert all(_sums_on_the_grid(lone=False))
+
+
+@pytest.mark.parametrize("share", [0.5, 0.1, 0.9])
+def test_the_budget_split_charges_epsilon_with_three_items_recorded(share: float) -> None:
+    """``selection_share`` of ε selects, the rest prices the statistic; the whole charge is ε
+    and fits a limit of exactly ε; the record lists each mechanism, and the audit rebuilds
+    each; ``accuracy`` reports both parts before spending anything."""
+    for eps in (1.0, 0.7):
+        acc = dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(eps, 1e-6),
+                                                              privacy_unit=PERSON)}, rng=0)
+        query = table(acc, events_frame(persons=300, seed=3), dataset="events").group_by(
+            "region").mean("amount", lower=0, upper=1000, epsilon=eps, delta=1e-6,
+                           selection_share=share, **B)
+        selection, count, total = query.mechanisms()
+        assert selection.epsilon == pytest.approx(share * eps)
+        assert count.epsilon == total.epsilon == pytest.approx((1 - share) * eps / 2)
+        accuracy = query.accuracy()
+        assert accuracy["selection"]["scale"] == pytest.approx(20 / (share * eps))
+        assert accuracy["rows"]["scale"] == pytest.approx(20 / ((1 - share) * eps / 2))
+        assert acc.spent("events").epsilon == 0.0
+        out = query.release()
+        assert acc.spent("events").epsilon == pytest.approx(eps, rel=1e-12)
+        assert set(out) <= set(REGIONS) and all(set(v) == {"mean", "count", "sum"}
+                                                for v in out.values())
+        record = json.loads(list(acc.ledger.entries())[-1].text)
+        assert [i["name"] for i in record["mechanism"]["params"]["items"]] == \
+            ["PartitionSelection", "DiscreteLaplace", "Laplace"]
+        assert dp.audit(acc.ledger).problems == []
+
+
+def test_a_private_key_sum_refused_computes_draws_and_debits_nothing(monkeypatch: Any) -> None:
+    acc = dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(5.0, 1e-7),
+                                                          privacy_unit=PERSON)}, rng=0)
+    before = snapshot(acc.ledger)
+    query = _mean(events_frame(persons=50, seed=3), acc)
+    monkeypatch.setattr(type(query), "_compute", lambda *a: pytest.fail("computed"))
+    monkeypatch.setattr("dpbudget.mechanisms.partition_selection.discrete_laplace_array",
+                        lambda *a: pytest.fail("drew noise"))
+    with pytest.raises(BudgetExceededError):
+        query.release()
+    assert snapshot(acc.ledger) == before
+
+
+def test_no_key_released_draws_nothing_more_and_answers_empty(monkeypatch: Any) -> None:
+    """A selection that releases no key: nothing of the variance is drawn (no vector of length
+    0 reaches the Laplace) and the answer is empty; the debit stands (it looked at the data)."""
+    for cls in (Laplace, DiscreteLaplace):
+        monkeypatch.setattr(cls, "draw", lambda *a: pytest.fail("drew on no key"))
+    acc = accountant(eps=10.0, delta=1e-3)
+    frame = pd.DataFrame({"unit": [1, 2, 3], "g": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    out = table(acc, frame, dataset="t").group_by("g").variance(
+        "x", lower=0, upper=10, epsilon=1.0, delta=1e-9, max_rows_per_unit=1).release()
+    assert out == {} and acc.spent("t").epsilon == pytest.approx(1.0)
+    assert acc.spent("t").delta == 1e-9
+
+
+# -- grouped quantiles -------------------------------------------------------------------------
+
+def _median(frame: Any, acc: Any = None, **bounds: Any) -> TableQuery:
+    return table(acc or _acc(), frame, dataset="events").group_by("region", keys=REGIONS).median(
+        "amount", lower=0, upper=1000, bins=200, epsilon=1.0, **bounds)
+
+
+def _joint_loss(m: BinnedQuantile, a: np.ndarray, b: np.ndarray) -> float:
+    """The exact worst-case loss of the grouped draw: the groups are drawn independently, so
+    the sum over groups of each group's largest log-ratio."""
+    return sum(float(np.max(np.abs(np.log(_exponential(m, x)) - np.log(_exponential(m, y)))))
+               for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("bounds", [{"max_groups_per_unit": 3, "max_rows_per_group": 5},
+                                    {"max_rows_per_unit": 20}])
+def test_a_median_per_region_is_private_per_person(bounds: dict[str, int]) -> None:
+    """Median amount per region (public keys), one ``BinnedQuantile`` over the rows of bin
+    counts at utility sensitivity L0·L∞ (or C): removing a person, heaviest first, moves the
+    joint law of the 20 medians by at most ε = 1 for several key draws."""
+    full = events_frame(persons=300, seed=3)
+    persons = [*full[PERSON].value_counts().index[:3], *full[PERSON].unique()[:5]]
+    [m] = _median(full, **bounds).mechanisms()
+    assert m.cost == dp.Budget(1.0)
+    worst = 0.0
+    for trial in range(2):
+        keys = (np.random.default_rng(trial).random(len(full)),)
+        [a], _ = _true(_median(full, **bounds), keys)
+        assert a.shape == (len(REGIONS), 201)
+        for person in persons:
+            keep = (full[PERSON] != person).to_numpy()
+            [b], _ = _true(_median(full[keep].reset_index(drop=True), **bounds),
+                           tuple(k[keep] for k in keys))
+            worst = max(worst, _joint_loss(m, a, b))
+    assert 0.1 < worst <= 1.0 + 1e-9
+
+
+def test_a_median_per_group_priced_per_row_or_as_disjoint_groups_leaks_more_than_epsilon(
+        ) -> None:
+    """Negative controls, on the medians of 3 groups: in each, 12 one-row units at 0, and one
+    person with 5 rows at 10 in all three (L0 = 3, L∞ = 5: nothing is cut). Priced per row
+    (utility sensitivity 1), or as if the groups were disjoint (each at ε with its own L∞ = 5:
+    parallel composition), removing the person moves the joint law of the three medians by
+    more than ε; priced as the query is (ε at L0·L∞ = 15), by at most ε."""
+    others = [(g, 100 * i + u, 0.0) for i, g in enumerate("abc") for u in range(12)]
+    person = [(g, 7, 10.0) for g in "abc" for _ in range(5)]
+    full = pd.DataFrame(others + person, columns=["group", "unit", "x"])
+
+    def query(frame: Any) -> TableQuery:
+        return table(accountant(), frame, dataset="t").group_by("group", keys=list("abc")) \
+            .median("x", lower=0, upper=10, bins=10, epsilon=1.0, max_groups_per_unit=3,
+                    max_rows_per_group=5)
+    keys = (np.random.default_rng(0).random(len(full)),)
+    [a], _ = _true(query(full), keys)
+    less, less_keys = without(full, keys, 7)
+    [b], _ = _true(query(less), less_keys)
+    [priced] = query(full).mechanisms()
+    assert priced.rows_per_unit == 15
+    assert _joint_loss(priced, a, b) <= 1.0
+    for rows in (1, 5):  # per row; disjoint groups
+        wrong = BinnedQuantile(1.0, q=0.5, lower=0, upper=10, bins=10, rows_per_unit=rows)
+        assert _joint_loss(wrong, a, b) > 1.0, rows
+
+
+def test_a_median_per_group_is_private_per_unit_on_small_tables_every_unit_removed() -> None:
+    """Brute force on small tables: every unit removed, many key draws, both bounds."""
+    for seed in range(12):
+        frame = small_table(seed, units=4, max_rows=8, groups=3)
+        rng = np.random.default_rng(seed)
+        for bounds in ({"max_groups_per_unit": 2, "max_rows_per_group": 2},
+                       {"max_rows_per_unit": 3}):
+            def query(f: Any) -> TableQuery:
+                return table(accountant(), f, dataset="t").group_by(
+                    "group", keys=["a", "b", "c"]).median("x", lower=0, upper=10, bins=10,
+                                                          epsilon=1.0, **bounds)
+            [m] = query(frame).mechanisms()
+            for _ in range(3):
+                keys = (rng.random(len(frame)),)
+                [a], _ = _true(query(frame), keys)
+                for unit in frame["unit"].unique():
+                    less, less_keys = without(frame, keys, unit)
+                    [b], _ = _true(query(less), less_keys)
+                    assert _joint_loss(m, a, b) <= 1.0 + 1e-9, (seed, bounds, unit)
+
+
+def test_a_median_per_region_releases_one_per_key_at_epsilon_once(monkeypatch: Any) -> None:
+    """One debit of ε for all regions (a key absent from the data still gets a candidate);
+    the record is one BinnedQuantile the audit rebuilds; refused, nothing is computed."""
+    acc = _acc(eps=1.5)
+    frame = events_frame(persons=2000, seed=3)
+    out = _median(frame.assign(region=frame["region"].where(frame["region"] != "r00", "r01")),
+                  acc, **B).release()
+    assert set(out) == set(REGIONS) and all(0 <= v <= 1000 for v in out.values())
+    assert sum(50 <= v <= 150 for v in out.values()) >= 15  # (the median is e^4.5 ≈ 90)
+    assert acc.spent("events") == dp.Budget(1.0)
+    record = json.loads(list(acc.ledger.entries())[-1].text)
+    assert [i["name"] for i in record["mechanism"]["params"]["items"]] == ["BinnedQuantile"]
+    assert dp.audit(acc.ledger).problems == []
+    before = snapshot(acc.ledger)
+    query = _median(frame, acc, **B)
+    monkeypatch.setattr(type(query), "_compute", lambda *a: pytest.fail("computed"))
+    with pytest.raises(BudgetExceededError):
+        query.release()
+    assert snapshot(acc.ledger) == before
