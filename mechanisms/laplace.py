@@ -96,8 +96,10 @@ class Laplace(NumericMechanism):
             x = rational_value(value, exact=self.grid is not None)
             if x is None:
                 x = super().prepare(value)
-        limit = None if self.grid is None else self.grid.limit_for(
-            x.size if isinstance(x, np.ndarray) else 1)
+        # A scalar's limit is the grid's own, computed once when the grid was built.
+        grid = self.grid
+        limit = None if grid is None else (grid.limit_for(x.size) if isinstance(x, np.ndarray)
+                                           else grid.limit)
         if limit is not None and not (-limit <= x <= limit if type(x) is float
                                       else within(x, limit)):
             raise InvalidDataError("value", value, f"at most {limit:.6g} in magnitude "

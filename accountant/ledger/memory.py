@@ -48,7 +48,8 @@ class MemoryLedger(Ledger):
         self._staged_accounts: dict[str, Account] = {}
 
     def _begin(self, prefetch: Sequence[str] = (), shared: Sequence[str] = ()) -> None:
-        self._rollback()
+        if self._staged_entries or self._staged_accounts:  # (only what an interrupt left)
+            self._rollback()
 
     def now(self) -> float:
         return (self.clock or time.time)()
@@ -82,7 +83,9 @@ class MemoryLedger(Ledger):
         self._staged_entries.append(entry)
 
     def _write_accounts(self, accounts: list[Account]) -> None:
-        self._staged_accounts.update((a.key, a) for a in accounts)
+        staged = self._staged_accounts
+        for a in accounts:  # (a loop, not update() of a generator: on every debit's path)
+            staged[a.key] = a
 
     def created_since(self, mark: Any = None) -> tuple[int, list[str]]:
         # Accounts are never removed and a dict keeps insertion order: those created since

@@ -87,7 +87,8 @@ class Transaction:
 
         Args:
             fields: the record's members as canonical JSON texts (see ``record.assemble``); the
-                version, sequence number, time and previous hash (or links) are added here.
+                version, sequence number, time and previous hash (or links) are added to it here,
+                in place (each caller builds it for this one record: no copy on the hot path).
             accounts: the new state of every account the record charges.
             lanes: lanes the record is on besides its accounts' (a ledger of lanes only,
                 ``dpbudget.accountant.ledger.lanes``; a session's close is on its accounts' lanes).
@@ -118,15 +119,17 @@ class Transaction:
         assert writer is not None  # set by the transaction's begin
         n = writer.written + len(self.appended) + 1
         micros = self._micros if self._micros is not None else self.micros
-        text = assemble({
-            **fields, **extra, "seq": str(seq + 1), "time": utc_time(micros), "auth": ledger._auth,
-            "writer": writer.member(n),
-        })
+        fields.update(extra)  # (completed in place: the caller's dict is built for this record)
+        fields.update(seq=str(seq + 1), time=utc_time(micros), auth=ledger._auth,
+                      writer=writer.member(n))
+        text = assemble(fields)
         entry = Entry(seq + 1, text, record_hash(text, ledger._key))
         ledger._write_entry(entry)
         written = [Account(a.key, a.rule, a.config, a.state, seq + 1) for a in accounts]
         ledger._write_accounts(written)
-        self._read.update((a.key, a) for a in written)
+        read = self._read
+        for a in written:
+            read[a.key] = a
         if ledger.lanes:
             ledger._advance(keys, entry)
         else:
