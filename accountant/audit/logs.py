@@ -32,6 +32,7 @@ import logging
 import os
 
 from dpbudget.accountant.ledger.record import export_line
+from dpbudget.accountant.values.errors import LedgerError
 
 __all__ = ["LOGGER_NAME", "JsonlHandler", "log_records_to"]
 
@@ -42,12 +43,14 @@ class JsonlHandler(logging.FileHandler):
     """A file handler that writes ledger records as JSONL lines (``{"hash":..., "record":...}``),
     flushing each line, and skips log records that carry no ledger entry.
 
-    A record's line that cannot be written (a full disk, an I/O error) raises, where Python's
-    handlers print a traceback and go on: the ledger keeps the record queued and the release
-    that committed it raises ``LedgerUnconfirmedError``, and every later debit in the process is
-    refused until the line is written (``dpbudget.accountant.ledger.writer``): no record is
-    missing from the log while answers go on. A refusal's line is a report, not a record: one
-    that fails is reported as Python's handlers do (``handleError``).
+    A record's line that cannot be written (a full disk, an I/O error, the handler closed)
+    raises, where Python's handlers print a traceback and go on: the ledger keeps the record
+    queued and the release that committed it raises ``LedgerUnconfirmedError``, and every later
+    debit in the process is refused until the line is written (``dpbudget.accountant.ledger.writer``):
+    no record is missing from the log while answers go on. Each line is written whole or not at
+    all: the part of a line cut short is cut off again, so its retry does not append to a
+    fragment. A refusal's line is a report, not a record: one that fails is reported as Python's
+    handlers do (``handleError``). One file per process: a cut line is cut back to where it began.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -56,21 +59,38 @@ class JsonlHandler(logging.FileHandler):
     def emit(self, record: logging.LogRecord) -> None:
         entry = getattr(record, "dpbudget_entry", None)
         refusal = getattr(record, "dpbudget_refusal", None)
-        if entry is None and refusal is None:
-            return
+        if entry is not None:  # (written before the release returns: a process that dies
+            self._write(export_line(entry.hash, entry.text))  # after it keeps it)
+        elif refusal is not None:
+            try:  # a refusal's report must never replace the refusal itself
+                self._write(json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False))
+            except Exception:
+                self.handleError(record)
+
+    def _write(self, line: str) -> None:
+        """Append ``line`` and its newline to the file, whole, past Python's buffer (the file is
+        opened for appending: each write lands at its end); a write cut short is truncated back.
+
+        Raises:
+            LedgerError: the handler was closed (after ``close`` or ``logging.shutdown``).
+            OSError: the write failed.
+        """
         stream = self.stream
-        if stream is None:  # closed (by its owner: it takes nothing more)
-            return
-        if entry is not None:  # (flushed before the release returns: a process that dies
-            stream.write(export_line(entry.hash, entry.text) + "\n")  # after it keeps it)
-            self.flush()
-            return
+        if stream is None:
+            raise LedgerError("JsonlHandler: closed, it takes no more lines (a record would be "
+                              "lost from the log)")
+        fd = stream.fileno()
+        data = memoryview((line + "\n").encode("utf-8"))
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            line = json.dumps({"refused": refusal}, sort_keys=True, ensure_ascii=False)
-            stream.write(line + "\n")
-            self.flush()
-        except Exception:  # a refusal's report must never replace the refusal itself
-            self.handleError(record)
+            while data:
+                data = data[os.write(fd, data):]
+        except BaseException:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:  # (the write's own error is the one to report)
+                pass
+            raise
 
 
 def log_records_to(path: str | os.PathLike[str]) -> JsonlHandler:

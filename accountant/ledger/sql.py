@@ -65,13 +65,17 @@ class SqlLedger(Ledger):
                 self._execute("INSERT INTO accounts (rule, config, state, seq, key) "
                               "VALUES (?, ?, ?, ?, ?)", row)
 
+    # Each read refuses a forked child before the lock (``_mine``): a thread of the parent may
+    # have held it at the fork, and then it is held for good in the child.
     def entry(self, seq: int) -> Entry | None:
+        self._mine()
         with self._lock:
             row = self._execute("SELECT seq, record, hash FROM entries WHERE seq = ?",
                                 (seq,)).fetchone()
         return None if row is None else _entry(row[0], row[1], row[2], seq - 1)
 
     def accounts(self) -> list[Account]:
+        self._mine()
         with self._lock:
             rows = self._execute("SELECT key, rule, config, state, seq FROM accounts "
                                  "ORDER BY key").fetchall()
@@ -84,6 +88,7 @@ class SqlLedger(Ledger):
         query = f"SELECT seq, record, hash FROM entries WHERE seq > ? ORDER BY seq LIMIT {_PAGE}"
         seq = start - 1
         while True:
+            self._mine()
             with self._lock:
                 rows = self._execute(query, (seq,)).fetchall()
             if not rows:

@@ -250,6 +250,7 @@ class SqliteLedger(SqlLedger):
         """By rowid (new rows get the largest plus one; accounts are never deleted). The mark is
         the last (rowid, key) read: a VACUUM after a row was deleted by hand may renumber rows,
         and then the key at that rowid differs and every key is read again."""
+        self._mine()
         with self._lock:
             if mark is not None and self._execute("SELECT key FROM accounts WHERE rowid = ?",
                                                   (mark[0],)).fetchone() != (mark[1],):
@@ -272,7 +273,7 @@ class SqliteLedger(SqlLedger):
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
     def close(self) -> None:
-        with self._lock:
-            if not _forked():  # (a child never closes its parent's connection)
+        if self._pid == os.getpid():  # (a forked child's copy: the parent's, and maybe its lock)
+            with self._lock:
                 self._conn.close()
 

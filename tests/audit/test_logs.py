@@ -519,3 +519,95 @@ def test_a_process_that_dies_right_after_a_release_has_its_record_logged(
         assert _logged(path) == [2, 3]  # (record 1, the opening, came before the handler)
     else:  # negative control: the answered release's record is missing from the log
         assert 3 not in _logged(path)
+
+
+# The storage review's finding 7: a line cut short left a fragment that the retry appended to,
+# and a closed handler dropped records without a word.
+
+_CUT_SHORT = '''
+import json, os, resource, signal, sys
+from dpbudget.accountant import Accountant, Budget
+from dpbudget.accountant.audit.logs import log_records_to
+from dpbudget.accountant.values.errors import LedgerUnconfirmedError
+from dpbudget.mechanisms import Laplace
+if sys.argv[2] == "uncut":  # the write cut short is not cut back: the retry follows it
+    os.ftruncate = lambda fd, length: None
+acc = Accountant(Budget(1e6))
+handler = log_records_to(sys.argv[1])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+acc.release(Laplace(1.0, sensitivity=1.0), 1.0)  # one whole line
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(sys.argv[1]) + 40, hard))
+withheld = 0
+try:
+    acc.release(Laplace(1.0, sensitivity=1.0), 1.0)  # its line cut after 40 bytes
+except LedgerUnconfirmedError:
+    withheld = 1
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # the disk freed
+acc.release(Laplace(1.0, sensitivity=1.0), 1.0)  # the kept line first, then its own
+print(json.dumps({"withheld": withheld, "head": acc.ledger.head()[0]}))
+'''
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE and SIGXFSZ are POSIX")
+def test_a_line_cut_short_is_cut_back_and_written_whole(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    out = _child(_CUT_SHORT, str(path), "new")
+    assert out["withheld"] == 1 and out["head"] == 3
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["record"]["seq"] for line in lines] == [1, 2, 3]
+    assert audit(str(path)).ok
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE and SIGXFSZ are POSIX")
+def test_negative_control_a_fragment_not_cut_back_makes_a_malformed_line(
+        tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    out = _child(_CUT_SHORT, str(path), "uncut")
+    assert out["withheld"] == 1 and out["head"] == 3
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and len(lines[1]) > 40 and lines[1].count('{"hash"') == 2
+    assert audit(str(path)).exit_status != 0  # the fragment and the line after it: unreadable
+
+
+def test_a_closed_handler_withholds_the_release_and_loses_no_line(tmp_path: Path) -> None:
+    """Closed (``close``, ``logging.shutdown``) but still attached: the release whose line it
+    cannot take is withheld and later debits refused, until a handler takes the kept line."""
+    path = tmp_path / "log.jsonl"
+    logger = logging.getLogger(LOGGER_NAME)
+    handler = log_records_to(path)
+    try:
+        acc = Accountant(Budget(10.0))
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        handler.close()
+        with pytest.raises(LedgerUnconfirmedError, match=r"\(LedgerError\)"):
+            acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        with pytest.raises(LedgerError, match="nothing was written"):
+            acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        assert acc.spent().epsilon == 1.0  # the refusal debited nothing
+        logger.removeHandler(handler)
+        handler = log_records_to(path)  # a handler that takes lines again
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+    finally:
+        handler.close()
+        logger.removeHandler(handler)
+    assert _logged(path) == [1, 2, 3]
+
+
+def test_negative_control_the_closed_handler_that_returned_loses_a_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpbudget.accountant.audit.logs import JsonlHandler
+
+    honest = JsonlHandler._write
+    monkeypatch.setattr(JsonlHandler, "_write",  # the old emit: closed, it returned
+                        lambda self, line: None if self.stream is None else honest(self, line))
+    path = tmp_path / "log.jsonl"
+    handler = log_records_to(path)
+    try:
+        acc = Accountant(Budget(10.0))
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        handler.close()
+        acc.release(Laplace(0.5, sensitivity=1.0), 1.0)  # answered
+    finally:
+        logging.getLogger(LOGGER_NAME).removeHandler(handler)
+    assert acc.spent().epsilon == 1.0 and _logged(path) == [1]  # record 2: lost, silently

@@ -349,3 +349,39 @@ def test_spent_semantics_documented_examples():
     assert acc.spent() == Budget(0.30000000000000004, 1e-6)
     acc = Accountant(LIMIT, per_query=Budget(0.1), rng=0)
     assert acc.max_releases(Laplace(0.2, sensitivity=1.0)) == 0
+
+
+# -- what the PostgreSQL triggers assume of every rule's state ----------------------------------
+
+def _steps_of_each_rule() -> dict[str, tuple[Any, Any]]:
+    from dpbudget.mechanisms import SubsampledGaussian
+    gauss = Gaussian(0.1, delta=1e-7, sensitivity=1.0, noise="float")
+    limit = Budget(1.0, 1e-6)
+    return {
+        "basic": (make_rule("basic", limit), gauss),
+        "advanced": (make_rule("advanced", limit), gauss),
+        "gaussian": (make_rule("gaussian", limit), gauss),
+        "renyi": (make_rule("renyi", limit), gauss),
+        "optimal": (make_rule("optimal", limit, per_query=Budget(0.1, 1e-7)), gauss),
+        "pld": (make_rule("pld", limit, step=(0.05, 2.0)),
+                SubsampledGaussian(2.0, sampling_rate=0.05, noise="float", sensitivity=1.0)),
+    }
+
+
+def test_every_state_member_is_a_cost_that_never_falls_but_renyis_order() -> None:
+    """accountant/ledger/postgres/schema.sql refuses a writer's record whose state has a member
+    below the stored one, or another ``order`` once anything was charged: that is a refund only
+    if honest debits do neither. Every rule in ``RULES`` is here, so a new one must be added."""
+    steps = _steps_of_each_rule()
+    assert set(steps) == set(RULES)
+    for name, (rule, mechanism) in steps.items():
+        states = [rule.initial_state()]
+        for _ in range(4):
+            states.append(rule.debit(states[-1], mechanism.charge))
+        for before, after in zip(states, states[1:]):
+            assert set(before) <= set(after), name
+            assert all(after[k] >= v for k, v in before.items() if k != "order"), name
+            if after.get("order", 0) != before.get("order", 0):
+                assert not any(before.values()), name  # set only by the first step
+        assert any(states[-1].values()), name  # (the steps were charged)
+    assert steps["renyi"][0].initial_state()["order"] == 0.0  # the one order the check names

@@ -77,7 +77,7 @@ def test_negative_control_an_in_memory_ledger_without_its_guard_spends_again_per
     acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
 
     def bypassed() -> int:
-        acc.ledger._pid = os.getpid()
+        acc.ledger._pid, acc.ledger._w = os.getpid(), None  # (and a writer of its own)
         return _spend_all(acc)
 
     assert [_in_child(bypassed) for _ in range(3)] == [59, 59, 59]
@@ -323,3 +323,54 @@ def test_negative_control_without_the_check_both_processes_draw(
     monkeypatch.setattr(transaction.Transaction, "commit", scope["commit"])
     child, spent = _fork_during_the_debit()
     assert child == 0 and spent == pytest.approx(0.5)  # two answers on one debit
+
+
+# The storage review's finding 6: SQLite's reads and close took the lock before the process
+# check, so a child forked while a parent thread held it hung in them.
+_READS: dict[str, Callable[[Accountant], object]] = {
+    "accounts": lambda acc: acc.ledger.accounts(),
+    "entry": lambda acc: acc.ledger.entry(1),
+    "entries": lambda acc: list(acc.ledger.entries()),
+    "created_since": lambda acc: acc.ledger.created_since(),
+    "close": lambda acc: acc.close(),
+}
+
+
+def _read_in_child(acc: Accountant, read: str, bypass: bool = False) -> int:
+    """0: ``read`` returned (close: a no-op on the parent's copy); 10: refused, LedgerError.
+    ``bypass``: the object taken as the child's own, so that the lock comes before any check."""
+    if bypass:
+        acc.ledger._pid = os.getpid()
+    try:
+        _READS[read](acc)
+    except LedgerError:
+        return 10
+    return 0
+
+
+def _read_while_the_lock_is_held(tmp_path: Path, read: str, bypass: bool = False) -> int:
+    acc = Accountant(Budget(10.0), ledger=_ledger("sqlite", tmp_path))
+    acc.release(Laplace(0.1, sensitivity=1.0), 1.0)
+    done = _held_by_another_thread(acc, False)
+    try:
+        code = _in_child(lambda: _read_in_child(acc, read, bypass),
+                         seconds=3.0 if bypass else 20.0)
+    finally:
+        done()
+    assert acc.ledger.accounts()  # the parent's copy is untouched, its connection open
+    acc.close()
+    return code
+
+
+@pytest.mark.parametrize("read", list(_READS))
+def test_a_sqlite_read_or_close_in_a_child_is_refused_before_the_lock(
+        tmp_path: Path, read: str) -> None:
+    assert _read_while_the_lock_is_held(tmp_path, read) == (0 if read == "close" else 10)
+
+
+@pytest.mark.parametrize("read", ["accounts", "close"])
+def test_negative_control_the_lock_before_the_check_hangs_the_child(
+        tmp_path: Path, read: str) -> None:
+    """The old order (the lock, then the process check of each statement, or close's check of
+    ``_forked`` inside the lock), re-created by the child taking the object as its own."""
+    assert _read_while_the_lock_is_held(tmp_path, read, bypass=True) == _HUNG

@@ -170,7 +170,7 @@ class PostgresLedger(Ledger):
 
     def _open(self) -> Tx:
         tx = self._tx
-        if tx is None or self._s.pid != os.getpid():
+        if tx is None:
             raise LedgerError("PostgreSQL ledger: no transaction of this process is open; "
                               "nothing was written")
         return tx

@@ -77,10 +77,11 @@ class Tx:
 
 def account(key: str, rule: str, config: str, state: str, seq: int) -> Account:
     """An account from its row's columns. The server writes a row's state from the record as a
-    JSON numeric (``1.7976931348623157e308`` comes back as its 309 digits, read as an int), so
-    each component is read back as the float it was: the nearest one to the exact decimal."""
+    JSON numeric (``1.7976931348623157e308`` comes back as its 309 digits), so each component is
+    read as a float, the nearest one to the exact decimal: a number above the largest (damage:
+    the trigger refuses one) reads as infinity, which the gate refuses and the audit flags."""
     return Account(key, rule, parse_config(config),
-                   {k: float(v) for k, v in json.loads(state).items()}, seq)
+                   {k: float(v) for k, v in json.loads(state, parse_int=float).items()}, seq)
 
 
 def entries(conn: Any, start: int,

@@ -20,7 +20,7 @@ __all__ = ["SCHEMA_VERSION", "TRIGGERS", "ddl", "grant_statements", "lock_id", "
 
 # Bumped whenever schema.sql changes, so that opening a ledger recreates functions and triggers
 # written by an older version (only its owner can; ``prepare`` says so to anyone else).
-SCHEMA_VERSION = "10"
+SCHEMA_VERSION = "11"
 
 # (table, trigger, when, for each, function): the DDL creates these, and the ledger is current
 # only when all of them exist and are enabled.

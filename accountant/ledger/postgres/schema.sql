@@ -121,11 +121,20 @@ BEGIN
     -- (analyst:<name>, dataset:<d>/analyst:<name>, a window's @... after it; policies.accounts)
     -- is session_user's, unless the owner writes it. Only a record that lists one pays the scan.
     -- Each account a rule's name and a state of numbers >= 0 (the row is written from it).
+    -- A number above the largest double would be read back as infinity, or not at all.
     IF jsonb_path_exists(v_accounts, 'strict $.* ? (@.type() != "object" || @.rule.type() != '
             '"string" || @.state.type() != "object" || exists (@.state.* ? (@.type() != '
-            '"number" || @ < 0)))', '{}', true) IS NOT FALSE THEN
+            '"number" || @ < 0 || @ > 1.7976931348623157e308)))', '{}', true) IS NOT FALSE THEN
         RAISE EXCEPTION 'dpbudget ledger: entry % refused: an account it lists has no rule or a '
-            'state not made of numbers >= 0', NEW.seq USING ERRCODE = 'check_violation';
+            'state not made of finite numbers >= 0', NEW.seq USING ERRCODE = 'check_violation';
+    END IF;
+    -- The policy pointer (the account of rule 'policy') moves only with a policy record: a
+    -- writer's record listing it would point every gate at a record that holds no policy.
+    IF (v_accounts ? 'policy' OR jsonb_path_exists(v_accounts, '$.* ? (@.rule == "policy")'))
+            AND NOT pg_has_role(current_user,
+            (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
+        RAISE EXCEPTION 'dpbudget ledger: entry % refused: only the ledger''s owner writes the '
+            'policy account', NEW.seq USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF strpos(v_accounts::text, 'analyst:') > 0 THEN
         SELECT k INTO v_key FROM jsonb_object_keys(v_accounts) k
@@ -137,30 +146,46 @@ BEGIN
                 USING ERRCODE = 'insufficient_privilege';
         END IF;
     END IF;
+    -- How a listed account may differ from its row, for every rule's state (the rules of
+    -- accountant/composition): each member is a cost that never goes down (epsilon, delta, rho,
+    -- approx, mu2, count, r0, r1, ...), except 'renyi''s order, the order its cost r0 is summed
+    -- at: chosen by the first step, it is set only while every member is 0, then fixed (another
+    -- order would read the same r0 as less spent: a refund). The rule never changes but by the
+    -- owner (another rule reads the state otherwise, and the gates refuse the account).
     IF v_accounts <> '{}' THEN
         -- OFFSET 0 keeps one primary-key lookup per listed account, whatever the planner
         -- estimates for jsonb_each (a hash join would scan every account).
         SELECT a.key INTO v_key FROM jsonb_each(v_accounts) a,
-            LATERAL (SELECT s.state FROM dpbudget_accounts s WHERE s.key = a.key OFFSET 0) s,
-            LATERAL jsonb_each(s.state::jsonb) o
-            WHERE CASE WHEN jsonb_typeof(a.value->'state'->o.key) = 'number'
-                       AND jsonb_typeof(o.value) = 'number'
-                  THEN (a.value->'state'->o.key)::numeric < o.value::numeric ELSE true END
+            LATERAL (SELECT s.rule, s.state::jsonb AS state FROM dpbudget_accounts s
+                     WHERE s.key = a.key OFFSET 0) s
+            WHERE EXISTS (SELECT 1 FROM jsonb_each(s.state) o WHERE o.key <> 'order' AND
+                    CASE WHEN jsonb_typeof(a.value->'state'->o.key) = 'number'
+                              AND jsonb_typeof(o.value) = 'number'
+                         THEN (a.value->'state'->o.key)::numeric < o.value::numeric
+                         ELSE true END)
+                OR (coalesce(a.value->'state'->'order', '0') <> coalesce(s.state->'order', '0')
+                    AND jsonb_path_exists(s.state, '$.* ? (@ != 0)'))
+                OR (a.value->>'rule' <> s.rule AND NOT pg_has_role(current_user,
+                    (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER'))
             LIMIT 1;
         IF v_key IS NOT NULL THEN
             RAISE EXCEPTION 'dpbudget ledger: entry % refused: it lists account % with a state '
-                'below the stored one', NEW.seq, v_key USING ERRCODE = 'check_violation';
+                'below the stored one, another order or another rule', NEW.seq, v_key
+                USING ERRCODE = 'check_violation';
         END IF;
     END IF;
     RETURN NEW;
 END $$;
 
 -- An account row is written only by dpbudget_entry_lanes, from the record it follows (a row a
--- client wrote could stay behind its lane, and the next debit would read a refund).
+-- client wrote could stay behind its lane, and the next debit would read a refund): as the
+-- tables' owner (the function is SECURITY DEFINER; a writer's own trigger, on a table of its
+-- own, runs as the writer), and from a trigger (the owner's own UPDATE is refused too).
 CREATE OR REPLACE FUNCTION {S}.dpbudget_account_check() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-    IF pg_trigger_depth() < 2 THEN
+    IF pg_trigger_depth() < 2 OR NOT pg_has_role(current_user,
+            (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
         RAISE EXCEPTION 'dpbudget ledger: account % refused: account rows are written only from '
             'the records appended to dpbudget_entries', NEW.key USING ERRCODE = 'check_violation';
     END IF;

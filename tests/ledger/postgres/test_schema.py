@@ -15,14 +15,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpbudget.accountant import Accountant, Budget, LedgerError, PolicyChangedError
+from dpbudget.accountant import (
+    Accountant, Budget, BudgetExceededError, LedgerError, PolicyChangedError,
+)
 from dpbudget.accountant.audit.release import LibraryRecords
 from dpbudget.accountant.audit.run import audit
 from dpbudget.accountant.ledger.postgres import PostgresLedger
 from dpbudget.accountant.ledger.postgres.schema import grant_statements
 from dpbudget.accountant.ledger.record import canonical, record_hash
-from dpbudget.accountant.values.errors import LedgerCorruptedError
-from dpbudget.mechanisms import Laplace
+from dpbudget.accountant.values.errors import LedgerCorruptedError, PrivacyError
+from dpbudget.mechanisms import Gaussian, Laplace
 from tests.support import OWNER
 
 pytestmark = pytest.mark.postgres
@@ -179,6 +181,58 @@ def _lower_component(conn: psycopg.Connection[Any]) -> None:
                  (canonical(lowered), key))
 
 
+
+def _appended(conn: psycopg.Connection[Any], edit: Callable[[dict[str, Any]], None],
+              number: tuple[str, str] = ("", "")) -> None:
+    """As a writer may (the review's attacks): the last record again, numbered from the
+    sequence, ``edit``-ed, linked to the last record of each of its lanes, then appended, with
+    ``number[0]`` written as ``number[1]`` (a number ``canonical`` does not write)."""
+    record = json.loads(conn.execute("SELECT record FROM dpbudget_entries ORDER BY seq DESC "
+                                     "LIMIT 1").fetchone()[0])  # type: ignore[index]
+    record.pop("writer", None)  # (a copied count would read as a reordered writer)
+    record["seq"] = conn.execute("SELECT nextval('dpbudget_seq')").fetchone()[0]  # type: ignore[index]
+    edit(record)
+    for lane in record["links"]:
+        head = conn.execute("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s",
+                            (lane,)).fetchone()
+        record["links"][lane] = [head[0], head[1]] if head else [0, "0" * 64]
+    text = canonical(record).replace(*number)
+    _insert(conn, (record["seq"], record_hash(text), text))
+
+
+def _list_the_policy_account(record: dict[str, Any]) -> None:
+    """Finding 2: a release record listing the policy pointer at its current row (rule, state),
+    which would move the pointer to a record that holds no policy: every gate locked out."""
+    record["accounts"]["policy"] = {"rule": "policy", "state": {}}
+    record["links"]["policy"] = None
+    record.get("reads", {}).pop("policy", None)
+    if not record.get("reads"):
+        record.pop("reads", None)
+
+
+def _each_dataset_account(change: Callable[[dict[str, Any]], None]) -> Callable[
+        [dict[str, Any]], None]:
+    def edit(record: dict[str, Any]) -> None:
+        for key, account in record["accounts"].items():
+            if key != "policy":
+                change(account)
+    return edit
+
+
+def _update_accounts_from_a_temp_trigger(conn: psycopg.Connection[Any], d: Deployment) -> None:
+    """Finding 5: a writer still holding the UPDATE on accounts that grants from before ee6834b
+    gave, its own trigger on a table of its own (depth 2, as the writer) zeroing the rows."""
+    with psycopg.connect(d.dsn(d.owner), autocommit=True) as owner:
+        owner.execute(f'GRANT UPDATE ON dpbudget_accounts TO "{d.writer}"')  # a stale grant
+    conn.execute("CREATE TEMP TABLE t (x int)")
+    conn.execute("CREATE FUNCTION pg_temp.f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                 "UPDATE dpbudget_accounts SET state = '{\"epsilon\": 0.0, \"delta\": 0.0}' "
+                 "WHERE key <> 'policy'; RETURN NEW; END $$")
+    conn.execute("CREATE TRIGGER tt AFTER INSERT ON pg_temp.t FOR EACH ROW EXECUTE FUNCTION "
+                 "pg_temp.f()")
+    conn.execute("INSERT INTO pg_temp.t VALUES (1)")
+
+
 ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
     "update-entry": lambda c, d: c.execute(
         "UPDATE dpbudget_entries SET record = record || ' ' WHERE seq = (SELECT min(seq) FROM "
@@ -224,13 +278,22 @@ ATTACKS: dict[str, Callable[[psycopg.Connection[Any], Deployment], None]] = {
         "INSERT INTO dpbudget_lanes VALUES ('dataset:new', 0, repeat('0', 64))"),
     "rewind-the-numbering": lambda c, d: c.execute("SELECT setval('dpbudget_seq', 1)"),
     "insert-a-fork": lambda c, d: _insert(c, _forked(c)),
+    # The storage review's findings 2-5.
+    "list-the-policy-account": lambda c, d: _appended(c, _list_the_policy_account),
+    "a-state-number-above-a-double": lambda c, d: _appended(c, _each_dataset_account(
+        lambda a: a["state"].update(epsilon=12345.5)), ("12345.5", "1e400")),
+    "change-an-account-rule": lambda c, d: _appended(c, _each_dataset_account(
+        lambda a: a.update(rule="bogus"))),
+    "update-accounts-from-a-temp-trigger": _update_accounts_from_a_temp_trigger,
 }
 
 # What the triggers refuse by themselves, whatever the grants: even the owner cannot.
 BY_TRIGGERS = [a for a in ATTACKS if a not in (
     "drop-table", "disable-triggers", "replace-trigger-function", "create-own-trigger",
     "replica-mode-skips-triggers", "write-meta", "move-a-lane", "insert-a-lane",
-    "rewind-the-numbering")]
+    "rewind-the-numbering",
+    # The owner's to do: it moves the policy pointer, and may change a rule or run triggers.
+    "list-the-policy-account", "change-an-account-rule", "update-accounts-from-a-temp-trigger")]
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
@@ -503,3 +566,100 @@ def test_a_row_left_behind_its_lane_is_read_as_a_refund(deployment: Deployment) 
     with Accountant.open(deployment.dsn(deployment.writer)) as acc:
         acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
     assert _epsilons_along(deployment, key)[-2:] == [3.0, 2.0]
+
+
+# The storage review's finding 1: a 'renyi' account's order, raised by a writer, read the same
+# Rényi cost r0 as less spent.
+
+def _until_refused(acc: Accountant, most: int = 1000) -> int:
+    """How many releases of the same Gaussian ``acc`` answers before refusing (at most ``most``)."""
+    for n in range(most):
+        try:
+            acc.release(Gaussian(0.1, delta=1e-7, sensitivity=1.0), 1.0)
+        except BudgetExceededError:
+            return n
+    return most
+
+
+def _raise_the_order(record: dict[str, Any]) -> None:
+    for account in record["accounts"].values():
+        if "order" in account["state"]:
+            assert 0 < account["state"]["order"] < 256
+            account["state"]["order"] = 256.0
+
+
+@pytest.fixture
+def renyi_spent(postgres_database: str) -> Iterator[Deployment]:
+    """A deployment whose 'renyi' limit (1, 1e-6) the writer's gate has spent: 159 releases."""
+    made = Deployment(postgres_database)
+    limit = Budget(1.0, 1e-6)
+    Accountant(limit, composition="renyi", ledger=made.dsn(made.owner), owner_key=OWNER).close()
+    with Accountant(limit, composition="renyi", ledger=made.dsn(made.writer)) as acc:
+        assert _until_refused(acc) == 159
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+def test_a_writer_cannot_raise_a_renyi_order(renyi_spent: Deployment) -> None:
+    made, before = renyi_spent, renyi_spent.rows()
+    with psycopg.connect(made.dsn(made.writer)) as conn:
+        with pytest.raises(psycopg.errors.CheckViolation, match="another order"):
+            _appended(conn, _raise_the_order)
+    assert made.rows() == before
+    with Accountant.open(made.dsn(made.writer)) as acc:
+        assert _until_refused(acc) == 0
+    assert audit(made.dsn(made.auditor)).ok
+
+
+def test_negative_control_a_raised_order_overspends(renyi_spent: Deployment) -> None:
+    """The old check (each member of the state does not go down; here the entry check off):
+    the same record is accepted, and the gate answers past the limit."""
+    made = renyi_spent
+    with psycopg.connect(made.dsn(made.owner), autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_entries DISABLE TRIGGER dpbudget_entries_chain")
+    with psycopg.connect(made.dsn(made.writer)) as conn:
+        _appended(conn, _raise_the_order)
+        conn.commit()
+    with psycopg.connect(made.dsn(made.owner), autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_entries ENABLE TRIGGER dpbudget_entries_chain")
+    with Accountant.open(made.dsn(made.writer)) as acc:
+        assert _until_refused(acc) == 11  # answers past the limit
+
+
+def test_a_number_above_a_double_already_stored_is_read_as_typed_damage(
+        deployment: Deployment) -> None:
+    """Finding 3's damage where the trigger did not refuse it (a ledger of an older version,
+    or the owner's triggers off): a row holding a 401-digit integer. Opening and releasing end
+    in a typed error or a refusal, ``status`` and ``audit`` in their exit bits; never a
+    traceback (an OverflowError, before)."""
+    import subprocess
+    import sys
+
+    with psycopg.connect(deployment.dsn(deployment.owner), autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_entries DISABLE TRIGGER dpbudget_entries_chain")
+    with psycopg.connect(deployment.dsn(deployment.writer)) as conn:
+        _appended(conn, _each_dataset_account(lambda a: a["state"].update(epsilon=12345.5)),
+                  ("12345.5", "1e400"))
+        conn.commit()
+    with psycopg.connect(deployment.dsn(deployment.owner), autocommit=True) as conn:
+        conn.execute("ALTER TABLE dpbudget_entries ENABLE TRIGGER dpbudget_entries_chain")
+    assert any(len(state) > 400 for *_, state, _ in deployment.rows()[1])
+    for role in (deployment.owner, deployment.writer):
+        try:
+            with Accountant.open(deployment.dsn(role)) as acc:
+                with pytest.raises(PrivacyError):
+                    acc.release(Laplace(0.5, sensitivity=1.0), 1.0)
+        except PrivacyError:
+            pass
+    outcomes = {}
+    for command in ("status", "audit"):
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys; from dpbudget.accountant.cli import main; "
+             "sys.exit(main())", command, deployment.dsn(deployment.auditor)],
+            capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in done.stderr, done.stderr[-2000:]
+        outcomes[command] = done.returncode, done.stdout
+    assert "refuse every release: dataset:" in outcomes["status"][1]  # (spent: infinity)
+    assert outcomes["audit"][0] & 32, outcomes["audit"]  # a state its records do not replay to
