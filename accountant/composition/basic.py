@@ -24,8 +24,11 @@ class BasicComposition(CompositionRule):
     State: ``{"epsilon": Σε_i, "delta": Σδ_i}``, two running sums, O(1) per step.
     ``spent`` is the two sums; ``remaining`` is the limit minus them (rounded down).
 
-    A batch (``Accountant.release_many``) is one step whose items were fixed in advance, so a
-    non-adaptive theorem applies to it: it is charged its basic total (Σε, Σδ) when that fits;
+    A batch (``Accountant.release_many``) is one step whose items' mechanisms and costs are fixed
+    in advance (their inputs may be chosen adaptively, from earlier answers: the table path's sums
+    on privately selected keys), so a theorem for k-fold adaptive composition at fixed parameters
+    applies to it — KOV 2015's is stated for adaptive composition, as is zCDP's (Bun–Steinke 2016,
+    Lemma 2.3): it is charged its basic total (Σε, Σδ) when that fits;
     otherwise the tightest bound at the δ still left (all of it is offered as slack), if that ε
     fits: the smaller of Kairouz–Oh–Viswanath 2015 Thm 3.3 (exact) when all items cost the same,
     else their Thm 3.5, and — when every item has a zCDP cost (pure or Gaussian family) — the
@@ -66,7 +69,7 @@ class BasicComposition(CompositionRule):
             return self._batch_bound(state, charge)
 
     def _batch_bound(self, state: State, batch: Charge) -> State:
-        """A refused batch retried at its tightest non-adaptive (ε, δ): all the δ still left is
+        """A refused batch retried at its tightest fixed-parameter (ε, δ): all the δ still left is
         offered as the composition slack (KOV 2015, Thm 3.3 homogeneous / Thm 3.5)."""
         parts = batch.parts
         for part in parts:

@@ -1,10 +1,11 @@
-"""The charge of a batch: several steps fixed in advance, presented to a rule as one step.
+"""The charge of a batch: several steps, each item's mechanism and cost fixed in advance (its input
+may be chosen adaptively, from earlier answers), presented to a rule as one step.
 
 Invariant: ``batch_charge`` only adds up what every rule can read off the parts — the basic totals
 (Σε_i, Σδ_i), the summed zCDP cost Σρ_i (Bun–Steinke 2016, Lemma 2.3) where every part has one, and
 the composed Gaussian-DP parameter sqrt(Σμ_i²) (Dong–Roth–Su 2019, Cor. 3.3) where every part has
-one — each rounded up. Which of them a rule uses, and why that is valid for a list fixed before any
-of it is released, is the rule's business (``docs/theory.md`` §2, "Batches").
+one — each rounded up. Which of them a rule uses, and why that is valid for a list whose costs are
+fixed before any of it is released, is the rule's business (``docs/theory.md`` §2, "Batches").
 """
 
 from __future__ import annotations

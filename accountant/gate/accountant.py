@@ -138,8 +138,10 @@ class Accountant(Opening):
 
         Every item is validated before anything is debited; the batch is debited once, through
         the same path as ``release``; noise is drawn only after that commit, item by item, in order.
-        Because the list is fixed before any of it is released, each rule may compose it with a
-        non-adaptive theorem (``basic``: its total, else the tightest of Kairouz–Oh–Viswanath 2015
+        Because each item's mechanism and cost are fixed before any of it is released (its input
+        may be chosen adaptively), each rule may compose it with a theorem for fixed parameters,
+        valid under adaptive composition (KOV 2015's k-fold adaptive theorem, zCDP's and GDP's
+        composition) (``basic``: its total, else the tightest of Kairouz–Oh–Viswanath 2015
         Thm 3.3/3.5 and the CKS conversion of the summed zCDP cost; ``advanced``: summed zCDP;
         ``gaussian``: summed μ²; ``optimal``: k fixed-cost releases) — docs/theory.md §2, "Batches".
 

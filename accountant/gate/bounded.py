@@ -18,6 +18,7 @@ bounds for a computation it writes itself, which is what a raw-value release alr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, NamedTuple
 
@@ -31,6 +32,7 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
                                                InvalidTypeError, PrivacyError,
                                                UnitRequiredError)
 from dpbudget.mechanisms.base import Mechanism, StreamMechanism
+from dpbudget.mechanisms.partition_selection import PartitionSelection
 from dpbudget.mechanisms.sampling import OneShotSampler
 from dpbudget.mechanisms.sensitivity import priced, unstated_sensitivity
 from dpbudget.policies.units import BOUNDS, bounds_problem, unit_refusal
@@ -69,7 +71,11 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
             noisy answers drawn before it (a tuple), called once they are: a later item chosen
             by the earlier ones' output — the sums on the keys a selection released — which
             adaptive composition prices at the same sum of costs; it returns the value, or
-            None for nothing to draw (that answer is None).
+            None for nothing to draw (that answer is None). It is handed only what is
+            differentially private, read-only (``_released``): each earlier answer as a copy,
+            and of a ``PartitionSelection`` only the positions it released. What it returns
+            may depend on the data, but its shape only on what it is handed: drawn on the
+            released keys' values, never on the present keys' count.
         unit: the unit and bounds the sensitivities are per.
         label, where: as for ``Gate.release_many``.
 
@@ -86,11 +92,11 @@ def release_bounded(gate: Gate, mechanisms: Sequence[Mechanism],
         BudgetExceededError, MechanismNotAllowedError, InvalidArgumentError, InvalidTypeError:
             as ``release_many``; nothing drawn, debited or computed.
         After the debit, which then STANDS (the budget pays for a step that may have looked
-            at the data), nothing drawn: a ``PrivacyError`` that ``compute`` or a mechanism's
-            ``prepare`` raises propagates, noted "the debit stands"; any other error of
-            ``compute`` is replaced by an ``InvalidDataError`` naming only its type (an engine's
-            message can quote cell values), as is a result that is not a sized iterable (a list,
-            a numpy array) of one value per mechanism.
+            at the data), nothing drawn or returned: a ``PrivacyError`` that ``compute``, a
+            callable value or a mechanism's ``prepare`` raises propagates, noted "the debit
+            stands"; any other error of theirs is replaced by an ``InvalidDataError`` naming
+            only its type (an engine's message can quote cell values), as is a result that is
+            not a sized iterable (a list, a numpy array) of one value per mechanism.
     """
     unit = _checked_unit(unit)
     if not callable(compute):
@@ -139,19 +145,60 @@ def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generato
              sampler: OneShotSampler, stands: str) -> list[Any]:
     """After the debit: the generator, the true values, each validated, then every draw.
 
-    ``compute`` runs the user's frame engine, whose errors can quote cell values (pandas,
-    DuckDB): the library's own errors (which name no data) pass, noted ``stands``; any other is
-    replaced by an ``InvalidDataError`` naming its type only, raised outside the handler so that
-    neither its message nor its ``__context__`` travels."""
+    ``compute`` and each callable value run the user's frame engine, whose errors can quote
+    cell values (pandas, DuckDB): the library's own errors (which name no data) pass, noted
+    ``stands``; any other is replaced by an ``InvalidDataError`` naming its type only
+    (``_guarded``)."""
     seed = [int(w) for w in sampler.bits.words(_SEED_WORDS)]
-    replaced = None
-    try:
+
+    def prepared() -> list[Any]:
         values = compute(np.random.default_rng(seed))
         if isinstance(values, (str, bytes)) or not isinstance(values, Sized) or \
                 not isinstance(values, Iterable) or len(values) != len(items):
             raise InvalidDataError("compute", values, f"a sized iterable of {len(items)} "
                                    "values (one per mechanism)", f"; {stands}")
-        prepared = [v if callable(v) else m.prepare(v) for m, v in zip(items, values)]
+        return [v if callable(v) else m.prepare(v) for m, v in zip(items, values)]
+
+    answers: list[Any] = []
+    for m, v in zip(items, _guarded(prepared, stands)):
+        if callable(v):  # (chosen by the answers before it: ``release_bounded``)
+            seen = tuple(_released(earlier, a) for earlier, a in zip(items, answers))
+            v = _guarded(functools.partial(_chosen, m, v, seen),
+                         stands.replace("drawn", "released"))  # (earlier items drew)
+            if v is None:
+                answers.append(None)
+                continue
+        answers.append(m.draw(v, sampler))
+    return answers
+
+
+def _chosen(mechanism: Mechanism, value: Callable[[tuple[Any, ...]], Any],
+            seen: tuple[Any, ...]) -> Any:
+    """A callable value, called on what it may see of the answers before it, then prepared."""
+    chosen = value(seen)
+    return None if chosen is None else mechanism.prepare(chosen)
+
+
+def _released(mechanism: Mechanism, answer: Any) -> Any:
+    """What a later callable value is handed of an earlier ``answer``: a read-only copy (it
+    cannot change the answer returned), and of a ``PartitionSelection``'s only the positions it
+    released, in order — its vector's length and its zeros (keys present but not released) are
+    not differentially private."""
+    if isinstance(mechanism, PartitionSelection):
+        answer = np.flatnonzero(answer)
+    elif isinstance(answer, np.ndarray):
+        answer = answer.copy()
+    if isinstance(answer, np.ndarray):
+        answer.setflags(write=False)
+    return answer
+
+
+def _guarded(step: Callable[[], Any], stands: str) -> Any:
+    """``step()``, after the debit: a ``PrivacyError`` propagates, noted ``stands``; any other
+    error is replaced by an ``InvalidDataError`` naming its type only, raised outside the
+    handler so that neither its message nor its ``__context__`` travels."""
+    try:
+        return step()
     except PrivacyError as error:
         error.add_note(stands)
         raise
@@ -159,22 +206,7 @@ def _answers(items: tuple[Mechanism, ...], compute: Callable[[np.random.Generato
         replaced = InvalidDataError("compute", error, "a callable that returns the true values",
                                     f" raised (its message withheld: it may quote data); "
                                     f"{stands}")
-    if replaced is not None:  # (raised here, not in the handler: no ``__context__``)
-        raise replaced from None
-    answers: list[Any] = []
-    for m, v in zip(items, prepared):
-        if callable(v):  # (chosen by the answers before it: ``release_bounded``)
-            v = v(tuple(answers))
-            if v is None:
-                answers.append(None)
-                continue
-            try:
-                v = m.prepare(v)
-            except PrivacyError as error:  # (earlier items drew; nothing is returned)
-                error.add_note(stands.replace("drawn", "released"))
-                raise
-        answers.append(m.draw(v, sampler))
-    return answers
+    raise replaced from None
 
 
 def _checked_unit(unit: Any) -> UnitBounds:

@@ -4,7 +4,10 @@ Invariant: the mechanisms (and so the charge) are a function of the statistic's 
 its ε and the bounds' ``Contribution`` alone — built before the debit; the true values come from
 the bounded aggregates after it; the answer is a post-processing of the noisy values. Budget
 splits are fixed here: a mean spends ε/2 on the count and ε/2 on the centred sum, a variance ε/3
-on each of count, centred sum and centred sum of squares.
+on each of count, centred sum and centred sum of squares (``fitted``: never an ulp over ε).
+
+No error can depend on the data after the debit: clamps beyond ``MAX_CLAMP`` in magnitude are
+refused before it, and each true value is clipped into what its mechanism accepts (``clipped``).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dpbudget.accountant.composition.batch import batch_charge
 from dpbudget.accountant.tables import sensitivities as sens
 from dpbudget.accountant.tables.bounding import ROWS, SQUARES, SUM, UNITS
 from dpbudget.accountant.tables.sensitivities import Contribution
@@ -25,8 +29,16 @@ from dpbudget.mechanisms.discrete import DiscreteLaplace
 from dpbudget.mechanisms.laplace import Laplace
 from dpbudget.mechanisms.quantile import BinnedQuantile
 
-__all__ = ["KINDS", "Statistic", "plain", "present_keys", "released"]
+__all__ = ["KINDS", "MAX_CLAMP", "Statistic", "clipped", "fitted", "plain", "present_keys",
+           "released"]
 
+# The largest clamp magnitude: with |l|, |u| <= 2^64 a kept row weighs at most 2^64 (2^128 for
+# a centred square), so a sum over fewer than 2^40 rows stays below 2^168, never inf or NaN, and
+# below the exact Laplace's limit MAX·min(g, 1)/4 for every ε <= 2^900 (g >= Δ₁/ε·2^-46, Δ₁ >=
+# the row weight; ``dpbudget.mechanisms.grid``). Why refused before the debit, not after: a
+# refusal after it would be a one-bit answer chosen by one unit's rows (44 rows at 1e306 pass,
+# 45 do not), with the debit standing.
+MAX_CLAMP = 2.0 ** 64
 KINDS = ("count", "sum", "mean", "variance", "count_distinct_units", "quantile")
 _Z95 = math.log(20.0)  # P(|Laplace(b)| > b·ln 20) = 5 %
 
@@ -58,6 +70,11 @@ class Statistic:
         self.lower, self.upper = _validate.finite("lower", lower), _validate.finite("upper", upper)
         if not self.lower < self.upper:
             raise InvalidArgumentError("upper", upper, f"greater than lower ({lower})")
+        for name, bound in (("lower", self.lower), ("upper", self.upper)):
+            if abs(bound) > MAX_CLAMP:
+                raise InvalidArgumentError(name, bound, "at most 2^64 in magnitude (a larger "
+                                           "clamp could carry a sum past what the noise "
+                                           "accepts, an error after the debit)")
 
     @property
     def centre(self) -> float:
@@ -89,17 +106,19 @@ class Statistic:
         return {"count": (ROWS,), "count_distinct_units": (UNITS,), "sum": (SUM,),
                 "mean": (ROWS, SUM), "variance": (ROWS, SUM, SQUARES)}[self.kind]
 
-    def values(self, found: dict[str, np.ndarray], scalar: bool) -> list[Any]:
-        """The true values, one per mechanism (counts as integers), from aggregates aligned to
-        the released keys; ``scalar``: over the whole table (one number each)."""
+    def values(self, found: dict[str, np.ndarray], scalar: bool,
+               priced: Sequence[Mechanism]) -> list[Any]:
+        """The true values, one per mechanism of ``priced`` (the statistic's, in order; counts
+        as integers, sums ``clipped`` to what their mechanism accepts), from aggregates aligned
+        to the released keys; ``scalar``: over the whole table (one number each)."""
         out: list[Any] = []
-        for name in self.columns():
+        for name, mechanism in zip(self.columns(), priced, strict=True):
             column = np.asarray(found[name], dtype=np.float64)
             if name in (ROWS, UNITS):
                 ints = np.rint(column).astype(np.int64)
                 out.append(int(ints[0]) if scalar else ints)
             else:
-                out.append(float(column[0]) if scalar else column)
+                out.append(clipped(float(column[0]) if scalar else column, mechanism))
         return out
 
     def answer(self, noisy: list[Any]) -> Any:
@@ -157,6 +176,33 @@ class Statistic:
         return out
 
 
+def fitted(total: float, kind: str, epsilon: float, args: tuple[Any, ...], c: Contribution,
+           selection: Mechanism | None = None) -> Statistic:
+    """The statistic at the largest ε' <= ``epsilon`` whose mechanisms' ε, with ``selection``'s,
+    add up to at most ``total`` as the gate adds them (``batch_charge``, each sum rounded up):
+    ε/3 three times, or ε·share and then ε − ε·share, can round one ulp over ``total``."""
+    while True:
+        statistic = Statistic(kind, epsilon, *args)
+        parts = [*([selection] if selection is not None else []), *statistic.mechanisms(c)]
+        if batch_charge(tuple(m.charge for m in parts)).epsilon <= total:
+            return statistic
+        epsilon = math.nextafter(epsilon, 0.0)
+
+
+def clipped(value: Any, mechanism: Mechanism) -> Any:
+    """A float ``value`` (or array) clipped into ±the largest magnitude ``mechanism.prepare``
+    accepts (the exact Laplace's grid limit, for any length: ``limit_for`` a long vector, the
+    smallest), so that no true value can make it refuse after the debit. ``MAX_CLAMP`` makes
+    this a no-op on tables under 2^40 rows; it is the proof that holds whatever the table.
+    Clipping each entry moves no two values further apart: the sensitivity is unchanged."""
+    grid = getattr(mechanism, "grid", None)
+    if not isinstance(mechanism, Laplace) or grid is None:
+        return value
+    limit = grid.limit_for(1 << 62)
+    return np.clip(value, -limit, limit) if isinstance(value, np.ndarray) else \
+        min(max(value, -limit), limit)
+
+
 def present_keys(found: dict[str, Any], groups: Sequence[str]) -> list[Any]:
     """The keys of the aggregate rows, in their order (a value per key, a tuple for several)."""
     keys = list(zip(*(found[g].tolist() for g in groups)))
@@ -164,10 +210,11 @@ def present_keys(found: dict[str, Any], groups: Sequence[str]) -> list[Any]:
 
 
 def released(values: np.ndarray, answers: tuple[Any, ...]) -> np.ndarray | None:
-    """``values`` of the keys a selection (the first of ``answers``) released, in order; None
-    when it released none (nothing to draw: ``release_bounded``). Drawn on |S| entries, a
-    length the selection's output fixes — not on every present key (docs/theory.md §4f)."""
-    kept = np.flatnonzero(answers[0])
+    """``values`` of the keys a selection released — the first of ``answers``, as
+    ``release_bounded`` hands it: the positions it released, in order; None when it released
+    none (nothing to draw). Drawn on |S| entries, a length the selection's output fixes — not on
+    every present key (docs/theory.md §4f)."""
+    kept = answers[0]
     return values[kept] if kept.size else None
 
 

@@ -31,7 +31,8 @@ import numpy as np
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.accountant.tables import bounding, frames
-from dpbudget.accountant.tables.aggregates import Statistic, plain, present_keys, released
+from dpbudget.accountant.tables.aggregates import (Statistic, clipped, fitted, plain,
+                                                   present_keys, released)
 from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution, contribution,
                                                        distinct_contribution)
 from dpbudget.accountant.values import _validate
@@ -228,8 +229,6 @@ class Table:
         if not share < 1.0:
             raise InvalidArgumentError("selection_share", share, "a number in (0, 1)")
         select = epsilon * share if split else epsilon
-        rest = epsilon - select if split else epsilon
-        statistic = Statistic(kind, rest, *args)
         merged = {name: bounds.get(name, self._policy.get(name)) for name in BOUND_NAMES}
         distinct = kind == "count_distinct_units"
         c = distinct_contribution(merged, bool(spec.groups)) if distinct else \
@@ -241,6 +240,8 @@ class Table:
         selection = PartitionSelection(select, delta=delta, max_groups_per_unit=c.groups,
                                        max_rows_per_group=c.per_group,
                                        max_rows_per_unit=c.total) if private else None
+        statistic = fitted(epsilon, kind, epsilon - select if split else epsilon, args, c,
+                           selection if split else None)
         frames.check_columns(self._frame, self._unit, spec.groups, statistic.value)
         if spec.keys is not None:
             frames.check_keys(self._frame, spec.groups, spec.keys)
@@ -290,14 +291,13 @@ class TableQuery:
         mean or variance) over the whole table, else ``{key: answer}``.
 
         Raises:
-            BudgetExceededError, MechanismNotAllowedError: refused; nothing
-                drawn, debited or computed.
+            BudgetExceededError, MechanismNotAllowedError: refused; nothing drawn or debited.
             InvalidDataError: a null id or group, or a null, NaN or infinite value (nothing
                 debited).
         """
         t = self._table
         state = self._read()
-        noisy = release_bounded(t._gate, self.mechanisms(), lambda rng: self._compute(rng, state),
+        noisy = release_bounded(t._gate, state["mechanisms"], lambda rng: self._compute(rng, state),
                                 UnitBounds(t._unit, self.bounds), label, t._where)
         return self._answer(noisy, state)
 
@@ -307,7 +307,7 @@ class TableQuery:
         one person's row), then filtered — its filters and its public keys — on that copy (an
         engine that cannot run them refuses here, spending nothing): ``rows``, keyed and bounded
         by ``_compute``; ``read``: the user's names of the columns, for errors; ``names``: each
-        one's name in ``rows``."""
+        one's name in ``rows``; ``mechanisms``: ``mechanisms()``, built once."""
         import narwhals as nw
         t, spec, stat = self._table, self._table._spec, self.statistic
         read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
@@ -325,12 +325,14 @@ class TableQuery:
         if where:
             rows = frames.engine(lambda: rows.filter(functools.reduce(operator.and_, where)),
                                  read)
-        return {"rows": rows, "read": read, "names": names}
+        return {"rows": rows, "read": read, "names": names, "mechanisms": self.mechanisms()}
 
     def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
         t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution
         keyed = frames.keyed(state.pop("rows"), rng, t._frame.kind)
-        read, names = state.pop("read"), state.pop("names")
+        read, names, priced = state.pop("read"), state.pop("names"), state["mechanisms"]
+        priced = priced[1:] if len(priced) > 1 and self._selection else priced  # (the
+        # statistic's own mechanisms: each value ``clipped`` to what its mechanism accepts)
         unit, groups = names[t._unit], [names[g] for g in spec.groups]
         value = None if stat.value is None else names[stat.value]
         if stat.kind == "quantile":  # (public keys, if grouped: a row of bin counts per key)
@@ -349,7 +351,7 @@ class TableQuery:
         aggs = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
         if not spec.groups:
             return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))
-                                for n in aggs if n in found}, scalar=True)
+                                for n in aggs if n in found}, True, priced)
         present = present_keys(found, groups)
         order = sorted(range(len(present)), key=present.__getitem__)  # (the engine's order is
         present = [present[i] for i in order]  # its own: sorted, the same seed draws the same)
@@ -364,13 +366,13 @@ class TableQuery:
                     filled[[j for _, j in rows]] = found[n].astype(np.float64)[[i for i, _ in rows]]
                     aligned[n] = filled
             state["keys"] = spec.keys
-            return stat.values(aligned, scalar=False)
+            return stat.values(aligned, False, priced)
         state["keys"] = present
-        values = stat.values(found, scalar=False)
-        if len(self.mechanisms()) == 1:
+        values = stat.values(found, False, priced)
+        if stat.kind in ("count", "count_distinct_units"):
             return values  # (a count: the selection's counts; empty: none present)
         # A sum, mean or variance: the selection on the rows, then each value on the keys it
-        # released only — drawn on |S| entries, a length the selection's output fixes.
+        # released only (``released``).
         counts = np.rint(np.asarray(found[bounding.ROWS], dtype=np.float64)).astype(np.int64)
         return [counts, *(functools.partial(released, v) for v in values)]
 

@@ -1,4 +1,4 @@
-"""The "basic" rule: Σε and Σδ within the limit (the filter of basic composition), and a batch charged its basic total when it fits, else its tightest non-adaptive bound (KOV 2015 Thm 3.3 / 3.5, or the zCDP conversion)."""
+"""The "basic" rule: Σε and Σδ within the limit (the filter of basic composition), and a batch charged its basic total when it fits, else its tightest fixed-parameter bound (KOV 2015 Thm 3.3 / 3.5, or the zCDP conversion)."""
 
 from __future__ import annotations
 

@@ -346,3 +346,110 @@ def test_a_later_value_may_be_chosen_by_the_answers_drawn_before_it() -> None:
                         PER_PERSON, None, ("events", None, None))
     assert "debit stands" in str(err.value.__notes__) and "nothing was released" in \
         str(err.value.__notes__)
+
+
+# -- a4 (third review): what a later callable value is handed, and its errors -------------------
+
+def _selection() -> Any:
+    from dpbudget.mechanisms.partition_selection import PartitionSelection
+    return PartitionSelection(0.25, delta=1e-6, max_groups_per_unit=1, max_rows_per_group=1,
+                              max_rows_per_unit=1)
+
+
+def _acc_d() -> Accountant:
+    return Accountant(limits={"events": DatasetLimit(limit=Budget(10.0, 1e-3),
+                                                     privacy_unit="person_id")}, rng=0)
+
+
+def _zeros_of_the_selection(present: list[int]) -> Any:
+    """The a4 (f) attack: the later value is one entry per key present but NOT released (the
+    selection's zeros), so the length of its answer says how many keys were present."""
+    acc = _acc_d()
+    counts = np.array(present)
+    return release_bounded(acc._gate, [_selection(), Laplace(0.25, sensitivity=1.0)],
+                           lambda rng: [counts, lambda a: np.zeros(
+                               1 + np.size(a[0]) - np.count_nonzero(a[0]))],
+                           PER_PERSON, None, ("events", None, None))[1]
+
+
+def test_a_later_value_sees_only_the_released_positions_of_a_selection() -> None:
+    """A third key of one person (count 1, never released) no longer lengthens the later
+    answer: the callable is handed the positions released, not the selection's raw vector."""
+    assert len(_zeros_of_the_selection([5000, 5000])) == \
+        len(_zeros_of_the_selection([5000, 5000, 1]))
+
+
+def test_negative_control_handed_the_raw_vector_the_length_leaks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old hand-off (each answer as drawn) re-created: one person's key changes the length."""
+    monkeypatch.setattr(bounded, "_released", lambda mechanism, answer: answer)
+    assert len(_zeros_of_the_selection([5000, 5000])) + 1 == \
+        len(_zeros_of_the_selection([5000, 5000, 1]))
+
+
+def test_a_later_value_cannot_change_an_earlier_answer() -> None:
+    """a4 (e): the callable writes into the earlier answer before it is returned: refused (a
+    read-only copy), named by type, the debit standing; an honest read still works."""
+    acc = _acc_d()
+
+    def overwrite(answers: tuple[Any, ...]) -> Any:
+        answers[0][:] = 0
+        return np.array([1.0])
+    with pytest.raises(InvalidDataError, match="ValueError") as err:
+        release_bounded(acc._gate, [_selection(), Laplace(0.25, sensitivity=1.0)],
+                        lambda rng: [np.array([5000]), overwrite], PER_PERSON, None,
+                        ("events", None, None))
+    assert "debit stands" in str(err.value)
+    first = np.array([1.0, 2.0])
+    out = release_bounded(acc._gate, [Laplace(0.25, sensitivity=1.0)] * 2,
+                          lambda rng: [first, lambda a: a[0] * 0 + 1.0], PER_PERSON, None,
+                          ("events", None, None))
+    assert out[0].flags.writeable and out[1].shape == (2,)
+
+
+def test_negative_control_handed_the_answer_itself_it_is_overwritten(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bounded, "_released", lambda mechanism, answer: answer)
+
+    def overwrite(answers: tuple[Any, ...]) -> Any:
+        answers[0][:] = 0
+        return np.array([1.0])
+    out = release_bounded(_acc_d()._gate, [_selection(), Laplace(0.25, sensitivity=1.0)],
+                          lambda rng: [np.array([5000]), overwrite], PER_PERSON, None,
+                          ("events", None, None))
+    assert out[0].tolist() == [0]  # (the released count, rewritten after its draw)
+
+
+def _quoting(answers: tuple[Any, ...]) -> Any:
+    raise ValueError(f"row of person 7: amount={CANARY}")
+
+
+class _QuotingPrepare(Laplace):
+    def prepare(self, value: Any) -> Any:
+        raise ValueError(f"cannot read {CANARY}")
+
+
+@pytest.mark.parametrize("late", ["callable", "prepare"])
+def test_a_later_value_or_its_prepare_quoting_data_is_replaced_by_its_type(late: str) -> None:
+    """a4 (b): after the debit, a later callable (or its mechanism's ``prepare``) raises an
+    error quoting a cell: replaced as ``compute``'s are — its type only, the debit stands."""
+    acc = _acc_d()
+    second = Laplace(0.25, sensitivity=1.0) if late == "callable" else \
+        _QuotingPrepare(0.25, sensitivity=1.0)
+    value = _quoting if late == "callable" else (lambda a: 1.0)
+    with pytest.raises(InvalidDataError) as info:
+        release_bounded(acc._gate, [_selection(), second], lambda rng: [np.array([5000]), value],
+                        PER_PERSON, None, ("events", None, None))
+    assert "ValueError" in str(info.value) and "debit stands" in str(info.value)
+    assert CANARY not in str(info.value) and CANARY not in repr(info.value)
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert acc.spent("events").epsilon == pytest.approx(0.5)
+
+
+def test_negative_control_unguarded_the_later_error_quotes_the_cell(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bounded, "_guarded", lambda step, stands: step())
+    with pytest.raises(ValueError, match=CANARY):
+        release_bounded(_acc_d()._gate, [_selection(), Laplace(0.25, sensitivity=1.0)],
+                        lambda rng: [np.array([5000]), _quoting], PER_PERSON, None,
+                        ("events", None, None))
