@@ -110,7 +110,7 @@ def debit_fields(accounts: list[Account], **members: Any) -> dict[str, str]:
     return fields(**members, accounts={a.key: {**a.config, "rule": a.rule, "state": a.state}
                                        for a in accounts})
 from dpbudget.mechanisms.base import Mechanism
-from tests.support import SEED, assert_chain, snapshot
+from tests.support import SEED, assert_chain, errors_in_threads, snapshot
 
 NAN, INF = float("nan"), float("inf")
 
@@ -805,21 +805,12 @@ class LedgerContract:
 
     def test_concurrent_threads_keep_the_chain(self, ledger: Any) -> None:
         barrier = threading.Barrier(4)
-        errors: list[BaseException] = []
 
         def work() -> None:
-            try:
-                barrier.wait()
-                self._append(ledger, 25)
-            except BaseException as exc:  # pragma: no cover - reported below
-                errors.append(exc)
+            barrier.wait()
+            self._append(ledger, 25)
 
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert errors == []
+        assert errors_in_threads(work, 4) == []
         assert assert_chain(ledger) == 100
         assert ledger.account("dataset:a").state["epsilon"] == 25.0  # no lost update
 

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import io
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from dpbudget.accountant import cli
 from dpbudget.accountant.ledger import GENESIS, Ledger
-from dpbudget.accountant.ledger.record import AccountLayout, assemble, canonical, step_fragments
+from dpbudget.accountant.ledger.base import Entry
+from dpbudget.accountant.ledger.record import (AccountLayout, assemble, canonical, record_hash,
+                                              step_fragments, utc_now)
 
 SEED = 20261121
 
@@ -166,3 +173,59 @@ def load_policy_text(text: str) -> Any:
     from dpbudget.policies.policy import Policy
 
     return Policy.model_validate(tomllib.loads(text))
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``dpbudget *argv`` in process: its exit status, stdout and stderr (an exception raised
+    here is the traceback a test forbids)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+def errors_in_threads(work: Callable[[], None], n: int = 4) -> list[BaseException]:
+    """Runs ``work`` in ``n`` threads at once and returns what any of them raised (a test asserts
+    it is empty: an exception in a thread would otherwise pass unseen)."""
+    errors: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            work()
+        except BaseException as exc:  # pragma: no cover - reported to the caller
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def forge_release(ledger: Any, mechanism: Any, rule: Any, account: Any, dataset: str = "d") -> None:
+    """Writes a release of ``mechanism`` and the account row it leaves straight into ``ledger``,
+    below the gate (no check): a forgery for the audit to flag. Call it inside
+    ``ledger.transaction()``; the record chains onto the head like a real one."""
+    text = release_fields(mechanism, dataset, [(rule, account)])
+    seq, head = ledger._head()
+    body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
+                     "time": utc_now(), "auth": '"sha256"'})
+    ledger._write_entry(Entry(seq + 1, body, record_hash(body)))
+    ledger._write_accounts([account._replace(seq=seq + 1)])
+
+
+def import_one_release(url: str, folder: Any, epsilon: float) -> None:
+    """Fills the new ledger at ``url`` like one from before stored policies: one Laplace release
+    at ``epsilon`` on "people" from an in-memory accountant (which records no policy), exported to
+    ``folder``/old.jsonl and imported."""
+    from dpbudget.accountant import Accountant, Budget
+    from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
+    from dpbudget.accountant.ledger import open_ledger
+    from dpbudget.mechanisms import Laplace
+
+    memory = Accountant(Budget(1.0))
+    memory.release(Laplace(epsilon, sensitivity=1.0), 1.0, dataset="people")
+    export_jsonl(memory.ledger, folder / "old.jsonl")
+    with open_ledger(url) as ledger:
+        import_jsonl(folder / "old.jsonl", ledger)

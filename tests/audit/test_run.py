@@ -19,7 +19,7 @@ from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.cli import main as cli
 from dpbudget.accountant.composition import BasicComposition
 from dpbudget.accountant.values.errors import LedgerError
-from tests.support import OWNER, load_policy_text, release_fields
+from tests.support import OWNER, forge_release, load_policy_text, release_fields
 from tests.audit.support import exported as _export, six_releases as _ledger
 from dpbudget.accountant.ledger import Account, MemoryLedger, SqliteLedger, open_ledger, writer
 from dpbudget.accountant.audit.logs import LOGGER_NAME, log_records_to
@@ -412,15 +412,7 @@ def test_a_rule_changed_mid_stream_is_reported_not_a_traceback(first, second):
             fresh = prev is None or prev.rule != name
             state = rule.debit(rule.initial_state() if fresh else prev.state, mech.charge)
             account = Account("dataset:d", name, rule.describe(), state, 0)
-            text = release_fields(mech, "d", [(rule, account)])
-            seq, head = ledger._head()
-            from dpbudget.accountant.ledger.base import Entry
-            from dpbudget.accountant.ledger.record import utc_now as _utc_now
-            from dpbudget.accountant.ledger.record import assemble, record_hash
-            body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
-                             "time": _utc_now(), "auth": '"sha256"'})
-            ledger._write_entry(Entry(seq + 1, body, record_hash(body)))
-            ledger._write_accounts([account._replace(seq=seq + 1)])
+            forge_release(ledger, mech, rule, account)
     report = audit(ledger)
     assert report.exit_status & EXIT_BITS["limit"]
     assert any("changed its configuration" in p.message for p in report.problems)

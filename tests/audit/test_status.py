@@ -10,7 +10,6 @@ from dpbudget.accountant.audit.status import budget_rows, budget_table
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import parse_policy
 import contextlib
-import io
 import json
 import sqlite3
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from dpbudget.accountant import cli
 from dpbudget.accountant.audit import status
 from dpbudget.accountant.ledger import sql
+from tests.support import run_cli
 
 POLICY = """
     [datasets.adult]
@@ -88,10 +88,7 @@ def _ledger(tmp_path: Path, n: int, name: str = "l.db") -> Path:
 
 
 def _status(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(["status", *argv])
-    return rc, out.getvalue(), err.getvalue()
+    return run_cli("status", *argv)
 
 
 def _records_read(monkeypatch: pytest.MonkeyPatch, path: Path) -> int:

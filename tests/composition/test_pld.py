@@ -15,10 +15,8 @@ from dpbudget.accountant.audit.run import EXIT_BITS, audit
 from dpbudget.accountant.composition import Refused, make_rule, privacy_loss
 from dpbudget.accountant.composition.pld import PLDComposition
 from dpbudget.accountant.ledger import Account, MemoryLedger
-from dpbudget.accountant.ledger.base import Entry
-from dpbudget.accountant.ledger.record import assemble, record_hash, utc_now
 from dpbudget.mechanisms import Laplace, SubsampledGaussian
-from tests.support import release_fields, snapshot
+from tests.support import forge_release, snapshot
 
 ROWS = np.ones((20, 2))
 
@@ -97,12 +95,7 @@ def _forge(ledger: MemoryLedger, n: int, describe: dict[str, Any] | None = None)
             state = rule._step(rule.initial_state() if prev is None else prev.state,
                                mech.charge, 1)
             account = Account("dataset:d", "pld", describe or rule.describe(), state, 0)
-            text = release_fields(mech, "d", [(rule, account)])
-            seq, head = ledger._head()
-            body = assemble({**text, "v": "1", "seq": str(seq + 1), "prev": f'"{head}"',
-                             "time": utc_now(), "auth": '"sha256"'})
-            ledger._write_entry(Entry(seq + 1, body, record_hash(body)))
-            ledger._write_accounts([account._replace(seq=seq + 1)])
+            forge_release(ledger, mech, rule, account)
 
 
 def test_the_audit_flags_a_step_beyond_k_max() -> None:

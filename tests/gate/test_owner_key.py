@@ -30,7 +30,7 @@ from dpbudget.accountant.gate.owner_key import OwnerKey, new_key_file, signed_te
 from dpbudget.mechanisms import Laplace
 from dpbudget.policies.policy import Policy
 from dpbudget.policies.stored import POLICY_KEY, document
-from tests.support import OWNER, set_ledger_clock, snapshot
+from tests.support import OWNER, import_one_release, set_ledger_clock, snapshot
 
 ONE = Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 1.0}}}})
 HUNDRED = Policy.model_validate({"datasets": {"people": {"limit": {"epsilon": 100.0}}}})
@@ -288,15 +288,8 @@ def test_policy_apply_init_creates_a_keyed_ledger_on_the_command_line(
 
 
 def test_a_ledger_from_before_stored_policies_keeps_the_policy_it_adopts(tmp_path: Path) -> None:
-    from dpbudget.accountant.audit.transfer import export_jsonl, import_jsonl
-
-    memory = Accountant(Budget(1.0))  # records no policy: like a ledger from before them
-    memory.release(Laplace(0.5, sensitivity=1.0), 1.0, dataset="people")
-    jsonl = tmp_path / "old.jsonl"
-    export_jsonl(memory.ledger, jsonl)
     url = _url(tmp_path)
-    with open_ledger(url) as ledger:
-        import_jsonl(jsonl, ledger)
+    import_one_release(url, tmp_path, 0.5)  # records no policy: like a ledger from before them
     with pytest.raises(OwnerKeyError, match="pins no owner key"):  # record 1 pins none
         Accountant(Budget(1.0), ledger=url, owner_key=OWNER)
     with Accountant(Budget(1.0), ledger=url) as acc:  # adopts its recorded limits (record 2)

@@ -33,13 +33,20 @@ def test_the_first_opener_records_the_policy_and_it_reads_back(tmp_path: Path) -
     assert policy.datasets["adult"].limit == Budget(1.0, 1e-6)
 
 
-def test_a_hand_edited_limit_is_refused_not_enforced(tmp_path: Path) -> None:
+def _hand_edited(tmp_path: Path) -> str:
+    """The attack: a created ledger whose policy record (seq 1) is edited by hand in the file,
+    its limit raised from ε = 1 to ε = 1000 (the append-only trigger dropped first)."""
     url = _created(tmp_path)
     with sqlite3.connect(tmp_path / "l.db") as conn:
         conn.execute("DROP TRIGGER entries_append_only_u")
         text = conn.execute("SELECT record FROM entries WHERE seq = 1").fetchone()[0]
         conn.execute("UPDATE entries SET record = ? WHERE seq = 1",
                      (text.replace('"epsilon":1.0', '"epsilon":1000.0'),))
+    return url
+
+
+def test_a_hand_edited_limit_is_refused_not_enforced(tmp_path: Path) -> None:
+    url = _hand_edited(tmp_path)
     with pytest.raises(LedgerCorruptedError):
         stored_policy(url)
 
@@ -48,12 +55,7 @@ def test_negative_control_without_the_hash_check_the_edited_limit_would_be_read(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Negative control: reading the record without re-checking its hash (re-created) returns the
     forged limit, which the test above refuses."""
-    url = _created(tmp_path)
-    with sqlite3.connect(tmp_path / "l.db") as conn:
-        conn.execute("DROP TRIGGER entries_append_only_u")
-        text = conn.execute("SELECT record FROM entries WHERE seq = 1").fetchone()[0]
-        conn.execute("UPDATE entries SET record = ? WHERE seq = 1",
-                     (text.replace('"epsilon":1.0', '"epsilon":1000.0'),))
+    url = _hand_edited(tmp_path)
     monkeypatch.setattr(policy_record, "_verified", lambda entry, ledger: json.loads(entry.text))
     policy, _ = stored_policy(url)
     assert policy.datasets["adult"].limit.epsilon == 1000.0

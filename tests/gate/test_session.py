@@ -8,16 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from dpbudget.accountant import (
-    Accountant,
-    Budget,
-    BudgetExceededError,
-    InvalidArgumentError,
-    InvalidTypeError,
-    MechanismExhaustedError,
-    NumericSession,
-    Session,
-)
+from dpbudget.accountant import (Accountant, Budget, BudgetExceededError, InvalidArgumentError,
+                                 InvalidTypeError, MechanismExhaustedError, NumericSession, Session)
 from dpbudget.mechanisms import AboveThreshold, NumericSparse, Sparse
 from tests.support import records
 

@@ -15,15 +15,14 @@ from dpbudget.accountant import LedgerError, PrivacyError
 from dpbudget.accountant.ledger import Account
 from dpbudget.accountant.ledger.sqlite import SqliteLedger
 from tests.contracts import LedgerContract, fields
+from tests.support import run_cli
 import contextlib
-import io
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 from dpbudget.accountant import Accountant, Budget
-from dpbudget.accountant import cli
 from dpbudget.accountant.ledger import SqliteLedger, open_ledger
 from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.accountant.values.errors import LedgerError
@@ -142,13 +141,6 @@ def _ledger(folder: Path, n: int = 4) -> Path:
     return path
 
 
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
-
-
 @contextlib.contextmanager
 def _read_only(how: str, folder: Path) -> Iterator[None]:
     """``folder`` and its files made read-only: by mode (not root) or the immutable attribute."""
@@ -181,11 +173,11 @@ def _read_only(how: str, folder: Path) -> Iterator[None]:
 def test_a_ledger_on_read_only_media_audits_and_reports(tmp_path: Path, how: str) -> None:
     path = _ledger(tmp_path / "media")
     with _read_only(how, path.parent):
-        rc, out, err = _run("audit", str(path))
+        rc, out, err = run_cli("audit", str(path))
         assert rc == 0 and "5 records, 5 verified" in out, err
-        rc, out, _ = _run("status", str(path))
+        rc, out, _ = run_cli("status", str(path))
         assert rc == 0 and "5 records" in out and "running states checked" in out
-        assert _run("export", str(path), str(tmp_path / "out.jsonl"))[0] == 0
+        assert run_cli("export", str(path), str(tmp_path / "out.jsonl"))[0] == 0
         with pytest.raises(LedgerError):  # an accountant cannot write there
             Accountant(Budget(10.0), ledger=f"sqlite:///{path}")
         with open_ledger(path, create=False) as ledger:
@@ -200,7 +192,7 @@ def test_negative_control_without_the_fallback_the_audit_cannot_open_it(
     monkeypatch.setattr(SqliteLedger, "_read_only", lambda self: False)
     path = _ledger(tmp_path / "media")
     with _read_only(how, path.parent):
-        rc, _, err = _run("audit", str(path))
+        rc, _, err = run_cli("audit", str(path))
     assert rc == 2 and "unable to open database file" in err  # the issue's figure
 
 
@@ -218,7 +210,7 @@ def test_commits_in_a_wal_on_read_only_media_are_read_or_refused_never_missed(
         for suffix in ("", "-wal", "-shm"):
             shutil.copyfile(f"{live}{suffix}", copy / f"l.db{suffix}")
     with _read_only(how, copy):
-        rc, out, err = _run("audit", str(copy / "l.db"))
+        rc, out, err = run_cli("audit", str(copy / "l.db"))
     assert (rc == 0 and "4 records, 4 verified" in out) or (rc == 2 and "cannot open" in err)
 
 
@@ -247,9 +239,9 @@ def test_the_read_only_uri_reads_every_record_and_writes_nothing(
     path = _ledger(tmp_path / "media")
     before = path.read_bytes()
     _unwritable(monkeypatch, path)
-    rc, out, err = _run("audit", str(path))
+    rc, out, err = run_cli("audit", str(path))
     assert rc == 0 and "5 records, 5 verified" in out, err
-    assert _run("status", str(path))[0] == 0
+    assert run_cli("status", str(path))[0] == 0
     with open_ledger(path, create=False) as ledger:
         assert isinstance(ledger, SqliteLedger)
         assert ledger._target.startswith(f"file:{path}?mode=ro")  # (immutable: no -shm)
@@ -265,7 +257,7 @@ def test_negative_control_the_emulated_media_refuse_the_old_open(
     path = _ledger(tmp_path / "media")
     _unwritable(monkeypatch, path)
     monkeypatch.setattr(SqliteLedger, "_read_only", lambda self: False)
-    rc, _, err = _run("audit", str(path))
+    rc, _, err = run_cli("audit", str(path))
     assert rc == 2 and "unable to open database file" in err
 
 

@@ -8,29 +8,21 @@ an earlier one's frames, still open with every record (no false alarm)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from dpbudget.accountant import Accountant, Budget, cli
+from dpbudget.accountant import Accountant, Budget
 from dpbudget.accountant.ledger import SqliteLedger, open_ledger
 from dpbudget.accountant.ledger import sqlite as sqlite_module
 from dpbudget.accountant.ledger.wal import dropped_commits
 from dpbudget.accountant.values.errors import LedgerCorruptedError
 from dpbudget.mechanisms import Laplace
+from tests.support import run_cli
 
 _SUFFIXES = ("", "-wal", "-shm")
-
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = cli.main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 def _crashed_copy(tmp_path: Path, releases: int = 10,
@@ -74,7 +66,7 @@ def test_a_flipped_wal_byte_is_refused_at_open_with_nothing_written(tmp_path: Pa
         SqliteLedger(copy)
     with pytest.raises(LedgerCorruptedError):
         Accountant(Budget(100.0), ledger=f"sqlite:///{copy}")  # no release on it
-    rc, out, err = _run("audit", str(copy))
+    rc, out, err = run_cli("audit", str(copy))
     assert rc == 2 and "-wal file is damaged" in err and out == ""
     assert {s: Path(f"{copy}{s}").read_bytes() for s in _SUFFIXES} == before  # evidence kept
     # The documented acknowledgement: SQLite itself checkpoints what it can read (the sqlite3
@@ -84,7 +76,7 @@ def test_a_flipped_wal_byte_is_refused_at_open_with_nothing_written(tmp_path: Pa
     conn.close()
     with open_ledger(copy, create=False) as ledger:
         assert 0 < ledger.head()[0] < head
-    rc, _, _ = _run("audit", str(copy), "--expect-head", digest)
+    rc, _, _ = run_cli("audit", str(copy), "--expect-head", digest)
     assert rc & 8  # the head kept elsewhere (a receipt) shows the loss as a chain finding
 
 
@@ -97,7 +89,7 @@ def test_negative_control_without_the_check_the_loss_is_silent(
     with open_ledger(copy, create=False) as ledger:
         seen = ledger.head()[0]
     assert seen < head  # committed records gone
-    rc, out, _ = _run("audit", str(copy))
+    rc, out, _ = run_cli("audit", str(copy))
     assert rc == 0 and f"{seen} records, {seen} verified" in out  # ... and the audit is clean
 
 

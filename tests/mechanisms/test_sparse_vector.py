@@ -248,12 +248,16 @@ def threshold_noise(stream, mechanism) -> float:
     return stream._noisy_threshold - mechanism.threshold
 
 
-@pytest.mark.statistical
-@pytest.mark.parametrize("mechanism", [
+# The three threshold mechanisms whose noise laws are checked below.
+EACH_THRESHOLD_MECHANISM = pytest.mark.parametrize("mechanism", [
     AboveThreshold(epsilon=0.5, threshold=10.0, sensitivity=2.0),
     Sparse(epsilon=1.0, threshold=0.0, max_positives=5, sensitivity=1.0),
     Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True, sensitivity=1.0),
 ], ids=["above-threshold", "sparse", "sparse-monotonic"])
+
+
+@pytest.mark.statistical
+@EACH_THRESHOLD_MECHANISM
 def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
     s = sampler(101)
     rho = np.array([threshold_noise(mechanism._open(s), mechanism) for _ in range(N)])
@@ -261,11 +265,7 @@ def test_threshold_noise_is_laplace_drawn_once_per_session(mechanism):
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("mechanism", [
-    AboveThreshold(epsilon=0.5, threshold=10.0, sensitivity=2.0),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, sensitivity=1.0),
-    Sparse(epsilon=1.0, threshold=0.0, max_positives=5, monotonic=True, sensitivity=1.0),
-], ids=["above-threshold", "sparse", "sparse-monotonic"])
+@EACH_THRESHOLD_MECHANISM
 def test_query_noise_is_laplace_with_c(mechanism):
     stream = mechanism._open(sampler(202))
     nu = np.array([next(stream._noise) for _ in range(N)]) * grid_step(mechanism)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +34,8 @@ from dpbudget.policies import load_policy
 from dpbudget.policies.limits import DatasetLimit
 from dpbudget.policies.policy import Policy
 from dpbudget.policies.stored import raised
-from tests.support import OWNER, assert_chain, load_policy_text
+from tests.support import (OWNER, assert_chain, errors_in_threads, import_one_release,
+                           load_policy_text)
 
 from conftest import RNGS
 
@@ -187,20 +187,7 @@ def test_two_processes_creating_a_ledger_write_one_policy_record(tmp_path: Path)
     one transaction, so exactly one policy record is written."""
     url = _url(tmp_path)
     open_ledger(url).close()
-    errors: list[BaseException] = []
-
-    def create() -> None:
-        try:
-            Accountant(Budget(1.0), ledger=url).close()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=create) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not errors_in_threads(lambda: Accountant(Budget(1.0), ledger=url).close(), 4)
     assert [r["kind"] for r in _records(url)] == ["policy"]
 
 
@@ -334,13 +321,8 @@ def test_apply_policy_keeps_its_own_accountant_current(tmp_path: Path) -> None:
 
 
 def test_a_ledger_without_a_policy_record_does_not_adopt_higher_limits(tmp_path: Path) -> None:
-    memory = Accountant(Budget(1.0))  # an in-memory ledger stores no policy record
-    memory.release(Laplace(1.0, sensitivity=1.0), 1.0, dataset="people")
-    jsonl = tmp_path / "old.jsonl"
-    export_jsonl(memory.ledger, jsonl)
     url = _ledger_url(tmp_path)
-    with open_ledger(url) as ledger:
-        import_jsonl(jsonl, ledger)
+    import_one_release(url, tmp_path, 1.0)  # an in-memory ledger stores no policy record
     with pytest.raises(LedgerConflictError, match="policy apply"):
         Accountant(Budget(100.0), ledger=url)
     with Accountant(Budget(1.0), ledger=url) as same:  # the recorded limits are adopted

@@ -177,12 +177,10 @@ def test_q5_is_one_step_private_per_person() -> None:
     assert lone_seen > 0  # (the δ bound was exercised, not vacuous)
 
 
-def test_q5_priced_per_row_leaks_more_than_epsilon_and_delta_per_person(
-        monkeypatch: Any) -> None:
-    """Negative control: Q5 unbounded and priced per row (Δ₁ = 1, a lone key counted as 1 row,
-    as a row-level threshold would be): the heaviest person moves the shared counts by more
-    than 1 (loss > ε), and keys only they create hold more than one row (released with more
-    than δ)."""
+def _priced_per_row(monkeypatch: Any) -> tuple[pd.DataFrame, Any, tuple[np.ndarray, ...], Any]:
+    """The broken pricing of the per-row negative controls: every query priced at Δ₁ = 1 row.
+    Returns the events table, its heaviest person, random keys and the contribution ``big`` that
+    computes without bounding."""
     from dpbudget.accountant.tables import sensitivities
     row = sensitivities.Contribution(1, 1, 1, False)
     monkeypatch.setattr("dpbudget.accountant.tables.builder.contribution",
@@ -190,7 +188,16 @@ def test_q5_priced_per_row_leaks_more_than_epsilon_and_delta_per_person(
     full = events_frame(persons=300, seed=3)
     person = full[PERSON].value_counts().index[0]
     keys = (np.random.default_rng(1).random(len(full)),)
-    big = sensitivities.Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+    return full, person, keys, sensitivities.Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+
+
+def test_q5_priced_per_row_leaks_more_than_epsilon_and_delta_per_person(
+        monkeypatch: Any) -> None:
+    """Negative control: Q5 unbounded and priced per row (Δ₁ = 1, a lone key counted as 1 row,
+    as a row-level threshold would be): the heaviest person moves the shared counts by more
+    than 1 (loss > ε), and keys only they create hold more than one row (released with more
+    than δ)."""
+    full, person, keys, big = _priced_per_row(monkeypatch)
     with_, without_ = ({}, {})
     for frame, out in ((full, with_), (full[full[PERSON] != person].reset_index(drop=True),
                                        without_)):
@@ -207,10 +214,18 @@ def test_q5_priced_per_row_leaks_more_than_epsilon_and_delta_per_person(
 def test_q5_refused_draws_and_debits_nothing(monkeypatch: Any) -> None:
     """A Q5 whose δ does not fit the limit is refused: nothing computed, no noise drawn, the
     ledger untouched."""
+    _assert_refused_draws_and_debits_nothing(lambda frame, acc: _queries(frame, acc)["Q5"],
+                                             monkeypatch)
+
+
+def _assert_refused_draws_and_debits_nothing(build: Any, monkeypatch: Any) -> None:
+    """``build(frame, acc)`` is a query with private keys whose δ (1e-6) does not fit the limit
+    (δ = 1e-7): its release is refused with nothing computed, no noise drawn, the ledger
+    untouched."""
     acc = dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(5.0, 1e-7),
                                                           privacy_unit=PERSON)}, rng=0)
     before = snapshot(acc.ledger)
-    query = _queries(events_frame(persons=50, seed=3), acc)["Q5"]
+    query = build(events_frame(persons=50, seed=3), acc)
     monkeypatch.setattr(type(query), "_compute", lambda *a: pytest.fail("computed"))
     monkeypatch.setattr("dpbudget.mechanisms.partition_selection.discrete_laplace_array",
                         lambda *a: pytest.fail("drew noise"))
@@ -730,14 +745,7 @@ def test_a_mean_on_private_keys_is_private_per_person() -> None:
 def test_a_mean_on_private_keys_priced_per_row_leaks_more_than_epsilon(monkeypatch: Any) -> None:
     """Negative control: unbounded and priced per row (Δ₁ = 1 row, a weight per row): the
     heaviest person moves the counts and sums by far more than the noise covers."""
-    from dpbudget.accountant.tables import sensitivities
-    row = sensitivities.Contribution(1, 1, 1, False)
-    monkeypatch.setattr("dpbudget.accountant.tables.builder.contribution",
-                        lambda bounds, grouped: row)
-    full = events_frame(persons=300, seed=3)
-    person = full[PERSON].value_counts().index[0]
-    keys = (np.random.default_rng(1).random(len(full)),)
-    big = sensitivities.Contribution(10 ** 6, 10 ** 6, 10 ** 6, False)
+    full, person, keys, big = _priced_per_row(monkeypatch)
     out = []
     for frame, k in ((full, keys), without(full.rename(columns={PERSON: "unit"}), keys,
                                            person)):
@@ -823,16 +831,7 @@ def test_the_budget_split_charges_epsilon_with_three_items_recorded(share: float
 
 
 def test_a_private_key_sum_refused_computes_draws_and_debits_nothing(monkeypatch: Any) -> None:
-    acc = dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(5.0, 1e-7),
-                                                          privacy_unit=PERSON)}, rng=0)
-    before = snapshot(acc.ledger)
-    query = _mean(events_frame(persons=50, seed=3), acc)
-    monkeypatch.setattr(type(query), "_compute", lambda *a: pytest.fail("computed"))
-    monkeypatch.setattr("dpbudget.mechanisms.partition_selection.discrete_laplace_array",
-                        lambda *a: pytest.fail("drew noise"))
-    with pytest.raises(BudgetExceededError):
-        query.release()
-    assert snapshot(acc.ledger) == before
+    _assert_refused_draws_and_debits_nothing(_mean, monkeypatch)
 
 
 def test_no_key_released_draws_nothing_more_and_answers_empty(monkeypatch: Any) -> None:
