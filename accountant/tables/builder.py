@@ -28,13 +28,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dpbudget.accountant.gate.accountant import Accountant
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.accountant.tables import bounding, frames
 from dpbudget.accountant.tables.aggregates import (Statistic, clipped, fitted, plain,
                                                    present_keys, released)
 from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution, contribution,
-                                                       distinct_contribution)
+                                                       distinct_contribution, recorded)
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataTypeError,
@@ -74,10 +75,9 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
         InvalidArgumentError: a dataset that declares no privacy unit, or datasets that declare
             different ones (``unit``).
     """
-    gate = getattr(accountant, "_gate", None)
-    if gate is None:
-        raise InvalidDataTypeError("accountant", accountant, "an Accountant")  # (not shown:
-        # the arguments swapped, it is the frame)
+    if not isinstance(accountant, Accountant):  # (a pipeline's gate would skip its own plan)
+        raise InvalidDataTypeError("accountant", accountant, "an Accountant")  # (not shown)
+    gate = accountant._gate
     opened = frames.open_frame(frame)
     plan = gate.plan((dataset, analyst, None))
     names = (plan.dataset,) if isinstance(plan.dataset, str) else tuple(plan.dataset)
@@ -250,7 +250,7 @@ class Table:
                 raise InvalidArgumentError("column", column, "a column of the frame")
             frames.check_keys(self._frame, [column], value if op in ("in", "not in") else
                               [value], argument="value")
-        used: dict[str, float] = {k: v for k, v in merged.items() if v is not None}
+        used: dict[str, float] = dict(recorded(c, bool(spec.groups)))
         if distinct:  # the bound Δ = L0 derives from: L0, or C standing for it (grouped)
             derived = spec.groups and merged["max_groups_per_unit"] is None
             used = {"max_rows_per_unit" if derived else "max_groups_per_unit": c.groups}

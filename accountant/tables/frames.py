@@ -214,7 +214,7 @@ def check_keys(frame: Frame, groups: Sequence[str], keys: Sequence[Any],
     """Each public key (or filter constant: ``argument``) is a plain scalar of its column's type
     (a str for a string column, an int for an integer one, a real number for a float one, a bool,
     a ``datetime`` — aware for a column with a time zone, naive without — or a ``date``; a column
-    of any other type takes none): a key of another type
+    of any other type takes none; never NaN, which equals nothing): a key of another type
     would match no row, and its noisy 0 would hide the mistake; an expression (``nw.col("x")
     .max()``) would be evaluated over the table, and one unit's rows would move another's.
 
@@ -225,7 +225,7 @@ def check_keys(frame: Frame, groups: Sequence[str], keys: Sequence[Any],
         parts = key if len(groups) > 1 else (key,)
         for column, part in zip(groups, parts):
             dtype = frame.schema[column]
-            if not _constant_ok(dtype, part):
+            if not _constant_ok(dtype, part) or (isinstance(part, float) and part != part):
                 raise InvalidTypeError(argument, type(part).__name__, f"plain values of column "
                                        f"{column!r}'s type ({dtype})")
 
@@ -263,7 +263,14 @@ def check_values(rows: Any, names: Mapping[str, str], unit: str, groups: Sequenc
                                                "one type per column (integers or strings, "
                                                "not mixed)")
     checks = {names[c]: (c, "null values") for c in (unit, *groups)}  # (keyed by inner name)
-    exprs = [nw.col(name).is_null().sum().alias(name) for name in checks]
+    exprs = []
+    for name in checks:  # a NaN unit or group matches no key, not even itself: refused as null
+        col = nw.col(name)
+        missing = col.is_null()
+        if schema[name].is_float():
+            missing = missing | col.is_nan()
+            checks[name] = (checks[name][0], "null or NaN values")
+        exprs.append(missing.fill_null(True).sum().alias(name))
     if value is not None:  # (its own alias: the value column may also be a group column)
         x = nw.col(names[value])
         bad = x.is_null() | ~x.cast(nw.Float64()).is_finite()

@@ -68,6 +68,16 @@ def contribution(bounds: Mapping[str, Any], grouped: bool) -> Contribution:
                                    if grouped else ""))
 
 
+def recorded(c: Contribution, grouped: bool) -> dict[str, int]:
+    """The bounds the bounding ``c`` applies, as a record names them (only those: a bound the
+    query or the policy set but the bounding does not use would claim a cap never applied)."""
+    if not c.by_group:
+        return {"max_rows_per_unit": c.total}
+    if grouped:
+        return {"max_groups_per_unit": c.groups, "max_rows_per_group": c.per_group}
+    return {"max_rows_per_group": c.per_group}
+
+
 def count(c: Contribution) -> int:
     """Δ₁ of the vector of row counts per group: L0·L∞ (or C)."""
     return c.total

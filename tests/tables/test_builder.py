@@ -928,3 +928,70 @@ def test_a_median_per_region_releases_one_per_key_at_epsilon_once(monkeypatch: A
     with pytest.raises(BudgetExceededError):
         query.release()
     assert snapshot(acc.ledger) == before
+
+
+# -- A final review (NaN groups and keys, pipelines, recorded bounds) ---------------------------
+
+def _nan_group(engine: str) -> Any:
+    """1,200 rows of 300 units; group ``g`` in {0, 1, 2}, and row 7 (unit 1) NaN."""
+    g = [math.nan if i == 7 else float(i % 3) for i in range(1200)]
+    df = pd.DataFrame({"unit": [i // 4 for i in range(1200)], "g": g,
+                       "x": [float(i % 10) for i in range(1200)]})
+    return pl.from_pandas(df, nan_to_null=False) if engine == "polars" else duckdb.from_df(df)
+
+
+@pytest.mark.parametrize("engine", ["polars", "duckdb"])
+def test_a_nan_group_value_is_refused_before_the_debit(engine: str) -> None:
+    """Polars and DuckDB keep NaN apart from null: a NaN group value matched no key, not even a
+    NaN key, and a grouped median then failed after the debit exactly when one unit's row held
+    it (one bit about that row, at an unbounded loss). Now refused, typed, nothing debited."""
+    acc = accountant()
+    before = snapshot(acc.ledger, None)
+    query = dp.table(acc, _nan_group(engine), dataset="t").group_by("g", keys=[0.0, 1.0, 2.0])
+    with pytest.raises(InvalidDataError, match="'g'"):
+        query.median("x", lower=0, upper=10, bins=10, epsilon=1.0,
+                     max_rows_per_unit=4).release()
+    assert snapshot(acc.ledger, None) == before
+
+
+def test_negative_control_without_the_nan_check_the_row_reaches_the_engine(
+        monkeypatch: Any) -> None:
+    """With the check as it was (null only), the frame with a NaN group passes the pre-debit
+    check: the row is counted nowhere, and what happens next depends on that one row."""
+    import narwhals as nw
+    rows = nw.from_native(_nan_group("polars"))
+    names = {"unit": "unit", "g": "g", "x": "x"}
+    monkeypatch.setattr(nw.Expr, "is_nan", lambda self: self.is_null())  # the old check
+    frames.check_values(rows, names, "unit", ["g"], "x")  # no error: the NaN goes through
+
+
+def test_a_nan_key_is_refused() -> None:
+    acc = accountant()
+    with pytest.raises(InvalidTypeError, match="keys"):
+        dp.table(acc, _nan_group("duckdb"), dataset="t").group_by(
+            "g", keys=[1.0, math.nan]).count(epsilon=1.0, max_rows_per_unit=4)
+
+
+def test_a_pipeline_is_refused_as_the_accountant() -> None:
+    """A pipeline's plan (its account, its window, its analyst, its being closed) would be
+    skipped by a table query planned on the gate behind it: only an Accountant is taken."""
+    acc = accountant()
+    pipe = acc.pipeline("p", dataset="t", budget=dp.Budget(1.0))
+    pipe.close()
+    before = snapshot(acc.ledger, None)
+    with pytest.raises(InvalidDataTypeError, match="accountant"):
+        dp.table(pipe, small_table(1), dataset="t")
+    assert snapshot(acc.ledger, None) == before
+
+
+def test_a_record_names_only_the_bounds_its_bounding_applied() -> None:
+    """The policy's C is not applied by a grouped query bounded by L0 and L∞: the record names
+    L0 and L∞ only (it claimed C as well, a cap never applied)."""
+    acc = dp.Accountant(limits={"t": dp.DatasetLimit(
+        limit=dp.Budget(100.0, 1e-3), privacy_unit="unit",
+        bounds=dp.ContributionBounds(max_rows_per_unit=4))}, rng=0)
+    df = small_table(1)
+    dp.table(acc, df, dataset="t").group_by("group", keys=sorted(set(df["group"]))).count(
+        epsilon=1.0, max_groups_per_unit=1, max_rows_per_group=2).release()
+    record = json.loads(list(acc.ledger.entries())[-1].text)
+    assert record["bounds"] == {"max_groups_per_unit": 1, "max_rows_per_group": 2}
