@@ -47,7 +47,8 @@ from typing import Any
 from dpbudget.accountant.values import _validate
 from dpbudget.accountant.values.budget import Budget
 from dpbudget.accountant.composition import CompositionRule, make_rule
-from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidTypeError, WindowEndedError
+from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidTypeError,
+                                              UnitRequiredError, WindowEndedError)
 from dpbudget.accountant.gate.gate import Gate, Step, Where
 from dpbudget.accountant.ledger.record import RecordKind, canonical
 from dpbudget.accountant.gate.planner import Plan, Target, pipeline_members
@@ -57,6 +58,7 @@ from dpbudget.accountant.gate.unnamed import NOT_GIVEN
 from dpbudget.mechanisms.base import Mechanism, StreamMechanism
 from dpbudget.policies.accounts import pipeline_key
 from dpbudget.policies.limits import valid_name
+from dpbudget.policies.units import RAW, unit_refusal
 
 __all__ = ["Pipeline", "budgeted", "open_pipeline", "pipeline_rule"]
 
@@ -225,6 +227,9 @@ def open_pipeline(gate: Gate, where: Where, parent: Pipeline | None, name: str,
 
     try:
         parent_plan = gate.plan(where)  # an unknown dataset or refused analyst: refused here
+        for dataset, limit in parent_plan.checks:  # (only raw values are released inside one:
+            if (refused_unit := unit_refusal(dataset, limit, RAW, False)) is not None:
+                raise UnitRequiredError(dataset, *refused_unit)  # its allocation would be lost)
         gate.debit(Step.allocation(budget, rule), parent_plan, label, kind=RecordKind.PIPELINE,
                    extra=members)
         ends = gate.window_end(parent_plan, None if parent is None else parent._ends)

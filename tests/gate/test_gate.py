@@ -427,14 +427,13 @@ def _releases(acc: Accountant) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("path", list(RAW_PATHS))
 def test_a_raw_value_on_a_dataset_with_a_unit_is_refused(path: str) -> None:
     acc = _acc()
-    before = snapshot(acc.ledger) if path not in ("pipeline", "budgeted") else None
+    before = snapshot(acc.ledger)  # (a pipeline is refused when it opens: nothing allocated)
     with pytest.raises(UnitRequiredError, match="datasets.events.raw_values = 'allow'") as info:
         RAW_PATHS[path](acc)
     assert info.value.dataset == "events" and "person_id" in str(info.value)
     assert not isinstance(info.value, ValueError)  # a refusal, like MechanismNotAllowedError
-    assert _releases(acc) == []  # nothing released (a pipeline's allocation is not a release)
-    if before is not None:
-        assert snapshot(acc.ledger) == before
+    assert _releases(acc) == []
+    assert snapshot(acc.ledger) == before
     assert _draws_left(acc) == _draws_left(_acc())  # nothing drawn
 
 
@@ -508,3 +507,16 @@ def test_the_table_entry_is_not_a_raw_value_and_its_receipt_says_per_person() ->
     assert receipt.as_dict()["per"] == "per person_id" and "per person_id" in repr(receipt)
     with pytest.raises(UnitRequiredError):  # the raw path stays refused beside it
         acc.release(LAPLACE, 3.0, dataset="events")
+
+
+def test_negative_control_a_pipeline_opened_on_a_unit_dataset_burns_its_allocation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Final review: without the check at opening (as before), a pipeline on a unit dataset
+    with raw values denied debited its allocation, and nothing could be released inside it."""
+    import dpbudget.accountant.gate.pipeline as pipeline_module
+    monkeypatch.setattr(pipeline_module, "unit_refusal", lambda *args: None)
+    acc = _acc()
+    pipe = acc.pipeline("p", dataset="events", budget=Budget(1.0))
+    with pytest.raises(UnitRequiredError):
+        pipe.release(LAPLACE, 3.0)
+    assert acc.spent("events") == Budget(1.0)  # spent, and nothing to show for it

@@ -975,7 +975,9 @@ def test_a_nan_key_is_refused() -> None:
 def test_a_pipeline_is_refused_as_the_accountant() -> None:
     """A pipeline's plan (its account, its window, its analyst, its being closed) would be
     skipped by a table query planned on the gate behind it: only an Accountant is taken."""
-    acc = accountant()
+    acc = dp.Accountant(limits={"t": dp.DatasetLimit(limit=dp.Budget(100.0, 1e-3),
+                                                     privacy_unit="unit", raw_values="allow")},
+                        rng=0)  # (raw values allowed: a pipeline opens on it)
     pipe = acc.pipeline("p", dataset="t", budget=dp.Budget(1.0))
     pipe.close()
     before = snapshot(acc.ledger, None)
