@@ -79,7 +79,7 @@ def ddl(schema: str) -> str:
     literal = "'" + name.replace("'", "''") + "'"  # (the quoted name, as an SQL string)
     text = resources.files(__package__).joinpath("schema.sql").read_text("utf-8").replace(
         "{TRIGGERS}", triggers)
-    # Filled in one pass, so a value is never searched for placeholders again: a schema
+    # Filled in one pass, so a value is never searched for {S}-style markers again: a schema
     # named "a{S}');..." stays inside its quotes.
     fill = {"{S_LITERAL}": literal, "{S}": name, "{V}": SCHEMA_VERSION}
     return re.sub(r"\{S_LITERAL\}|\{S\}|\{V\}", lambda m: fill[m.group(0)], text)
