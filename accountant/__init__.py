@@ -37,6 +37,7 @@ from dpbudget.accountant.values.errors import (
     PolicyError,
     PrivacyError,
     SamplerSpentError,
+    ServiceError,
     UnitRequiredError,
     UnknownAnalystError,
     UnknownDatasetError,
@@ -78,7 +79,7 @@ __all__ = [
     "LedgerConflictError", "LedgerCorruptedError",
     "LedgerError", "LedgerUnconfirmedError", "LogisticRegression", "MechanismExhaustedError", "MechanismNotAllowedError",
     "NumericSession", "OwnerKeyError", "Pipeline", "PolicyChangedError", "PolicyError",
-    "PrivacyError", "Receipt", "SamplerSpentError", "Session", "TrainingResult",
+    "PrivacyError", "Receipt", "SamplerSpentError", "ServiceError", "Session", "TrainingResult",
     "UnitRequiredError", "UnknownAnalystError", "UnknownDatasetError", "WindowEndedError",
     "dp_sgd", "noise_for_steps", "noisy_gradient_descent", "plan_order",
 ]

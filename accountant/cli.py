@@ -1,5 +1,4 @@
-"""The ``dpbudget`` command line: ``demo``, ``status``, ``audit``, ``export``, ``import``,
-``policy check``, ``policy apply``, ``policy schema``, ``keys new``.
+"""The ``dpbudget`` command line (``--help`` lists its subcommands; ``serve``: the query service).
 
 Exit status: 0 on success; 1 when ``policy check`` finds the policy invalid, 3 when it is valid
 with warnings; 2 for bad usage or an unreadable ledger or policy; ``audit`` documents its own
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpbudget.accountant.service.run import add_commands  # (serve, token: argparse only)
 from dpbudget.accountant.values.errors import PolicyError, PrivacyError
 
 if TYPE_CHECKING:
@@ -244,7 +244,6 @@ def _import(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from dpbudget.examples.demo import main as demo_main
-
     return int(demo_main(args.demo_args))
 
 
@@ -367,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     new.set_defaults(func=_keys_new)
     schema = policy_sub.add_parser("schema", help="print the JSON Schema of policy files")
     schema.set_defaults(func=_policy_schema)
+    add_commands(sub)
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         args.demo_args = rest

@@ -32,14 +32,15 @@ for _module, _names in {
         "InvalidDataTypeError", "InvalidTypeError", "LedgerConflictError", "LedgerCorruptedError",
         "LedgerError", "LedgerUnconfirmedError", "MechanismExhaustedError",
         "MechanismNotAllowedError", "OwnerKeyError",
-        "PolicyChangedError", "PolicyError", "SamplerSpentError", "UnitRequiredError",
-        "UnknownAnalystError",
+        "PolicyChangedError", "PolicyError", "SamplerSpentError", "ServiceError",
+        "UnitRequiredError", "UnknownAnalystError",
         "UnknownDatasetError", "WindowEndedError",
     ],
     "dpbudget.accountant.audit.run": ["audit", "AuditReport"],
     "dpbudget.accountant.audit.plot": ["plot_audit"],
     "dpbudget.accountant.ledger": ["Ledger", "open_ledger"],
     "dpbudget.accountant.tables.builder": ["table"],
+    "dpbudget.accountant.service.client": ["connect"],
     "dpbudget.accountant.ledger.postgres.schema": ["grant_statements"],
     "dpbudget.accountant.audit.transfer": ["export_jsonl", "import_jsonl"],
     "dpbudget.accountant.audit.logs": ["log_records_to"],
@@ -89,12 +90,14 @@ if TYPE_CHECKING:  # the real names, re-exported (``as``) for type checkers and 
         MechanismExhaustedError as MechanismExhaustedError, MechanismNotAllowedError as
         MechanismNotAllowedError, OwnerKeyError as OwnerKeyError, PolicyChangedError as
         PolicyChangedError, PolicyError as PolicyError, PrivacyError as PrivacyError,
-        SamplerSpentError as SamplerSpentError, UnitRequiredError as UnitRequiredError,
+        SamplerSpentError as SamplerSpentError, ServiceError as ServiceError,
+        UnitRequiredError as UnitRequiredError,
         UnknownAnalystError as UnknownAnalystError,
         UnknownDatasetError as UnknownDatasetError, WindowEndedError as WindowEndedError
     )
     from dpbudget.accountant.training.estimator import LogisticRegression as LogisticRegression
     from dpbudget.accountant.ledger import open_ledger as open_ledger
+    from dpbudget.accountant.service.client import connect as connect
     from dpbudget.accountant.ledger.base import Ledger as Ledger
     from dpbudget.accountant.ledger.postgres.schema import grant_statements as grant_statements
     from dpbudget.accountant.audit.logs import log_records_to as log_records_to

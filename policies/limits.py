@@ -171,6 +171,10 @@ class Cap(BaseModel):
         return "(" + ", ".join(parts or ["no cap"]) + ")"
 
 
+#: A stored API token: its id, the SHA-256 of its secret (hex), its expiry (Unix seconds).
+TOKEN_PATTERN = r"^[0-9a-f]{16}:[0-9a-f]{64}:[0-9]{1,12}$"
+
+
 class _Limit(BaseModel):
     """The fields every limit shares."""
 
@@ -237,6 +241,14 @@ class AnalystLimit(_Limit):
     composition: str | None = Field(None, description="The composition rule; omitted: the "
                                     "dataset's (or the policy's).",
                                     json_schema_extra=grants("any-change"))
+    # The query service's API tokens of this analyst (``[analysts.NAME]`` only): each
+    # "ID:SHA256-OF-SECRET:EXPIRES" (expiry in Unix seconds), never the secret. Listed here so
+    # that only the owner key adds one; a token added grants more ("wider"), one removed does
+    # not (dpbudget.accountant.service.tokens).
+    tokens: tuple[Annotated[str, Field(pattern=TOKEN_PATTERN)], ...] = Field(
+        (), description="API tokens of the query service for this analyst (top-level "
+        "[analysts.NAME] only): 'ID:SHA256:EXPIRES', written by `dpbudget token issue`.",
+        json_schema_extra=grants("wider"))
 
     def __init__(self, /, **data: Any) -> None:
         _construct(super().__init__, data)
@@ -314,6 +326,9 @@ class DatasetLimit(_Limit):
             if given and self.privacy_unit is None:
                 raise ValueError(f"'{field}' is set without 'privacy_unit' (the column of the "
                                  "unit it is per)")
+        if any(own.tokens for own in self.analysts.values()):  # (one place lists a token)
+            raise ValueError("'tokens' are listed under the top-level [analysts.NAME], not "
+                             "under a dataset's analysts")
         return self
 
     def rule(self) -> CompositionRule:

@@ -40,6 +40,9 @@ def document(policy: Policy, default: DatasetLimit | None) -> dict[str, Any]:
         for name in _UNIT_MEMBERS:
             if limit is not None and limit.get(name, 0) is None:
                 del limit[name]
+    for own in doc["policy"]["analysts"].values():  # (likewise an analyst without API tokens)
+        if not own.get("tokens", 1):
+            del own["tokens"]
     return doc
 
 
@@ -124,8 +127,11 @@ def _compare(model: type[BaseModel], old: Any, new: Any, path: str) -> list[str]
     out: list[str] = []
     for name, field in model.model_fields.items():
         inner, is_map = _model_in(field.annotation)
-        out.extend(_field(grants_of(field) or "any-change", inner, is_map, old.get(name),
-                          new.get(name), f"{path}.{name}" if path else name))
+        # An empty tuple default (an analyst's tokens) is what a document lacking it means.
+        absent = () if field.default == () else None
+        out.extend(_field(grants_of(field) or "any-change", inner, is_map,
+                          old.get(name, absent), new.get(name, absent),
+                          f"{path}.{name}" if path else name))
     return out
 
 

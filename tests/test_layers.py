@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("gate", [["dpbudget.accountant.gate"]]),
     ("training and tables", [["dpbudget.accountant.training"], ["dpbudget.accountant.tables"]]),
     ("audit and reports", [["dpbudget.accountant.audit"]]),
+    ("query service", [["dpbudget.accountant.service"]]),  # tables and audit behind HTTP
     ("cli", [["dpbudget.accountant.cli"]]),
     ("public face", [["dpbudget.accountant"]]),  # the package's own __init__: re-exports, loaded lazily
     ("one namespace", [["dpbudget"]]),  # `import dpbudget as dp`: everything, loaded lazily

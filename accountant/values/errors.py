@@ -36,6 +36,7 @@ __all__ = [
     "LedgerStaleError",
     "LedgerConflictError",
     "PolicyChangedError",
+    "ServiceError",
 ]
 
 
@@ -359,6 +360,20 @@ class OwnerKeyError(LedgerError):
 class PolicyChangedError(LedgerConflictError):
     """The policy stored in the ledger changed after this accountant opened it: it refuses
     rather than enforce limits that are no longer in force. Open the ledger again."""
+
+
+class ServiceError(PrivacyError):
+    """The query service refused a request before reading it as a query: ``status`` 401 (no,
+    a forged, expired or revoked token; a bad owner signature), 413 (too large), 429 (over the
+    token's rate). Nothing was drawn or debited (``dpbudget.accountant.service``).
+
+    Attributes:
+        status: the HTTP status the service answered.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 def as_value_error(exc: InvalidTypeError) -> InvalidArgumentError:

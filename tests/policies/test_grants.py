@@ -118,6 +118,8 @@ WIDENINGS: list[tuple[str, str, Any, Any]] = [
     ("ContributionBounds.max_groups_per_unit", D + "bounds__max_groups_per_unit", 3, None),
     ("ContributionBounds.max_rows_per_group", D + "bounds__max_rows_per_group", 1, 2),
     ("AnalystLimit.composition", D + "analysts__bob__composition", None, "advanced"),
+    ("AnalystLimit.tokens", "policy__analysts__alice__tokens", [],
+     ["0123456789abcdef:" + "0" * 64 + ":4000000000"]),
     ("Budget.epsilon", D + "limit__epsilon", 1.0, "inf"),
     ("Budget.delta", D + "limit__delta", 0.0, 1e-9),
     ("Cap.epsilon", D + "max_per_query__epsilon", 0.5, 0.6),

@@ -1,0 +1,71 @@
+"""The tables a query service holds: ``data.toml``, read once when the server starts.
+
+::
+
+    [tables.visits]                  # the name analysts query (wire.Query.table)
+    dataset = "visits"               # the policy's dataset it is charged to
+    source = "visits.parquet"        # a .parquet or .csv file, read through DuckDB (relative
+                                     # to data.toml's folder)
+
+Invariant: a registered table names a dataset the policy declares with a privacy unit (the table
+API refuses others when queried) and a source file that exists when the server starts; the
+analyst never names the dataset or the file, only the table.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dpbudget.accountant.values.errors import PolicyError, from_validation_error
+
+__all__ = ["Registered", "load_data"]
+
+
+class Registered(NamedTuple):
+    """One table: the ``dataset`` it is charged to and the ``source`` file it is read from."""
+
+    dataset: str
+    source: Path
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    dataset: str = Field(min_length=1, max_length=255)
+    source: str = Field(min_length=1)
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    tables: dict[str, _Table] = Field(min_length=1)
+
+
+def load_data(path: str | Path) -> dict[str, Registered]:
+    """The tables ``path`` registers, by name.
+
+    Raises:
+        PolicyError: the file cannot be read or parsed, has another shape, names a source that
+            is not a .parquet or .csv file, or one that does not exist (the key path named).
+    """
+    file = Path(path)
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        tables = _File.model_validate(raw).tables
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PolicyError("", f"cannot read the data file ({type(exc).__name__})",
+                          str(file)) from None
+    except ValidationError as exc:
+        raise PolicyError("", str(from_validation_error(exc)), str(file)) from None
+    out = {}
+    for name, table in tables.items():
+        source = (file.parent / table.source).resolve()
+        if source.suffix.lower() not in (".parquet", ".csv"):
+            raise PolicyError(f"tables.{name}.source", "must be a .parquet or .csv file",
+                              str(file))
+        if not source.is_file():
+            raise PolicyError(f"tables.{name}.source", "no such file", str(file))
+        out[name] = Registered(table.dataset, source)
+    return out

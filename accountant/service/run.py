@@ -1,0 +1,157 @@
+"""``dpbudget serve`` and ``dpbudget token issue|revoke``: starting the service, and the owner's
+token commands on a ledger (each a policy change signed with the owner key).
+
+Invariant: a server process opens ONE accountant (the process rule) and runs one uvicorn worker;
+a token's secret is printed once, by ``token issue``, and stored nowhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+__all__ = ["serve", "token_issue", "token_revoke"]
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the query service until interrupted (``dpbudget serve``)."""
+    import uvicorn
+
+    from dpbudget.accountant.service.app import build_app
+    from dpbudget.accountant.service.data import load_data
+    from dpbudget.accountant.service.state import Held, RateLimit
+    from dpbudget.accountant.values.errors import PrivacyError
+
+    if (args.cert is None) != (args.key is None):
+        raise PrivacyError("--cert and --key go together (TLS needs both)")
+    tables = load_data(args.data)
+    accountant = _open(args.policy, args.ledger)
+    for name, registered in tables.items():  # (a typo in data.toml refuses to start)
+        accountant.limit(registered.dataset)
+    log = sys.stderr if args.log is None else open(args.log, "a", encoding="utf-8")
+    app = build_app(Held(accountant, tables, RateLimit(args.rate, args.burst)),
+                    max_body=args.max_body, time_limit=args.time_limit, log=log)
+    uvicorn.run(app, host=args.host, port=args.port, ssl_certfile=args.cert,
+                ssl_keyfile=args.key, workers=1, log_level="warning", access_log=False)
+    return 0
+
+
+def _open(policy_file: str, location: str) -> Any:
+    """ONE accountant on ``location``: a new ledger gets ``policy_file``'s policy; an existing
+    one keeps its stored policy, which must be the file's but for the tokens (issued and
+    revoked by the owner since: ``token issue``)."""
+    from dpbudget.accountant.gate.accountant import Accountant
+    from dpbudget.accountant.ledger import open_ledger
+    from dpbudget.accountant.gate import policy_record
+    from dpbudget.accountant.values.errors import PrivacyError
+    from dpbudget.policies.policy import load_policy
+    from dpbudget.policies.stored import differences, document
+
+    given = load_policy(policy_file)
+    ledger = open_ledger(location)
+    if policy_record.stored_document(ledger) is None:
+        ledger.close()
+        return Accountant.from_policy(given, ledger=location)
+    stored, default = policy_record.stored_policy(ledger)
+    changed = differences(_untokened(document(stored, default)), _untokened(document(given, None)))
+    if changed:
+        ledger.close()
+        raise PrivacyError(f"{policy_file} is not the policy stored in the ledger "
+                           f"({'; '.join(changed[:3])}): apply it with `dpbudget policy apply` "
+                           "first")
+    ledger.close()
+    return Accountant.open(location)
+
+
+def _untokened(doc: Any) -> Any:
+    """``doc`` without tokens, nor the ``[analysts.NAME]`` entries that only held tokens."""
+    analysts = doc["policy"]["analysts"]
+    for name, own in list(analysts.items()):
+        if own.pop("tokens", None) is not None and all(v is None for v in own.values()):
+            del analysts[name]
+    return doc
+
+
+def _stored(ledger: Any) -> Any:
+    from dpbudget.accountant.gate import policy_record
+
+    policy, default = policy_record.stored_policy(ledger)
+    if default is not None:
+        from dpbudget.accountant.values.errors import PrivacyError
+
+        raise PrivacyError("the ledger's policy has a stored default limit: change it with "
+                           "`dpbudget policy apply` first")
+    return policy
+
+
+def _change(args: argparse.Namespace, edit: Any, reason: str) -> Any:
+    from dpbudget.accountant.gate import owner_key, policy_record
+    from dpbudget.accountant.ledger import open_ledger
+
+    owner = owner_key.from_env() if args.owner_key is None else owner_key.load(args.owner_key)
+    with open_ledger(args.ledger, create=False) as ledger:
+        policy = edit(_stored(ledger))
+        return policy_record.replace(ledger, policy, by=args.by or policy_record.actor(),
+                                     reason=args.reason or reason, owner=owner)
+
+
+def token_issue(args: argparse.Namespace) -> int:
+    """A new token for ``--analyst``: printed once, its hash written into the policy."""
+    from dpbudget.accountant.service.tokens import new_token, with_token
+
+    token, entry = new_token(int(time.time() + args.days * 86400))
+    change = _change(args, lambda p: with_token(p, args.analyst, entry),
+                     f"API token {entry.id} issued to {args.analyst}")
+    print(f"token {entry.id} for {args.analyst}, valid {args.days:g} days (policy record "
+          f"{change.seq}); shown once, give it to the analyst only:\n{token}")
+    return 0
+
+
+def token_revoke(args: argparse.Namespace) -> int:
+    """Remove token ``ID`` from the policy: refused by the service from its next request."""
+    from dpbudget.accountant.service.tokens import without_token
+
+    change = _change(args, lambda p: without_token(p, args.id), f"API token {args.id} revoked")
+    print(f"token {args.id} revoked (policy record {change.seq})")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """The ``serve`` and ``token`` subcommands, added to ``dpbudget``'s parser."""
+    serve_ = sub.add_parser("serve", help="run the query service (needs dpbudget[serve])",
+                            description="Serve registered tables to analysts holding API "
+                            "tokens: every query checked and debited by one accountant on "
+                            "LEDGER under POLICY (docs/serving.md).")
+    serve_.add_argument("--policy", required=True, help="the policy file (as stored in LEDGER)")
+    serve_.add_argument("--ledger", required=True, help="the ledger URL or SQLite file")
+    serve_.add_argument("--data", required=True, help="data.toml: the tables it serves")
+    serve_.add_argument("--host", default="127.0.0.1")
+    serve_.add_argument("--port", type=int, default=8000)
+    serve_.add_argument("--cert", help="TLS certificate (PEM); with --key")
+    serve_.add_argument("--key", help="TLS private key (PEM); with --cert")
+    serve_.add_argument("--log", metavar="FILE", help="the request log (JSONL; default stderr)")
+    serve_.add_argument("--max-body", type=int, default=65536, help="bytes (default 65536)")
+    serve_.add_argument("--rate", type=float, default=20.0, help="requests a second per token "
+                        "(default 20; per process)")
+    serve_.add_argument("--burst", type=int, default=40, help="requests at once per token")
+    serve_.add_argument("--time-limit", type=float, default=30.0, help="seconds per query "
+                        "(default 30): past it nothing is released and the budget stays spent")
+    serve_.set_defaults(func=serve)
+    token = sub.add_parser("token", help="issue or revoke an analyst's API token (owner key)")
+    actions = token.add_subparsers(dest="token_command", required=True)
+    issue = actions.add_parser("issue", help="issue a token (printed once)")
+    issue.add_argument("ledger")
+    issue.add_argument("--analyst", required=True)
+    issue.add_argument("--days", type=float, default=90.0, help="valid for (default 90)")
+    issue.set_defaults(func=token_issue)
+    revoke = actions.add_parser("revoke", help="revoke a token by its id")
+    revoke.add_argument("ledger")
+    revoke.add_argument("id")
+    revoke.set_defaults(func=token_revoke)
+    for parser in (issue, revoke):
+        parser.add_argument("--owner-key", metavar="FILE", help="the owner's key file "
+                            "(default: DPBUDGET_OWNER_KEY)")
+        parser.add_argument("--by", help="who (recorded)")
+        parser.add_argument("--reason", help="why (recorded)")

@@ -1,0 +1,167 @@
+"""What a query service process holds: ONE accountant on the ledger, the registered tables, the
+tokens of the policy in force — and the one function that runs a query for an analyst.
+
+The process rule (docs/threat-model.md): a ledger belongs to the process that opened it, so a
+server process opens its accountant once and every request thread uses it (the gate is safe
+across threads: each debit is one ledger transaction). The policy in force is the ledger's: each
+request reads its pointer (one row) and, when the owner changed the policy (a token issued or
+revoked, a limit changed), reopens the accountant on the same ledger before authenticating; a
+policy changed between that read and the debit is refused by the gate's own check inside the
+transaction (``PolicyChangedError``), and the query is authenticated again under the new policy,
+so a revoked token is never charged.
+
+Invariant: a query is charged to ``tokens.analyst_of(token)`` under the policy the debit's
+transaction checks, and nothing else the request carries names an analyst, a dataset, a clock,
+a seed, a sensitivity or a mechanism.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from dpbudget.accountant.gate.accountant import Accountant
+from dpbudget.accountant.service import tokens
+from dpbudget.accountant.service.data import Registered
+from dpbudget.accountant.service.wire import Query
+from dpbudget.accountant.tables.builder import table
+from dpbudget.accountant.values.errors import (InvalidArgumentError, PolicyChangedError,
+                                               ServiceError)
+from dpbudget.policies.stored import POLICY_KEY
+
+__all__ = ["Held", "RateLimit", "UNAUTHENTICATED"]
+
+UNAUTHENTICATED = "no valid token: a missing, malformed, unknown, expired or revoked token " \
+                  "(Authorization: Bearer dpb_...); nothing was drawn or debited"
+
+
+class RateLimit:
+    """A token bucket per token id, in this process's memory: ``rate`` requests a second on
+    average, ``burst`` at once. A server of several processes gives each its own buckets."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str, now: float) -> bool:
+        """One request for ``key`` at ``now`` (a monotonic clock): admitted or not."""
+        with self._lock:
+            level, at = self._buckets.get(key, (float(self.burst), now))
+            level = min(float(self.burst), level + (now - at) * self.rate)
+            if level < 1.0:
+                self._buckets[key] = (level, now)
+                return False
+            self._buckets[key] = (level - 1.0, now)
+            return True
+
+
+class Held:
+    """The accountant, tables and tokens one server process holds."""
+
+    def __init__(self, accountant: Accountant, tables: dict[str, Registered],
+                 limit: RateLimit) -> None:
+        self.tables, self.limit = tables, limit
+        self._lock = threading.Lock()
+        # One release at a time in this process: the table layer's DuckDB step after the debit
+        # (narwhals' lazy frames on DuckDB's default connection) fails when two threads run it
+        # at once, and a failure after the debit spends the budget for nothing.
+        self._computing = threading.Lock()
+        self._use(accountant)
+
+    def _use(self, accountant: Accountant) -> None:
+        self.accountant = accountant
+        self.tokens = tokens.entries(accountant.policy)
+
+    @property
+    def ledger(self) -> Any:
+        return self.accountant.ledger
+
+    def refresh(self) -> None:
+        """Reopen the accountant on the same ledger if the policy stored there changed."""
+        pointer = self.ledger.account(POLICY_KEY)
+        seq = None if pointer is None else pointer.seq
+        if seq == self.accountant._gate.policy_seq:
+            return
+        with self._lock:  # (one reopening, however many requests notice the change)
+            if seq != self.accountant._gate.policy_seq:
+                self._use(Accountant.open(self.ledger))
+
+    def analyst(self, presented: str | None) -> tuple[str, str]:
+        """(analyst, token id) of a presented token under the policy in force, or a 401."""
+        found = None if presented is None else tokens.analyst_of(presented, self.tokens,
+                                                                 time.time())
+        if found is None or presented is None:
+            raise ServiceError(401, UNAUTHENTICATED)
+        return found, str(tokens.token_id(presented))
+
+    def admit(self, presented: str | None, seen: dict[str, Any]) -> tuple[str, str]:
+        """``analyst`` after ``refresh``, then the token's rate (429 when over it); ``seen``
+        gets the token's id and analyst (for the request log)."""
+        self.refresh()
+        who = self.analyst(presented)
+        seen.update(token=who[1], analyst=who[0])
+        if not self.limit.take(who[1], time.monotonic()):
+            raise ServiceError(429, f"token {who[1]}: over its rate of {self.limit.rate:g} "
+                               f"requests a second (burst {self.limit.burst}); nothing was drawn "
+                               "or debited")
+        return who
+
+    def query(self, presented: str | None, spec: Query,
+              seen: dict[str, Any]) -> tuple[Any, Any]:
+        """Run ``spec`` for the token's analyst: (answer, receipt) — (accuracy, None) for an
+        accuracy request. A policy changed under the debit: authenticated again, run once more."""
+        analyst, _ = self.admit(presented, seen)
+        try:
+            return self._run(analyst, spec)
+        except PolicyChangedError:
+            self.refresh()
+            analyst, _ = self.analyst(presented)
+            return self._run(analyst, spec)
+
+    def _run(self, analyst: str, spec: Query) -> tuple[Any, Any]:
+        registered = self.tables.get(spec.table)
+        if registered is None:
+            raise InvalidArgumentError("table", spec.table,
+                                       f"one of the registered tables {sorted(self.tables)}")
+        acc = self.accountant
+        t = table(acc, str(registered.source), dataset=registered.dataset, analyst=analyst)
+        for f in spec.filters:
+            t = t.filter(f.column, f.op, f.value)
+        if spec.group_by:
+            keys = None if spec.keys is None else [tuple(k) if isinstance(k, list) else k
+                                                   for k in spec.keys]
+            t = t.group_by(*spec.group_by, keys=keys)
+        query = _statistic(t, spec)
+        if spec.action == "accuracy":
+            return query.accuracy(), None
+        with self._computing:  # (see __init__)
+            answer = query.release(label=spec.label)
+        return answer, acc.last_receipt  # (this thread's debit, just made)
+
+
+def _statistic(t: Any, spec: Query) -> Any:
+    """The builder call ``spec`` describes; a parameter it lacks is refused by name."""
+    kwargs: dict[str, Any] = {str(k): v for k, v in spec.bounds.items()}
+    kwargs["epsilon"] = spec.epsilon
+    unused = ("delta", "selection_share") if spec.statistic == "quantile" else ("q", "bins")
+    for name in unused:  # (a parameter the statistic does not take is refused, not ignored)
+        if getattr(spec, name) is not None:
+            raise InvalidArgumentError(name, getattr(spec, name),
+                                       f"left out for a {spec.statistic}")
+    if spec.delta is not None:
+        kwargs["delta"] = spec.delta
+    if spec.selection_share is not None:
+        kwargs["selection_share"] = spec.selection_share
+    if spec.statistic in ("count", "count_distinct_units"):
+        return getattr(t, spec.statistic)(**kwargs)
+    for name in ("column", "lower", "upper") + (("q",) if spec.statistic == "quantile" else ()):
+        if getattr(spec, name) is None:
+            raise InvalidArgumentError(name, None, f"set for a {spec.statistic}")
+    kwargs.update(lower=spec.lower, upper=spec.upper)
+    if spec.statistic == "quantile":
+        if spec.bins is not None:
+            kwargs["bins"] = spec.bins
+        return t.quantile(spec.column, spec.q, **kwargs)
+    return getattr(t, spec.statistic)(spec.column, **kwargs)
