@@ -151,7 +151,7 @@ def test_no_import_cycles() -> None:
 @pytest.mark.parametrize("package", ["dpbudget.accountant", "dpbudget.mechanisms", "dpbudget.policies",
                                      "dpbudget.accountant.values", "dpbudget.accountant.gate",
                                      "dpbudget.accountant.training", "dpbudget.accountant.tables",
-                                     "dpbudget.accountant.audit",
+                                     "dpbudget.accountant.audit", "dpbudget.accountant.service",
                                      "dpbudget.accountant.composition", "dpbudget.accountant.ledger"])
 def test_package_init_loads_only_lower_layers(package: str) -> None:
     """A package's ``__init__`` runs whenever any of its modules is imported: what it loads

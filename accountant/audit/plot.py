@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
 from dpbudget.accountant.audit.run import AuditReport
 from dpbudget.accountant.values.errors import InvalidArgumentError, InvalidDataTypeError, PrivacyError
@@ -39,8 +39,8 @@ def _group(key: str) -> str:
     return "analysts, pipelines and the global limit"
 
 
-def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: float = 10.0,
-               height: float = 6.0, dpi: int = 100) -> None:
+def plot_audit(report: AuditReport, path: str | os.PathLike[str] | IO[bytes], *,
+               width: float = 10.0, height: float = 6.0, dpi: int = 100) -> None:
     """Write a PNG of cumulative spend per account over time: ε in one panel per dataset (with
     each account's limit dashed), δ below.
 
@@ -51,7 +51,7 @@ def plot_audit(report: AuditReport, path: str | os.PathLike[str], *, width: floa
 
     Args:
         report: an ``AuditReport`` from ``audit(source, plot=True)``.
-        path: the PNG file to write (replaced if it exists).
+        path: the PNG file to write (replaced if it exists), or a binary file object.
         width: the figure's width in inches.
         height: its height in inches for one dataset (each further dataset adds 2).
         dpi: dots per inch.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from typing import Any
+from typing import IO, Any
 
 from dpbudget.accountant.audit.run import AuditReport
 from dpbudget.accountant.audit.plot import figure
@@ -55,8 +55,8 @@ def block_grid(report: AuditReport) -> dict[str, tuple[list[str], list[float], l
     return out
 
 
-def plot_blocks(report: AuditReport, path: str | os.PathLike[str], *, width: float = 10.0,
-                dpi: int = 100) -> bool:
+def plot_blocks(report: AuditReport, path: str | os.PathLike[str] | IO[bytes], *,
+                width: float = 10.0, dpi: int = 100) -> bool:
     """Write the heat map to ``path`` (PNG); False (nothing written) when no block was charged."""
     grid = block_grid(report)
     if not grid:

@@ -38,14 +38,14 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from dpbudget.accountant.gate import owner_key, policy_record
-from dpbudget.accountant.service import wire
+from dpbudget.accountant.service import page, wire
 from dpbudget.accountant.service.owner import Presigned, Replays
 from dpbudget.accountant.service.state import Held
 from dpbudget.accountant.values.errors import (InvalidArgumentError, LedgerUnconfirmedError,
                                                OwnerKeyError, PrivacyError, ServiceError,
                                                from_validation_error)
 
-__all__ = ["build_app", "status_html"]
+__all__ = ["build_app"]
 
 _STATUS = {"BudgetExceededError": 403, "MechanismNotAllowedError": 403,
            "UnknownAnalystError": 403, "AnalystMismatchError": 403, "UnitRequiredError": 403,
@@ -220,24 +220,10 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
 
     routes = [Route("/v1/query", query, methods=["POST"]),
               Route("/v1/remaining", remaining, methods=["GET"]),
-              Route("/owner/status", owner_route(lambda b: status_html(status(b)), True),
+              Route("/owner/status", owner_route(lambda b: page.render(held.ledger), True),
                     methods=["GET"]),
               Route("/owner/status.json", owner_route(status), methods=["GET"]),
               Route("/owner/audit", owner_route(audit), methods=["GET"]),
               Route("/owner/policy", owner_route(apply), methods=["POST"])]
     return Starlette(routes=routes)
 
-
-def status_html(status: dict[str, Any]) -> str:
-    """The owner's status page: for now a plain table of the status rows (the page renderer,
-    ``service.page.render``, takes this place when it lands)."""
-    from html import escape
-
-    head = ("account", "rule", "limit", "spent", "remaining")
-    rows = "".join("<tr>" + "".join(f"<td>{escape(str(row.get(k, '')))}</td>" for k in
-                                    ("account", "rule", "limit", "spent", "remaining")) + "</tr>"
-                   for row in status["accounts"])
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>dpbudget status</title>"
-            "</head><body><h1>Privacy budget</h1><p>ledger " + escape(str(status["ledger"]))
-            + f", {status['records']} records</p><table><tr>"
-            + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + rows + "</table></body></html>")
