@@ -7,14 +7,18 @@ Routes:
 * ``GET /v1/remaining?dataset=NAME`` (analyst token): what is left of the token's analyst's limit
   on a dataset, and of the dataset's own.
 * ``GET /owner/status`` (HTML), ``GET /owner/status.json``, ``GET /owner/audit``, ``POST
-  /owner/policy`` (owner-signed: ``service.owner``). Issuing and revoking a token is a policy
+  /owner/policy`` (owner-signed: ``service.owner``; the page also through a signed link, whose
+  query string carries the signature, opened once). Each owner reply names the ledger's identity
+  in an ``x-dpbudget-ledger`` header (what the owner's client signs for). Issuing and revoking a token is a policy
   change the owner signs (``client.Owner``): the server never sees a token's secret.
 
 A slow or hostile client never holds a ledger lock: the body is read whole (at most
 ``max_body`` bytes: 413 beyond) and parsed before anything else happens, and the debit, the
 computation and the reading of the ledger run in a worker thread that never waits on the
-network. A query that runs past ``time_limit`` seconds answers that its budget may be spent and
-releases nothing (its answer, if it comes, is dropped): the rule of a failed computation.
+network. A query that runs past ``time_limit`` seconds releases nothing: if its debit had not
+begun, it never will (``state.Deadline``) and the reply says nothing was spent; if it had, the
+reply says its budget may be spent (its answer, if it comes, is dropped): the rule of a failed
+computation. A refusal never names the datasets or tables the analyst did not ask for.
 
 Every request, answered or refused, is one line of the request log (``_log``): its time, method,
 path, status, the token's id and analyst, the table and statistic, the error's class — never a
@@ -39,8 +43,8 @@ from starlette.routing import Route
 
 from dpbudget.accountant.gate import owner_key, policy_record
 from dpbudget.accountant.service import page, wire
-from dpbudget.accountant.service.owner import Presigned, Replays
-from dpbudget.accountant.service.state import Held
+from dpbudget.accountant.service.owner import LEDGER, SIG, TIME, Presigned, Replays
+from dpbudget.accountant.service.state import GAVE_UP, Admitted, Deadline, Held
 from dpbudget.accountant.values.errors import (InvalidArgumentError, LedgerUnconfirmedError,
                                                OwnerKeyError, PrivacyError, ServiceError,
                                                from_validation_error)
@@ -64,6 +68,7 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
     """The service's Starlette application over ``held``."""
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="dpbudget-query")
     replays, out, log_lock = Replays(), log or sys.stderr, threading.Lock()
+    served = {registered.dataset for registered in held.tables.values()}
 
     def record(request: Request, status: int, started: float, **fields: Any) -> None:
         line = {"time": round(time.time(), 3), "method": request.method,
@@ -85,11 +90,18 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def in_worker(fn: Callable[[], Any]) -> Any:
-        future = pool.submit(fn)
+    async def in_worker(fn: Callable[[Deadline], Any], owner: bool = False) -> Any:
+        deadline = Deadline(time.monotonic() + time_limit)
+        future = pool.submit(fn, deadline)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), time_limit)
         except asyncio.TimeoutError:
+            if owner:  # (an owner request spends no budget)
+                raise ServiceError(504, f"the owner request ran past the service's time limit "
+                                   f"of {time_limit:g} s; a policy change it carried may still "
+                                   "be written: read the status") from None
+            if deadline.give_up():  # (its debit had not begun: now it never will)
+                raise ServiceError(503, GAVE_UP) from None
             raise LedgerUnconfirmedError(
                 f"the query ran past the service's time limit of {time_limit:g} s: its budget "
                 "may have been debited and stays spent (a retry pays again); nothing was "
@@ -100,6 +112,12 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
             raise LedgerUnconfirmedError(
                 f"the service failed ({type(exc).__name__}): its budget may have been debited "
                 "and stays spent; nothing was released") from None
+
+    def admitted(presented: str | None, fields: dict[str, Any]) -> Admitted:
+        who = held.admit(presented)
+        fields.update(token=who.token, analyst=who.analyst)  # (for the request log)
+        held.rate(who)
+        return who
 
     def bearer(request: Request) -> str | None:
         text = request.headers.get("authorization", "")
@@ -112,7 +130,6 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
 
     async def query(request: Request) -> Response:
         started, fields = time.monotonic(), dict[str, Any]()
-        seen: dict[str, Any] = {}  # (the token's id and analyst, once authenticated)
         try:
             body = await body_of(request)  # (whole, before anything else)
             try:
@@ -121,7 +138,8 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
                 raise from_validation_error(exc) from None
             fields.update(table=spec.table, statistic=spec.statistic, action=spec.action)
             presented = bearer(request)
-            answer, receipt = await in_worker(lambda: held.query(presented, spec, seen))
+            answer, receipt = await in_worker(lambda deadline: held.query(
+                presented, admitted(presented, fields), spec, deadline))
             reply = {"ok": True, "answer": wire.encode(answer)}
             if receipt is not None:
                 reply["receipt"] = wire.encode(receipt.as_dict())
@@ -130,7 +148,7 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
         except PrivacyError as exc:
             fields["error"] = type(exc).__name__
             response = refusal(exc)
-        record(request, response.status_code, started, **fields, **seen)
+        record(request, response.status_code, started, **fields)
         return response
 
     async def remaining(request: Request) -> Response:
@@ -141,11 +159,13 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
                 raise InvalidArgumentError("dataset", None, "a dataset's name (?dataset=)")
             presented = bearer(request)
 
-            def run() -> dict[str, Any]:
-                analyst, _ = held.admit(presented, fields)
-                acc = held.accountant
+            def run(_: Deadline) -> dict[str, Any]:
+                who = admitted(presented, fields)
+                if dataset not in served:  # (the policy's other datasets are not named)
+                    raise InvalidArgumentError("dataset", dataset, "a dataset this service serves")
+                acc = who.accountant
                 return {"ok": True, "dataset": dataset,
-                        "analyst": acc.remaining(dataset, analyst=analyst).model_dump(),
+                        "analyst": acc.remaining(dataset, analyst=who.analyst).model_dump(),
                         "dataset_limit": acc.remaining(dataset).model_dump()}
             response: Response = _JSON(await in_worker(run))
         except PrivacyError as exc:
@@ -154,25 +174,37 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
         record(request, response.status_code, started, **fields)
         return response
 
+    first, identity = policy_record._first(held.ledger)  # (fixed for the ledger's life)
+    public, identity = owner_key.pinned(first), str(identity)
+    page_headers = {"content-security-policy": f"{page.CSP}; frame-ancestors 'none'",
+                    "cache-control": "no-store", "x-content-type-options": "nosniff",
+                    "referrer-policy": "no-referrer"}
+
     def owner_route(handler: Callable[[bytes], Any], html: bool = False) -> Any:
         async def route(request: Request) -> Response:
             started, fields = time.monotonic(), dict[str, Any](owner=True)
+            # (a status link carries its time and signature in the query string: a browser
+            # opening it cannot send headers)
+            signed = request.query_params if html and TIME not in request.headers else {
+                "t": request.headers.get(TIME), "s": request.headers.get(SIG)}
             try:
                 body = await body_of(request)
 
-                def run() -> Any:
-                    held.refresh()
-                    public = owner_key.pinned(policy_record._first(held.ledger)[0])
-                    why = replays.check(public, request.method, request.url.path, body,
-                                        request.headers, time.time())
+                def run(_: Deadline) -> Any:
+                    why = replays.check(public, request.method, request.headers.get("host", ""),
+                                        request.url.path, identity, body, signed.get("t"),
+                                        signed.get("s"), time.time())
                     if why is not None:
                         raise ServiceError(401, f"{why}; nothing was done")
+                    held.refresh()
                     return handler(body)
-                out = await in_worker(run)
-                response: Response = HTMLResponse(out) if html else _JSON(out)
+                out = await in_worker(run, owner=True)
+                response: Response = HTMLResponse(out, headers=page_headers) if html \
+                    else _JSON(out)
             except PrivacyError as exc:
                 fields["error"] = type(exc).__name__
                 response = refusal(exc)
+            response.headers[LEDGER] = identity  # (what an owner's client signs for)
             record(request, response.status_code, started, **fields)
             return response
         return route
@@ -182,9 +214,7 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
 
         ledger = held.ledger
         seq, head = ledger.head()
-        first = policy_record._first(ledger)
-        return {"ok": True, "ledger": first[1], "owner": owner_key.pinned(first[0]),
-                "records": seq, "head": head,
+        return {"ok": True, "ledger": identity, "owner": public, "records": seq, "head": head,
                 "accounts": budget_rows(ledger, held.accountant.policy)}
 
     def audit(_: bytes) -> dict[str, Any]:
@@ -208,7 +238,6 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
         if default is not None or not isinstance(signature, str):
             raise InvalidArgumentError("document", "<json>", "a policy document without a "
                                        "stored default, and a signature")
-        public = owner_key.pinned(policy_record._first(held.ledger)[0])
         if public is None:
             raise OwnerKeyError("this ledger pins no owner key: its policy cannot change; "
                                 "nothing was written")

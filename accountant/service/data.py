@@ -9,7 +9,8 @@
 
 Invariant: a registered table names a dataset the policy declares with a privacy unit (the table
 API refuses others when queried) and a source file that exists when the server starts; the
-analyst never names the dataset or the file, only the table.
+analyst never names the dataset or the file, only the table; and a source file is charged to
+ONE dataset (under two, the same rows would have two budgets).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def load_data(path: str | Path) -> dict[str, Registered]:
 
     Raises:
         PolicyError: the file cannot be read or parsed, has another shape, names a source that
-            is not a .parquet or .csv file, or one that does not exist (the key path named).
+            is not a .parquet or .csv file, or one that does not exist, or a source already
+            registered under another dataset (the key path named).
     """
     file = Path(path)
     try:
@@ -59,7 +61,7 @@ def load_data(path: str | Path) -> dict[str, Registered]:
                           str(file)) from None
     except ValidationError as exc:
         raise PolicyError("", str(from_validation_error(exc)), str(file)) from None
-    out = {}
+    out: dict[str, Registered] = {}
     for name, table in tables.items():
         source = (file.parent / table.source).resolve()
         if source.suffix.lower() not in (".parquet", ".csv"):
@@ -67,5 +69,10 @@ def load_data(path: str | Path) -> dict[str, Registered]:
                               str(file))
         if not source.is_file():
             raise PolicyError(f"tables.{name}.source", "no such file", str(file))
+        other = next((t for t, r in out.items() if r.source.samefile(source)
+                      and r.dataset != table.dataset), None)
+        if other is not None:  # (one file however reached: a second path, a link, a hard link)
+            raise PolicyError(f"tables.{name}.source", f"is the source of tables.{other} under "
+                              "another dataset: one file, one budget", str(file))
         out[name] = Registered(table.dataset, source)
     return out

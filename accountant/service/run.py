@@ -1,5 +1,6 @@
-"""``dpbudget serve`` and ``dpbudget token issue|revoke``: starting the service, and the owner's
-token commands on a ledger (each a policy change signed with the owner key).
+"""``dpbudget serve``, ``dpbudget token issue|revoke`` and ``dpbudget owner link``: starting the
+service, the owner's token commands on a ledger (each a policy change signed with the owner
+key), and the owner's one-time link to a running service's status page.
 
 Invariant: a server process opens ONE accountant (the process rule) and runs one uvicorn worker;
 a token's secret is printed once, by ``token issue``, and stored nowhere.
@@ -12,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["serve", "token_issue", "token_revoke"]
+__all__ = ["owner_link", "serve", "token_issue", "token_revoke"]
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -39,29 +40,38 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _open(policy_file: str, location: str) -> Any:
-    """ONE accountant on ``location``: a new ledger gets ``policy_file``'s policy; an existing
-    one keeps its stored policy, which must be the file's but for the tokens (issued and
-    revoked by the owner since: ``token issue``)."""
+    """ONE accountant on the existing ledger ``location``, whose first record pins an owner key
+    (a service has an owner: it revokes tokens, reads the status) and whose stored policy is
+    ``policy_file``'s but for the tokens (issued and revoked by the owner since). A missing or
+    empty ledger is refused, never created: serving one would leave it ownerless for good."""
+    from dpbudget.accountant.gate import owner_key, policy_record
     from dpbudget.accountant.gate.accountant import Accountant
     from dpbudget.accountant.ledger import open_ledger
-    from dpbudget.accountant.gate import policy_record
     from dpbudget.accountant.values.errors import PrivacyError
     from dpbudget.policies.policy import load_policy
     from dpbudget.policies.stored import differences, document
 
     given = load_policy(policy_file)
-    ledger = open_ledger(location)
-    if policy_record.stored_document(ledger) is None:
-        ledger.close()
-        return Accountant.from_policy(given, ledger=location)
-    stored, default = policy_record.stored_policy(ledger)
-    changed = differences(_untokened(document(stored, default)), _untokened(document(given, None)))
+    init = (f"create it with `dpbudget policy apply {policy_file} LEDGER --init --owner-key "
+            "owner.pem` first")
+    try:
+        ledger = open_ledger(location, create=False)
+    except PrivacyError:
+        raise PrivacyError(f"the ledger does not exist or cannot be opened: {init}") from None
+    with ledger:
+        if policy_record.stored_document(ledger) is None:
+            raise PrivacyError(f"the ledger holds no policy: {init}")
+        if owner_key.pinned(policy_record._first(ledger)[0]) is None:
+            raise PrivacyError("the ledger pins no owner key, so its tokens could never be "
+                               "revoked: serve a ledger made with `dpbudget policy apply ... "
+                               "--init --owner-key owner.pem`")
+        stored, default = policy_record.stored_policy(ledger)
+        changed = differences(_untokened(document(stored, default)),
+                              _untokened(document(given, None)))
     if changed:
-        ledger.close()
         raise PrivacyError(f"{policy_file} is not the policy stored in the ledger "
                            f"({'; '.join(changed[:3])}): apply it with `dpbudget policy apply` "
                            "first")
-    ledger.close()
     return Accountant.open(location)
 
 
@@ -109,6 +119,14 @@ def token_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def owner_link(args: argparse.Namespace) -> int:
+    """Print a link that opens the service's status page once, within 30 s."""
+    from dpbudget.accountant.service.client import Owner
+
+    print(Owner(args.url, args.owner_key).status_link())
+    return 0
+
+
 def token_revoke(args: argparse.Namespace) -> int:
     """Remove token ``ID`` from the policy: refused by the service from its next request."""
     from dpbudget.accountant.service.tokens import without_token
@@ -150,6 +168,13 @@ def add_commands(sub: Any) -> None:
     revoke.add_argument("ledger")
     revoke.add_argument("id")
     revoke.set_defaults(func=token_revoke)
+    owner = sub.add_parser("owner", help="the owner's requests to a running service")
+    owner_actions = owner.add_subparsers(dest="owner_command", required=True)
+    link = owner_actions.add_parser("link", help="print a link that opens the status page "
+                                    "once, within 30 s (signed with the owner key)")
+    link.add_argument("url", help="the service's URL")
+    link.add_argument("--owner-key", required=True, metavar="FILE", help="the owner's key file")
+    link.set_defaults(func=owner_link)
     for parser in (issue, revoke):
         parser.add_argument("--owner-key", metavar="FILE", help="the owner's key file "
                             "(default: DPBUDGET_OWNER_KEY)")

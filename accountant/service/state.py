@@ -8,7 +8,12 @@ request reads its pointer (one row) and, when the owner changed the policy (a to
 revoked, a limit changed), reopens the accountant on the same ledger before authenticating; a
 policy changed between that read and the debit is refused by the gate's own check inside the
 transaction (``PolicyChangedError``), and the query is authenticated again under the new policy,
-so a revoked token is never charged.
+so a revoked token is never charged. The accountant and the tokens are one immutable pair: a
+request authenticates and is charged under the same policy, whatever another thread swaps in.
+
+A request's ``Deadline`` is shared by the request, which gives up at it, and its worker, which
+debits only if the request has not given up: a query still queued (behind the release lock or
+the worker pool) when its client is answered is refused with nothing spent.
 
 Invariant: a query is charged to ``tokens.analyst_of(token)`` under the policy the debit's
 transaction checks, and nothing else the request carries names an analyst, a dataset, a clock,
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from dpbudget.accountant.gate.accountant import Accountant
 from dpbudget.accountant.service import tokens
@@ -30,10 +35,14 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, PolicyChang
                                                ServiceError)
 from dpbudget.policies.stored import POLICY_KEY
 
-__all__ = ["Held", "RateLimit", "UNAUTHENTICATED"]
+__all__ = ["Admitted", "Deadline", "GAVE_UP", "Held", "RateLimit", "UNAUTHENTICATED"]
 
 UNAUTHENTICATED = "no valid token: a missing, malformed, unknown, expired or revoked token " \
                   "(Authorization: Bearer dpb_...); nothing was drawn or debited"
+
+
+GAVE_UP = "the query waited past the service's time limit before its debit: nothing was " \
+          "drawn or debited (a retry pays once)"
 
 
 class RateLimit:
@@ -57,6 +66,40 @@ class RateLimit:
             return True
 
 
+class Admitted(NamedTuple):
+    """An authenticated request: the token's ``analyst`` and ``token`` id, and the
+    ``accountant`` of the policy they were authenticated under (the one it is charged by)."""
+
+    analyst: str
+    token: str
+    accountant: Accountant
+
+
+class Deadline:
+    """One request's time limit (``at``, a monotonic clock), and who got there first: the
+    request giving up (``give_up``) or its worker starting the debit (``start_debit``)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self._lock = threading.Lock()
+        self._state: str | None = None  # None, then "debiting" or "gone" (never both)
+
+    def give_up(self) -> bool:
+        """The request answers without its answer: True if nothing was or will be debited."""
+        with self._lock:
+            if self._state is None:
+                self._state = "gone"
+            return self._state == "gone"
+
+    def start_debit(self) -> bool:
+        """The worker is about to debit: False (and nothing may be debited) if the request gave
+        up or its time is past."""
+        with self._lock:
+            if self._state is None:
+                self._state = "debiting" if time.monotonic() < self.at else "gone"
+            return self._state == "debiting"
+
+
 class Held:
     """The accountant, tables and tokens one server process holds."""
 
@@ -71,8 +114,12 @@ class Held:
         self._use(accountant)
 
     def _use(self, accountant: Accountant) -> None:
-        self.accountant = accountant
-        self.tokens = tokens.entries(accountant.policy)
+        self._pair = (accountant, tokens.entries(accountant.policy))  # (swapped whole, never
+        # in parts: a request reads one pair)
+
+    @property
+    def accountant(self) -> Accountant:
+        return self._pair[0]
 
     @property
     def ledger(self) -> Any:
@@ -88,45 +135,38 @@ class Held:
             if seq != self.accountant._gate.policy_seq:
                 self._use(Accountant.open(self.ledger))
 
-    def analyst(self, presented: str | None) -> tuple[str, str]:
-        """(analyst, token id) of a presented token under the policy in force, or a 401."""
-        found = None if presented is None else tokens.analyst_of(presented, self.tokens,
-                                                                 time.time())
+    def admit(self, presented: str | None) -> Admitted:
+        """The token's analyst under the policy in force (after ``refresh``), or a 401."""
+        self.refresh()
+        accountant, entries = self._pair  # (one read: tokens and accountant of one policy)
+        found = None if presented is None else tokens.analyst_of(presented, entries, time.time())
         if found is None or presented is None:
             raise ServiceError(401, UNAUTHENTICATED)
-        return found, str(tokens.token_id(presented))
+        return Admitted(found, str(tokens.token_id(presented)), accountant)
 
-    def admit(self, presented: str | None, seen: dict[str, Any]) -> tuple[str, str]:
-        """``analyst`` after ``refresh``, then the token's rate (429 when over it); ``seen``
-        gets the token's id and analyst (for the request log)."""
-        self.refresh()
-        who = self.analyst(presented)
-        seen.update(token=who[1], analyst=who[0])
-        if not self.limit.take(who[1], time.monotonic()):
-            raise ServiceError(429, f"token {who[1]}: over its rate of {self.limit.rate:g} "
+    def rate(self, who: Admitted) -> None:
+        """The token's rate: a 429 when it is over it."""
+        if not self.limit.take(who.token, time.monotonic()):
+            raise ServiceError(429, f"token {who.token}: over its rate of {self.limit.rate:g} "
                                f"requests a second (burst {self.limit.burst}); nothing was drawn "
                                "or debited")
-        return who
 
-    def query(self, presented: str | None, spec: Query,
-              seen: dict[str, Any]) -> tuple[Any, Any]:
-        """Run ``spec`` for the token's analyst: (answer, receipt) — (accuracy, None) for an
-        accuracy request. A policy changed under the debit: authenticated again, run once more."""
-        analyst, _ = self.admit(presented, seen)
+    def query(self, presented: str | None, who: Admitted, spec: Query,
+              deadline: Deadline) -> tuple[Any, Any]:
+        """Run ``spec`` for ``who`` (admitted from ``presented``): (answer, receipt) —
+        (accuracy, None) for an accuracy request. A policy changed under the debit:
+        authenticated again, run once more."""
         try:
-            return self._run(analyst, spec)
+            return self._run(who, spec, deadline)
         except PolicyChangedError:
-            self.refresh()
-            analyst, _ = self.analyst(presented)
-            return self._run(analyst, spec)
+            return self._run(self.admit(presented), spec, deadline)
 
-    def _run(self, analyst: str, spec: Query) -> tuple[Any, Any]:
+    def _run(self, who: Admitted, spec: Query, deadline: Deadline) -> tuple[Any, Any]:
         registered = self.tables.get(spec.table)
-        if registered is None:
-            raise InvalidArgumentError("table", spec.table,
-                                       f"one of the registered tables {sorted(self.tables)}")
-        acc = self.accountant
-        t = table(acc, str(registered.source), dataset=registered.dataset, analyst=analyst)
+        if registered is None:  # (the other names are not the analyst's to learn)
+            raise InvalidArgumentError("table", spec.table, "a table this service serves")
+        acc = who.accountant
+        t = table(acc, str(registered.source), dataset=registered.dataset, analyst=who.analyst)
         for f in spec.filters:
             t = t.filter(f.column, f.op, f.value)
         if spec.group_by:
@@ -136,8 +176,18 @@ class Held:
         query = _statistic(t, spec)
         if spec.action == "accuracy":
             return query.accuracy(), None
-        with self._computing:  # (see __init__)
+        # (see __init__) Waited for up to the request's deadline, and the debit (inside the
+        # release) starts only if the request is still there: nothing is spent for an answer
+        # no one will receive.
+        locked = self._computing.acquire(timeout=max(0.0, deadline.at - time.monotonic()))
+        try:
+            if not (locked and deadline.start_debit()):
+                deadline.give_up()
+                raise ServiceError(503, GAVE_UP)
             answer = query.release(label=spec.label)
+        finally:
+            if locked:
+                self._computing.release()
         return answer, acc.last_receipt  # (this thread's debit, just made)
 
 

@@ -5,7 +5,12 @@ in a subprocess on a loopback port) through the real client, as the attacks of i
   field a request could carry; the negative control is the in-process ``analyst=`` bypass;
 * a forged, expired or revoked token gets 401 and costs nothing (the ledger's head unchanged);
 * a body over the cap gets 413, a token over its rate 429, a query past the time limit releases
-  nothing and says its budget may be spent; every request is logged without token or value.
+  nothing and says whether its budget was spent (never debited once its client was answered);
+  every request is logged without token or value;
+* owner requests: a replay (its base64 twin too), another Host or ledger get 401; the status
+  link opens once, with the page's headers;
+* on PostgreSQL, one server connected as the owner role serves every analyst's token, each held
+  to its own quota.
 """
 
 from __future__ import annotations
@@ -127,29 +132,96 @@ def test_every_request_is_logged_without_token_or_value(site: Site, url: str) ->
     lines = [json.loads(line) for line in text.splitlines()]
     assert {line["status"] for line in lines} >= {400, 401}
     for secret in site.tokens.values():
-        assert secret not in text and secret.split("_")[2] not in text
+        assert secret not in text and secret.split("_", 2)[2] not in text  # (the secret may
+        # hold "_" itself)
     assert "x" * 43 not in text and "Bearer" not in text
+
+
+def _owner_get(url: str, path: str, headers: dict[str, str]) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers),
+                                    timeout=60) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.read()
+
+
+def _signed(site: Site, url: str, path: str) -> dict[str, str]:
+    from urllib.parse import urlsplit
+
+    from dpbudget.accountant.gate.owner_key import load
+    from dpbudget.accountant.service.owner import sign_request
+
+    return sign_request(load(site.key), "GET", urlsplit(url).netloc, path,
+                        Owner(url, site.key)._identity(), b"", time.time())
 
 
 def test_owner_endpoints_refuse_a_replay_and_a_missing_signature(site: Site, url: str) -> None:
     from dpbudget.accountant.gate.owner_key import load
+
+    headers = _signed(site, url, "/owner/status.json")
+    status, body = _owner_get(url, "/owner/status.json", headers)
+    assert status == 200 and json.loads(body)["owner"] == load(site.key).public
+    for sent in (headers, {}):  # the same signed request again; no signature at all
+        assert _owner_get(url, "/owner/status.json", sent)[0] == 401
+    assert Owner(url, site.key).audit()["exit_status"] == 0
+    status, body = _owner_get(url, "/owner/status", _signed(site, url, "/owner/status"))
+    page = body.decode()
+    assert "Chain check passed" in page and "dataset:visits/analyst:alice" in page
+
+
+def test_a_replayed_owner_request_in_its_base64_twin_gets_401(site: Site, url: str) -> None:
+    """The reviewer's attack: the signature re-spelt in the unused low bits of its last
+    character (the same 64 bytes) replayed a GET /owner/status.json with 200. Now 401."""
+    from dpbudget.accountant.service.owner import SIG
+    from tests.service.test_owner import _twin
+
+    headers = _signed(site, url, "/owner/status.json")
+    assert _owner_get(url, "/owner/status.json", headers)[0] == 200
+    twin = {**headers, SIG: _twin(headers[SIG])}
+    status, body = _owner_get(url, "/owner/status.json", twin)
+    assert status == 401 and b"canonical" in body
+
+
+def test_an_owner_request_signed_for_another_host_gets_401(site: Site, url: str) -> None:
+    """Signed for another server (its Host) or another ledger: refused here, and the same
+    request signed for this one passes (the control)."""
+    from dpbudget.accountant.gate.owner_key import load
     from dpbudget.accountant.service.owner import sign_request
 
-    headers = sign_request(load(site.key), "GET", "/owner/status.json", b"", time.time())
-    request = urllib.request.Request(url + "/owner/status.json", headers=headers)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        assert json.loads(response.read())["owner"] == load(site.key).public
-    for sent in (headers, {}):  # the same signed request again; no signature at all
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(url + "/owner/status.json",
-                                                          headers=sent), timeout=60)
-        with refused.value:
-            assert refused.value.code == 401
-    assert Owner(url, site.key).audit()["exit_status"] == 0
-    with urllib.request.urlopen(urllib.request.Request(url + "/owner/status", headers=sign_request(
-            load(site.key), "GET", "/owner/status", b"", time.time())), timeout=60) as response:
-        page = response.read().decode()
-    assert "Chain check passed" in page and "dataset:visits/analyst:alice" in page
+    identity = Owner(url, site.key)._identity()
+    for host, ledger in (("other.example.org:8443", identity), (url[7:], "cd" * 32)):
+        headers = sign_request(load(site.key), "GET", host, "/owner/status.json", ledger, b"",
+                               time.time())
+        assert _owner_get(url, "/owner/status.json", headers)[0] == 401
+    assert _owner_get(url, "/owner/status.json", _signed(site, url, "/owner/status.json"))[0] \
+        == 200
+
+
+def test_the_status_link_opens_once_with_the_pages_headers(site: Site, url: str) -> None:
+    link = Owner(url, site.key).status_link()
+    with urllib.request.urlopen(link, timeout=60) as response:
+        headers, page = response.headers, response.read().decode()
+    assert "Chain check passed" in page
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert "default-src 'none'" in headers["content-security-policy"]
+    assert (headers["cache-control"], headers["x-content-type-options"],
+            headers["referrer-policy"]) == ("no-store", "nosniff", "no-referrer")
+    assert _owner_get(url, link[len(url):], {})[0] == 401  # (opened once)
+    # The link's signature opens only the page: the same query on the JSON status is refused.
+    other = Owner(url, site.key).status_link().replace("/owner/status?", "/owner/status.json?")
+    assert _owner_get(url, other[len(url):], {})[0] == 401
+
+
+def test_an_unknown_dataset_is_refused_without_naming_the_others(site: Site, url: str) -> None:
+    with pytest.raises(InvalidArgumentError) as refused:
+        connect(url, token=site.tokens["alice"]).remaining("payroll")
+    assert "visits" not in str(refused.value) and "serves" in str(refused.value)
+    # The negative control: the accountant's own refusal lists the policy's datasets.
+    with dp.Accountant.open(site.ledger) as acc, pytest.raises(InvalidArgumentError) as listed:
+        acc.remaining("payroll")
+    assert "visits" in str(listed.value)
 
 
 def test_limits_body_rate_and_time(tmp_path: Path) -> None:
@@ -165,9 +237,123 @@ def test_limits_body_rate_and_time(tmp_path: Path) -> None:
         with pytest.raises(ServiceError) as refused:
             bob.count(epsilon=0.01).release()
         assert refused.value.status == 429 and head(site.ledger) == before
+    before = head(site.ledger)
     with server(site, "--time-limit", "0.000001") as (url, _):
-        with pytest.raises(LedgerUnconfirmedError, match="time limit"):
+        with pytest.raises(ServiceError, match="nothing was drawn or debited") as refused:
             connect(url, token=site.tokens["bob"]).table("visits").count(epsilon=0.01).release()
+        assert refused.value.status == 503
+    assert head(site.ledger) == before  # (the server stopped: its workers are done)
+
+
+def _asgi(app: Any, method: str, path: str, headers: dict[str, str], body: bytes) -> Any:
+    """One request to ``app`` through the ASGI interface itself: (status, body)."""
+    import asyncio
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1),
+             "server": ("testserver", 80),
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+@pytest.mark.parametrize("who", ["analyst", "owner", "negative control"])
+def test_a_request_held_past_its_time_limit_says_what_it_spent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str) -> None:
+    """Deterministic: the worker is held (an event) until the request's time limit has answered
+    it. The analyst's query, which had not begun its debit, is answered that nothing was spent
+    and the worker, released, debits nothing; an owner GET is answered without a word of
+    budget (it has none to spend). The negative control re-creates the old worker (no check
+    before the debit): released, it debits for the answer thrown away."""
+    import threading
+
+    from dpbudget.accountant.gate.accountant import Accountant
+    from dpbudget.accountant.gate.owner_key import load
+    from dpbudget.accountant.service.app import build_app
+    from dpbudget.accountant.service.data import load_data
+    from dpbudget.accountant.service.owner import sign_request
+    from dpbudget.accountant.service.state import Deadline, Held, RateLimit
+
+    if who == "negative control":
+        monkeypatch.setattr(Deadline, "start_debit", lambda self: True)
+    site = make_site(tmp_path)
+    acc = Accountant.open(site.ledger)
+    held = Held(acc, load_data(site.folder / "data.toml"), RateLimit(5, 5))
+    go, done = threading.Event(), threading.Event()
+    hold = "refresh" if who == "owner" else "query"  # (in the worker, before any debit)
+    real = getattr(Held, hold)
+
+    def held_up(self: Held, *args: Any) -> Any:
+        go.wait(60)
+        try:
+            return real(self, *args)
+        finally:
+            done.set()  # (the worker's work is over: any debit it made is in the ledger)
+    try:
+        app = build_app(held, time_limit=0.05)
+        before = head(site.ledger)
+        if who != "owner":
+            headers = {"authorization": f"Bearer {site.tokens['bob']}", "host": "testserver"}
+            path, body = "/v1/query", json.dumps(ONE).encode()
+            monkeypatch.setattr(Held, hold, held_up)
+            status, reply = _asgi(app, "POST", path, headers, body)
+        else:
+            from dpbudget.accountant.gate import policy_record
+
+            headers = {"host": "testserver", **sign_request(
+                load(site.key), "GET", "testserver", "/owner/status.json",
+                str(policy_record._first(acc.ledger)[1]), b"", time.time())}
+            monkeypatch.setattr(Held, hold, held_up)
+            status, reply = _asgi(app, "GET", "/owner/status.json", headers, b"")
+        go.set()
+        assert done.wait(60)
+        message = reply["error"]["message"]
+        if who == "owner":
+            assert status == 504 and "budget" not in message
+        elif who == "analyst":
+            assert status == 503 and "nothing was drawn or debited" in message
+    finally:
+        go.set()
+        acc.close()
+    assert (head(site.ledger) == before) is (who != "negative control")
+
+
+def test_queries_queued_past_the_time_limit_never_pay_for_thrown_answers(tmp_path: Path) -> None:
+    """Issue 35's figure: --time-limit 0.3, 8 concurrent quantile queries; all 8 were answered
+    500 and 8 debits landed later, for answers thrown away. Now a query whose debit had not
+    begun when its client was answered is never debited: after the server stopped (its workers
+    done), the debits are at least the answers and at most the answers plus the replies that
+    said the budget may be spent. (The in-process negative control: test_state.py.)"""
+    import concurrent.futures
+
+    site = make_site(tmp_path)
+    before = head(site.ledger)[0]
+    with server(site, "--time-limit", "0.3") as (url, _):
+        def ask(_: int) -> str:
+            q = connect(url, token=site.tokens["bob"]).table("visits").quantile(
+                "amount", 0.5, lower=0.0, upper=100.0, epsilon=0.01)
+            try:
+                q.release()
+                return "answered"
+            except LedgerUnconfirmedError:
+                return "may be spent"
+            except ServiceError as exc:
+                assert exc.status == 503 and "nothing was drawn or debited" in str(exc)
+                return "nothing spent"
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(ask, range(8)))
+    debits = head(site.ledger)[0] - before
+    answered, maybe = replies.count("answered"), replies.count("may be spent")
+    assert answered <= debits <= answered + maybe, replies  # ("nothing spent": no debit)
 
 
 def test_a_refusal_comes_back_as_the_same_typed_error(site: Site, url: str) -> None:
@@ -198,3 +384,71 @@ def test_every_route_is_an_analysts_or_the_owners(tmp_path: Path) -> None:
     assert routes - {(p, "HEAD") for p, _ in routes} == {
         ("/v1/query", "POST"), ("/v1/remaining", "GET"), ("/owner/status", "GET"),
         ("/owner/status.json", "GET"), ("/owner/audit", "GET"), ("/owner/policy", "POST")}
+
+
+# -- PostgreSQL: the service connected as the ledger tables' owner role (issue 35) ----------------
+
+@pytest.fixture
+def deployment(postgres_database: str) -> Iterator[Any]:
+    from tests.ledger.postgres.test_schema import Deployment
+
+    made = Deployment(postgres_database)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
+@pytest.mark.postgres
+def test_two_analysts_race_their_quotas_through_one_owner_session(deployment: Any,
+                                                                   tmp_path: Path) -> None:
+    """alice (quota ε = 0.3) and bob (5.0), 8 clients each, ε = 0.1 and 0.5 a query, until
+    refused, at once through one server whose ledger session is the owner role: alice gets 0.3
+    and bob 5.0, each record theirs."""
+    import concurrent.futures
+
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
+
+    site = make_site(tmp_path, ledger=deployment.dsn(deployment.owner))
+    with PostgresLedger(site.ledger) as ledger:
+        assert ledger.authenticated_analyst is None  # (the owner's session)
+    got: dict[str, float] = {"alice": 0.0, "bob": 0.0}
+    with server(site) as (url, _):
+        def drain(who: str) -> float:
+            q = connect(url, token=site.tokens[who]).table("visits")
+            eps, total = (0.1 if who == "alice" else 0.5), 0.0
+            while True:
+                try:
+                    q.count(epsilon=eps).release()
+                except BudgetExceededError:
+                    return total
+                total += eps
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            jobs = [(who, pool.submit(drain, who)) for who in ("alice", "bob") for _ in range(8)]
+            for who, job in jobs:
+                got[who] += job.result()
+    assert got == {"alice": pytest.approx(0.3), "bob": pytest.approx(5.0)}
+    from dpbudget.accountant.gate.accountant import Accountant
+
+    with Accountant.open(site.ledger) as acc:
+        assert acc.spent("visits", analyst="alice").epsilon == pytest.approx(0.3)
+        assert acc.spent("visits", analyst="bob").epsilon == pytest.approx(5.0)
+
+
+@pytest.mark.postgres
+def test_negative_control_the_owner_session_as_its_own_analyst_refuses_every_token(
+        deployment: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old reading re-created (the owner's session authenticates the owner role): a query
+    for the token's analyst is refused as another name — what made one server serve only the
+    token whose analyst was the login role."""
+    from dpbudget.accountant.gate.accountant import Accountant
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
+    from dpbudget.accountant.values.errors import AnalystMismatchError
+
+    site = make_site(tmp_path, ledger=deployment.dsn(deployment.owner))
+    monkeypatch.setattr(PostgresLedger, "authenticated_analyst",
+                        property(lambda self: self._s.role))
+    with Accountant.open(site.ledger) as acc:
+        with pytest.raises(AnalystMismatchError):
+            table(acc, str(site.folder / "visits.parquet"), dataset="visits",
+                  analyst="bob").count(epsilon=0.1).release()

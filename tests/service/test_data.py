@@ -30,3 +30,25 @@ def test_a_bad_data_file_is_refused_by_key(tmp_path: Path, text: str, match: str
     (tmp_path / "data.toml").write_text(text)
     with pytest.raises(PolicyError, match=match):
         load_data(tmp_path / "data.toml")
+
+
+def test_one_source_under_two_datasets_is_refused(tmp_path: Path) -> None:
+    """The attack: one file registered under two datasets, two budgets for the same rows —
+    even through another spelling of its path or a link to it."""
+    (tmp_path / "v.csv").write_text("pid,x\n1,2\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.csv").symlink_to(tmp_path / "v.csv")
+    for other in ("v.csv", "sub/../v.csv", "link.csv"):
+        (tmp_path / "data.toml").write_text(
+            '[tables.a]\ndataset = "visits"\nsource = "v.csv"\n'
+            f'[tables.b]\ndataset = "visits_again"\nsource = "{other}"\n')
+        with pytest.raises(PolicyError, match="another dataset"):
+            load_data(tmp_path / "data.toml")
+
+
+def test_negative_control_one_source_under_one_dataset_twice_is_fine(tmp_path: Path) -> None:
+    """Two tables of one source under the SAME dataset share its budget: served."""
+    (tmp_path / "v.csv").write_text("pid,x\n1,2\n")
+    (tmp_path / "data.toml").write_text('[tables.a]\ndataset = "visits"\nsource = "v.csv"\n'
+                                        '[tables.b]\ndataset = "visits"\nsource = "v.csv"\n')
+    assert set(load_data(tmp_path / "data.toml")) == {"a", "b"}

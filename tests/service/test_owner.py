@@ -1,6 +1,7 @@
 """Owner requests (dpbudget.accountant.service.owner): signed by the pinned key over method,
-path, body and time; checked against the server's clock; a replay refused; a presigned policy
-record accepted only for exactly the text it was signed for. Times are passed in, never read."""
+Host, path, the ledger's identity, body and time; checked against the server's clock; a replay
+refused, its base64 twin too; a presigned policy record accepted only for exactly the text it
+was signed for. Times are passed in, never read."""
 
 from __future__ import annotations
 
@@ -13,6 +14,19 @@ from dpbudget.accountant.service.owner import SIG, TIME, Presigned, Replays, sig
 from dpbudget.accountant.values.errors import OwnerKeyError
 
 NOW = 1_800_000_000.0
+HOST, LEDGER = "dp.example.org:8443", "ab" * 32
+
+
+def _sign(key: object, method: str = "POST", path: str = "/owner/policy", body: bytes = b"{}",
+          now: float = NOW) -> dict[str, str]:
+    return sign_request(key, method, HOST, path, LEDGER, body, now)  # type: ignore[arg-type]
+
+
+def _check(replays: Replays, key: object, headers: dict[str, str], now: float,
+           method: str = "POST", path: str = "/owner/policy", body: bytes = b"{}",
+           host: str = HOST, ledger: str = LEDGER) -> str | None:
+    return replays.check(key.public, method, host, path, ledger, body,  # type: ignore[attr-defined]
+                         headers.get(TIME), headers.get(SIG), now)
 
 
 @pytest.fixture
@@ -23,10 +37,52 @@ def key(tmp_path: Path) -> object:
 
 def test_a_signed_request_is_admitted_once(key: object) -> None:
     replays = Replays()
-    headers = sign_request(key, "POST", "/owner/policy", b"{}", NOW)  # type: ignore[arg-type]
-    assert replays.check(key.public, "POST", "/owner/policy", b"{}", headers, NOW + 5) is None  # type: ignore[attr-defined]
-    assert "replay" in str(replays.check(key.public, "POST", "/owner/policy", b"{}", headers,  # type: ignore[attr-defined]
-                                         NOW + 6))
+    headers = _sign(key)
+    assert _check(replays, key, headers, NOW + 5) is None
+    assert "replay" in str(_check(replays, key, headers, NOW + 6))
+
+
+def _twin(signature: str) -> str:
+    """The same 64 bytes spelt otherwise: the last character's two unused low bits flipped."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    last = alphabet.index(signature[-3])  # (88 characters: 86 of data, then "==")
+    return signature[:-3] + alphabet[last ^ 0b11] + signature[-2:]
+
+
+def test_the_base64_twin_of_a_seen_signature_is_refused(key: object) -> None:
+    """The attack: a replay re-spelt in the unused bits of the last character, decoding to the
+    same 64 bytes (so it verifies); refused, as not canonical and as a replay."""
+    import base64
+
+    replays = Replays()
+    headers = _sign(key)
+    twin = {**headers, SIG: _twin(headers[SIG])}
+    assert twin[SIG] != headers[SIG]
+    assert base64.b64decode(twin[SIG]) == base64.b64decode(headers[SIG])
+    assert _check(replays, key, headers, NOW) is None
+    assert "canonical" in str(_check(replays, key, twin, NOW))
+    assert "canonical" in str(_check(Replays(), key, twin, NOW))  # (even first)
+
+
+def test_negative_control_the_twin_verifies_so_only_the_bytes_check_refuses_it(
+        key: object) -> None:
+    """The twin is a valid signature of the same request: the signature check alone admits it,
+    and a seen set keyed on the text (the old one) did not hold it — what made the replay."""
+    from dpbudget.accountant.service.owner import _verifies, request_text
+
+    headers = _sign(key)
+    twin = _twin(headers[SIG])
+    text = request_text("POST", HOST, "/owner/policy", LEDGER, b"{}", headers[TIME])
+    assert _verifies(key.public, twin, text) and twin not in {headers[SIG]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("attack", ["other host", "other ledger"])
+def test_a_request_signed_for_another_server_or_ledger_is_refused(key: object,
+                                                                  attack: str) -> None:
+    headers = _sign(key)
+    other = {"host": "evil.example.org:8443"} if attack == "other host" else {"ledger": "cd" * 32}
+    assert "does not verify" in str(_check(Replays(), key, headers, NOW, **other))  # type: ignore[arg-type]
+    assert _check(Replays(), key, headers, NOW) is None  # (the control: for its own, it passes)
 
 
 @pytest.mark.parametrize("attack", ["stale", "future", "other body", "other path", "other key",
@@ -36,7 +92,7 @@ def test_altered_stale_or_foreign_requests_are_refused(key: object, tmp_path: Pa
     new_key_file(tmp_path / "other.pem")
     other = load(tmp_path / "other.pem")
     signer = other if attack == "other key" else key
-    headers = sign_request(signer, "POST", "/owner/policy", b"{}", NOW)  # type: ignore[arg-type]
+    headers = _sign(signer)
     method, path, body, now = "POST", "/owner/policy", b"{}", NOW
     if attack == "stale":
         now = NOW + 31
@@ -50,12 +106,12 @@ def test_altered_stale_or_foreign_requests_are_refused(key: object, tmp_path: Pa
         method = "GET"
     elif attack == "unsigned":
         headers = {TIME: headers[TIME]}
-    assert Replays().check(key.public, method, path, body, headers, now) is not None  # type: ignore[attr-defined]
+    assert _check(Replays(), key, headers, now, method, path, body) is not None
 
 
 def test_negative_control_the_same_request_in_the_window_passes(key: object) -> None:
-    headers = sign_request(key, "POST", "/owner/policy", b"{}", NOW)  # type: ignore[arg-type]
-    assert Replays().check(key.public, "POST", "/owner/policy", b"{}", headers, NOW + 30) is None  # type: ignore[attr-defined]
+    headers = _sign(key)
+    assert _check(Replays(), key, headers, NOW + 30) is None
     assert set(headers) == {TIME, SIG}
 
 

@@ -1,7 +1,10 @@
 """The owner's status page (``dpbudget.accountant.service.page``), loaded in a real headless
-browser: the DOM Chromium built from it carries each account's spend and remaining budget as the
-accountant reports them, hostile names as text (and no script runs), a tampered ledger's failed
-chain check, and the ledger's own time; the screenshot shows a drawn page."""
+browser from the REAL service (``dpbudget serve`` in a subprocess) through the owner's one-time
+signed link: the DOM Chromium built from it carries each account's spend and remaining budget as
+the accountant reports them, hostile names as text (and no script runs); the screenshot shows a
+drawn page. The negative controls, the tampered ledger's failed chain check and the ledger's own
+time are checked on the renderer served plainly (a test server cannot set the service's clock,
+and the service refuses to open a tampered ledger's copy)."""
 
 from __future__ import annotations
 
@@ -122,12 +125,32 @@ def browse(html: str) -> Dom:
 
 
 @pytest.fixture
+def service(acc: Accountant, tmp_path: Path) -> Iterator[Any]:
+    """The real service on ``acc``'s ledger: a function giving a fresh one-time link to its
+    status page (``Owner.status_link``, as ``dpbudget owner link`` prints it)."""
+    from dpbudget.accountant.service.client import Owner
+    from tests.service._site import Site, server
+
+    _browser.chromium()  # (skips before the server starts when there is no browser)
+    (tmp_path / "adult.csv").write_text("pid,x\n1,2\n")
+    (tmp_path / "data.toml").write_text('[tables.adult]\ndataset = "adult"\n'
+                                        'source = "adult.csv"\n')
+    site = Site(tmp_path, acc.ledger.url, tmp_path / "owner.pem", {})
+    with server(site) as (url, _):
+        yield lambda: Owner(url, site.key).status_link()
+
+
+@pytest.fixture
 def acc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Accountant]:
     """A SQLite ledger under a policy of two datasets (one divided into blocks), two analysts:
     four releases and a refusal, at T0 by the ledger's clock."""
+    from dpbudget.accountant.gate.owner_key import new_key_file
+
     set_ledger_clock(lambda: T0, monkeypatch)
     (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
-    with Accountant.from_policy(tmp_path / "policy.toml", ledger=tmp_path / "l.db") as a:
+    new_key_file(tmp_path / "owner.pem")  # (the service serves only a ledger with an owner)
+    with Accountant.from_policy(tmp_path / "policy.toml", ledger=tmp_path / "l.db",
+                                owner_key=tmp_path / "owner.pem") as a:
         a.release(Laplace(0.3, sensitivity=1.0), 1.0, dataset="adult", analyst="alice")
         a.release(Laplace(0.4, sensitivity=1.0), 1.0, dataset="adult", analyst="bob",
                   label=HOSTILE_LABEL)
@@ -150,8 +173,9 @@ def _expected(acc: Accountant, key: str) -> tuple[float, float]:
     return acc.spent(dataset, **kw).epsilon, acc.remaining(dataset, **kw).epsilon
 
 
-def test_the_browser_shows_each_accounts_spend_and_remaining_as_the_accountant(acc) -> None:
-    dom = browse(page.render(acc.ledger))
+def test_the_browser_shows_each_accounts_spend_and_remaining_as_the_accountant(
+        acc, service) -> None:
+    dom = Dom(_browser.dump_dom(service()))
     accounts = {k: v for k, v in dom.rows.items() if ":" in k}  # (not the exit bits' rows)
     assert set(accounts) == {"analyst:bob", "dataset:adult", "dataset:adult/analyst:alice",
                              "dataset:adult/analyst:bob", "dataset:events",
@@ -173,7 +197,8 @@ def test_the_browser_shows_each_accounts_spend_and_remaining_as_the_accountant(a
     seq, digest = acc.ledger.head()
     assert (dom.text["head-seq"], dom.text["head-hash"]) == (str(seq), digest)
     assert "Chain check passed" in dom.text["chain"] and "exit status 0" in dom.text["verdict"]
-    assert dom.text["rendered"] == "2026-11-21T10:00:00+00:00"  # T0, not the wall clock
+    # The time is the ledger's: T0 by its clock, which only the renderer in this process has.
+    assert Dom(page.render(acc.ledger)).text["rendered"] == "2026-11-21T10:00:00+00:00"
 
 
 def test_the_page_is_accessible_and_self_contained(acc) -> None:
@@ -192,9 +217,9 @@ def test_the_page_is_accessible_and_self_contained(acc) -> None:
     assert "60% of the ε limit spent" in bars  # alice on adult: 0.3 of 0.5
 
 
-def test_hostile_names_appear_as_text_and_no_script_runs(acc) -> None:
+def test_hostile_names_appear_as_text_and_no_script_runs(service) -> None:
     """The attack: an analyst name and a label made of markup that would retitle the page."""
-    dom = browse(page.render(acc.ledger))
+    dom = Dom(_browser.dump_dom(service()))
     assert dom.title == TITLE
     assert HOSTILE_ANALYST in dom.heads and HOSTILE_LABEL in dom.heads  # shown, as text
     assert not [t for t, a in dom.elements if t == "script" or "onerror" in a]
@@ -250,14 +275,19 @@ def test_the_bits_shown_are_the_audits() -> None:
         k: v for k, v in EXIT_BITS.items() if k not in ("head", "malformed")}
 
 
-def test_a_screenshot_shows_a_drawn_page(acc, tmp_path: Path) -> None:
+def test_a_screenshot_shows_a_drawn_page(service, tmp_path: Path) -> None:
     from PIL import Image
 
-    _browser.chromium()
-    with served(page.render(acc.ledger)) as url:
-        png = _browser.screenshot(url, tmp_path / "page.png", width=1200, height=1600)
+    png = _browser.screenshot(service(), tmp_path / "page.png", width=1200, height=1600)
     assert len(png) > 20_000
     with Image.open(tmp_path / "page.png") as image:
         assert image.size == (1200, 1600)
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
     assert colours is not None and len(colours) > 50  # text, bars and the plot: not one colour
+
+
+def test_a_link_opens_the_page_once_in_the_browser(service) -> None:
+    """The link is the owner's for one opening: a second load of it is refused (no page)."""
+    link = service()
+    assert Dom(_browser.dump_dom(link)).title == TITLE
+    assert Dom(_browser.dump_dom(link)).title != TITLE

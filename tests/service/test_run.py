@@ -60,3 +60,38 @@ def test_serve_needs_cert_and_key_together(tmp_path: Path) -> None:
     args = argparse.Namespace(cert="c.pem", key=None, data=str(site.folder / "data.toml"))
     with pytest.raises(PrivacyError, match="--cert and --key"):
         run.serve(args)
+
+
+def test_serve_never_creates_a_ledger(tmp_path: Path) -> None:
+    """The attack: ``dpbudget serve`` on a new ledger made it with no owner key pinned, so its
+    tokens could never be revoked. Now a missing ledger is refused, naming the init command,
+    and no file is made."""
+    site = make_site(tmp_path)
+    missing = tmp_path / "new.db"
+    with pytest.raises(PrivacyError, match="policy apply .* --init --owner-key"):
+        run._open(str(site.folder / "policy.toml"), f"sqlite:///{missing}")
+    assert not missing.exists()
+
+
+def test_serve_refuses_a_ledger_that_pins_no_owner_key(tmp_path: Path) -> None:
+    """A ledger made without the owner key (as the old serve made it) is refused; the same
+    policy on the site's ledger, which pins one, opens (the control)."""
+    import dpbudget as dp
+
+    site = make_site(tmp_path)
+    ownerless = f"sqlite:///{tmp_path / 'ownerless.db'}"
+    dp.Accountant.from_policy(site.folder / "policy.toml", ledger=ownerless).close()
+    with pytest.raises(PrivacyError, match="pins no owner key"):
+        run._open(str(site.folder / "policy.toml"), ownerless)
+    run._open(str(site.folder / "policy.toml"), site.ledger).close()
+
+
+def test_owner_link_is_a_cli_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from dpbudget.accountant.service.client import Owner
+
+    site = make_site(tmp_path)
+    monkeypatch.setattr(Owner, "_identity", lambda self: "ab" * 32)
+    assert main(["owner", "link", "http://127.0.0.1:9", "--owner-key", str(site.key)]) == 0
+    link = capsys.readouterr().out.strip()
+    assert link.startswith("http://127.0.0.1:9/owner/status?t=") and "&s=" in link

@@ -1,6 +1,8 @@
 """What a server process holds (dpbudget.accountant.service.state), in process: the analyst is
 the token's under the policy in force (a token revoked by the owner is refused from the next
-request, a policy changed under a debit authenticates again), and the rate is per token."""
+request, a policy changed under a debit authenticates again; tokens and accountant are read as
+one pair), the rate is per token, and a request whose client was answered before its debit
+began is never debited. Deadlines here are already past or given up: no test waits on a clock."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 import dpbudget as dp
 from dpbudget.accountant.gate import policy_record
 from dpbudget.accountant.service.data import load_data
-from dpbudget.accountant.service.state import Held, RateLimit
+from dpbudget.accountant.service.state import Deadline, Held, RateLimit
 from dpbudget.accountant.service.tokens import without_token
 from dpbudget.accountant.service.wire import Query
 from dpbudget.accountant.values.errors import ServiceError
@@ -25,24 +27,33 @@ def _held(tmp_path: Path) -> tuple[Held, object]:
 
 
 COUNT = Query(table="visits", statistic="count", epsilon=0.01)
+FAR = 1e9  # a deadline (monotonic s) no test reaches (31 years of uptime)
+
+
+def _query(held: Held, token: str, spec: Query = COUNT, at: float = FAR) -> tuple[object, object]:
+    return held.query(token, held.admit(token), spec, Deadline(at))
+
+
+def _head(held: Held) -> tuple[int, str]:
+    return held.ledger.head()  # type: ignore[no-any-return]
 
 
 def test_the_charge_is_the_tokens_analyst(tmp_path: Path) -> None:
     held, site = _held(tmp_path)
-    seen: dict[str, object] = {}
-    _, receipt = held.query(site.tokens["bob"], COUNT, seen)  # type: ignore[attr-defined]
-    assert receipt.analyst == "bob" and seen["analyst"] == "bob"
+    who = held.admit(site.tokens["bob"])  # type: ignore[attr-defined]
+    _, receipt = held.query(site.tokens["bob"], who, COUNT, Deadline(FAR))  # type: ignore[attr-defined]
+    assert receipt.analyst == "bob" and who.analyst == "bob"  # type: ignore[attr-defined]
 
 
 def test_a_token_revoked_by_another_process_is_refused_next(tmp_path: Path) -> None:
     held, site = _held(tmp_path)
     token = site.tokens["bob"]  # type: ignore[attr-defined]
-    held.query(token, COUNT, {})
+    _query(held, token)
     with dp.Accountant.open(site.ledger) as owner:  # type: ignore[attr-defined]
         owner.apply_policy(without_token(owner.policy, token.split("_")[1]), by="o",
                            reason="revoked", owner_key=site.key)  # type: ignore[attr-defined]
     with pytest.raises(ServiceError) as refused:
-        held.query(token, COUNT, {})
+        _query(held, token)
     assert refused.value.status == 401
 
 
@@ -56,9 +67,96 @@ def test_negative_control_without_refresh_the_revoked_token_still_authenticates(
         owner.apply_policy(without_token(owner.policy, token.split("_")[1]), by="o",
                            reason="revoked", owner_key=site.key)  # type: ignore[attr-defined]
     monkeypatch.setattr(Held, "refresh", lambda self: None)
-    assert held.analyst(token)[0] == "bob"
+    who = held.admit(token)
+    assert who.analyst == "bob"
     with pytest.raises(dp.PolicyChangedError):
-        held._run("bob", COUNT)
+        held._run(who, COUNT, Deadline(FAR))
+
+
+def test_a_token_is_checked_against_the_accountant_it_is_charged_by(tmp_path: Path) -> None:
+    """The race of issue 35: a thread swaps the accountant (the token revoked) between a
+    request's reading of the tokens and its reading of the accountant. Tokens and accountant
+    are one pair: a request admitted under the old pair runs on the old accountant, whose gate
+    refuses the debit (the policy changed) and the query is authenticated again: 401."""
+    held, site = _held(tmp_path)
+    token = site.tokens["bob"]  # type: ignore[attr-defined]
+    who = held.admit(token)  # (authenticated under the old pair)
+    with dp.Accountant.open(site.ledger) as owner:  # type: ignore[attr-defined]
+        owner.apply_policy(without_token(owner.policy, token.split("_")[1]), by="o",
+                           reason="revoked", owner_key=site.key)  # type: ignore[attr-defined]
+    held.refresh()  # (another request's thread swaps in the new pair)
+    assert who.accountant is not held.accountant
+    before = _head(held)
+    with pytest.raises(ServiceError) as refused:
+        held.query(token, who, COUNT, Deadline(FAR))
+    assert refused.value.status == 401 and _head(held) == before
+
+
+def test_negative_control_tokens_old_accountant_new_charges_the_revoked_token(
+        tmp_path: Path) -> None:
+    """The old split re-created: the analyst from the old tokens, the run on the accountant
+    swapped in since — the revoked token's query is charged under the new policy."""
+    held, site = _held(tmp_path)
+    token = site.tokens["bob"]  # type: ignore[attr-defined]
+    old = held.admit(token)
+    with dp.Accountant.open(site.ledger) as owner:  # type: ignore[attr-defined]
+        owner.apply_policy(without_token(owner.policy, token.split("_")[1]), by="o",
+                           reason="revoked", owner_key=site.key)  # type: ignore[attr-defined]
+    held.refresh()
+    _, receipt = held._run(old._replace(accountant=held.accountant), COUNT, Deadline(FAR))
+    assert receipt.analyst == "bob"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("how", ["client gone", "deadline past", "lock held past deadline"])
+def test_a_query_whose_request_gave_up_before_its_debit_spends_nothing(
+        tmp_path: Path, how: str) -> None:
+    """Issue 35's figure: queries queued behind the release lock paid after their clients were
+    answered. Now the debit starts only for a request still there: refused, nothing debited,
+    and the request's own view agrees (``give_up`` says nothing was spent)."""
+    held, site = _held(tmp_path)
+    token = site.tokens["bob"]  # type: ignore[attr-defined]
+    deadline = Deadline(0.0 if how == "deadline past" else FAR)
+    if how == "client gone":
+        assert deadline.give_up()
+    if how == "lock held past deadline":
+        deadline = Deadline(0.0)
+        held._computing.acquire()  # (another release holds it: the wait times out at once)
+    before = _head(held)
+    try:
+        with pytest.raises(ServiceError, match="nothing was drawn or debited") as refused:
+            held.query(token, held.admit(token), COUNT, deadline)
+    finally:
+        if how == "lock held past deadline":
+            held._computing.release()
+    assert refused.value.status == 503 and _head(held) == before
+    assert deadline.give_up()  # (the request's answer: nothing spent)
+    assert not held._computing.locked()
+
+
+def test_negative_control_without_the_deadline_check_the_gone_request_pays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old worker re-created (no check before the debit): the request that gave up is
+    debited all the same — the 8 debits for 8 answers thrown away."""
+    held, site = _held(tmp_path)
+    token = site.tokens["bob"]  # type: ignore[attr-defined]
+    monkeypatch.setattr(Deadline, "start_debit", lambda self: True)
+    deadline = Deadline(FAR)
+    deadline.give_up()
+    before = _head(held)
+    held.query(token, held.admit(token), COUNT, deadline)
+    assert _head(held)[0] == before[0] + 1
+
+
+def test_once_the_debit_began_giving_up_says_it_may_be_spent() -> None:
+    deadline = Deadline(FAR)
+    assert deadline.start_debit() and not deadline.give_up() and deadline.start_debit()
+
+
+def test_an_unknown_table_is_refused_without_naming_the_others(tmp_path: Path) -> None:
+    held, site = _held(tmp_path)
+    with pytest.raises(dp.InvalidArgumentError) as refused:
+        _query(held, site.tokens["bob"], COUNT.model_copy(update={"table": "payroll"}))  # type: ignore[attr-defined]
+    assert "visits" not in str(refused.value) and "serves" in str(refused.value)
 
 
 def test_the_rate_is_per_token_and_refills() -> None:

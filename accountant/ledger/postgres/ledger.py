@@ -87,6 +87,11 @@ class PostgresLedger(Ledger):
                             f"format {FORMAT} there and does not upgrade a ledger in place: "
                             "`dpbudget export` it, then `dpbudget import` the export into a new "
                             "ledger (docs/postgres-deployment.md); nothing was written")
+                    # A member of the tables' owner role may write any analyst's records (the
+                    # triggers let it): such a session authenticates no analyst of its own.
+                    self._owns = bool(conn.execute(
+                        "SELECT pg_has_role(session_user, relowner, 'MEMBER') FROM pg_class "
+                        "WHERE oid = 'dpbudget_entries'::regclass").fetchone()[0])
             except BaseException:
                 conn.close()  # the caller never gets a handle that could close it
                 raise
@@ -96,8 +101,11 @@ class PostgresLedger(Ledger):
     @property
     def authenticated_analyst(self) -> str | None:
         """The role this ledger's session logged in as (``session_user``, which ``SET ROLE`` does
-        not change): the analyst every release through it is charged to."""
-        return self._s.role
+        not change): the analyst every release through it is charged to — or None when that
+        role is a member of the role owning the ledger's tables (read once, when it opened),
+        which the server lets write any analyst's records: a query service connects so, and
+        charges each query to its token's analyst."""
+        return None if self._owns else self._s.role
 
     def _query(self, sql: str, args: Any = ()) -> list[Any]:
         """The rows of one statement on this object's session (in its transaction, if open)."""
