@@ -40,7 +40,12 @@ def document(policy: Policy, default: DatasetLimit | None) -> dict[str, Any]:
         for name in _UNIT_MEMBERS:
             if limit is not None and limit.get(name, 0) is None:
                 del limit[name]
-    for own in doc["policy"]["analysts"].values():  # (likewise an analyst without API tokens)
+    # Likewise an analyst without API tokens, at the top level or under a dataset (which never
+    # lists one) or the default limit.
+    analysts = [*doc["policy"]["analysts"].values(),
+                *(own for limit in [*doc["policy"]["datasets"].values(), doc["default"]]
+                  if limit is not None for own in limit["analysts"].values())]
+    for own in analysts:
         if not own.get("tokens", 1):
             del own["tokens"]
     return doc
