@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +18,14 @@ from dpbudget.accountant import cli
 from dpbudget.accountant.ledger import GENESIS, Ledger
 from dpbudget.accountant.ledger.base import Entry
 from dpbudget.accountant.ledger.record import (AccountLayout, assemble, canonical, record_hash,
-                                              step_fragments, utc_now)
+                                              step_fragments, utc_time)
 
 SEED = 20261121
+
+
+def utc_now() -> str:
+    """Now by this process's wall clock, as ``utc_time`` writes a record's time."""
+    return utc_time(time.time_ns() // 1000)
 
 
 def snapshot(ledger: Ledger, rng: np.random.Generator | None = None) -> tuple[Any, ...]:

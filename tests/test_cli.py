@@ -134,8 +134,8 @@ def test_negative_control_without_the_fixes_damage_escapes_as_a_traceback(origin
     """With the command line's net and the row checks taken out, the same copies raise out of
     ``main`` (what the test above would report)."""
     monkeypatch.setattr(cli, "_DAMAGE", ())
-    monkeypatch.setattr(sql, "_account", lambda row: sql.Account(
-        row[0], row[1], sql._parse_config(row[2]), sql.json.loads(row[3]), row[4]))
+    monkeypatch.setattr(sql, "account_row", lambda row: sql.Account(
+        row[0], row[1], json.loads(row[2]), json.loads(row[3]), row[4]))
     escaped = 0
     for _, path in _damaged(originals, tmp_path)[:130]:  # (the flips: no repeating rows)
         for argv in _commands(path):
@@ -168,7 +168,7 @@ def test_entries_of_a_table_that_repeats_rows_end_with_a_typed_error(tmp_path, m
 def test_negative_control_unchecked_rows_page_forever(tmp_path, monkeypatch):
     ledger = SqliteLedger(tmp_path / "l.db")
     monkeypatch.setattr(ledger, "_execute", _Repeating().execute)
-    monkeypatch.setattr(sql, "_entry", lambda seq, text, digest, after: Entry(seq, text, digest))
+    monkeypatch.setattr(sql, "_entry", lambda row, after: Entry(*row))
     assert len(list(itertools.islice(ledger.entries(), 1000))) == 1000  # (it never ends)
     ledger.close()
 

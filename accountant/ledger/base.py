@@ -23,8 +23,8 @@ from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.entry import Account, Entry
-from dpbudget.accountant.ledger.record import (GENESIS, auth_name, canonical, key_from_env,
-                                                record_hash, time_micros)
+from dpbudget.accountant.ledger.record import (GENESIS, auth_name, key_from_env, record_hash,
+                                                time_micros)
 from dpbudget.accountant.ledger.transaction import Transaction
 from dpbudget.accountant.ledger.writer import Writer
 
@@ -58,7 +58,6 @@ class Ledger(ABC):
         self._key = key if key is not None else key_from_env()
         self._auth = f'"{auth_name(self._key)}"'
         self._w: Writer | None = None  # this process's writer of this ledger, on first use
-        self._configs: dict[int, tuple[dict[str, Any], str]] = {}  # (``_config_text``)
 
     def _landed(self, entry: Entry) -> bool:
         """Whether ``entry`` is in the ledger as written (after a commit an interrupt cut off)."""
@@ -221,6 +220,12 @@ class Ledger(ABC):
 
     def close(self) -> None:
         """Release the backend's resources (idempotent)."""
+        if self._pid == os.getpid():  # (a forked child's copy: the parent's, and maybe its lock)
+            with self._lock:
+                self._disconnect()
+
+    def _disconnect(self) -> None:
+        """Close the backend's connection (``close``, with the lock held)."""
 
     def __enter__(self) -> "Ledger":
         return self
@@ -237,15 +242,6 @@ class Ledger(ABC):
             return False
         return not (self._key is not None and not says_keyed) and bool(
             record_hash(entry.text, self._key if says_keyed else None) == entry.hash)
-
-    def _config_text(self, config: dict[str, Any]) -> str:
-        """A rule's configuration as canonical JSON, encoded once per configuration object."""
-        cached = self._configs.get(id(config))
-        if cached is None or cached[0] is not config:
-            if len(self._configs) > 1024:
-                self._configs.clear()
-            cached = self._configs[id(config)] = (config, canonical(config))
-        return cached[1]
 
     def _mine(self) -> None:
         """Refuse a process other than the one that opened this object (a forked child holds a

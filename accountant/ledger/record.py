@@ -57,14 +57,14 @@ import hashlib
 import hmac
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any
 
 from dpbudget.accountant.values.charge import Charge
 from dpbudget.accountant.values.errors import InvalidArgumentError
+from dpbudget.accountant.ledger.entry import Account
 
 FORMAT_VERSION = 1
 GENESIS = "0" * 64
@@ -73,7 +73,7 @@ KEY_ENV = "DPBUDGET_LEDGER_KEY"
 __all__ = ["FORMAT_VERSION", "GENESIS", "KEY_ENV", "ZERO_COST", "AccountLayout", "RecordKind",
            "accounts_member", "assemble", "auth_name", "canonical", "charge_from_record",
            "charge_record", "export_line", "key_from_env", "noise_member", "record_hash",
-           "step_fragments", "time_micros", "utc_now", "utc_time"]
+           "step_fragments", "time_micros", "utc_time"]
 
 
 # One encoder for the process (json.dumps with options builds one per call: most of a record's cost).
@@ -133,25 +133,13 @@ def noise_member(kind: str, source: str) -> str:
 _NOISE = {k + s: _string(f"{k}-{s}") for k in ("exact", "float") for s in ("csprng", "seeded")}
 
 
-class _Laid(Protocol):
-    @property
-    def layout(self) -> AccountLayout: ...
-
-
-class _Stated(Protocol):
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def state(self) -> Mapping[str, float]: ...
-
-
-def accounts_member(targets: Sequence[_Laid], accounts: Sequence[_Stated]) -> str:
+def accounts_member(targets: Sequence[Any], accounts: Sequence[Account]) -> str:
     """A record's ``accounts``: each account's key and its state laid out by its target's
     ``layout`` (an ``AccountLayout``), ``targets[i]`` for ``accounts[i]``."""
     if len(accounts) == 1:  # the common case, without sorting or a layout lookup
         one = accounts[0]
-        return "{" + _string(one.key) + ":" + targets[0].layout.text(one.state) + "}"
+        layout: AccountLayout = targets[0].layout  # (a target is the gate's: typed Any here)
+        return "{" + _string(one.key) + ":" + layout.text(one.state) + "}"
     return assemble({a.key: t.layout.text(a.state) for t, a in zip(targets, accounts)})
 
 
@@ -261,11 +249,6 @@ def export_line(digest: str, text: str) -> str:
 # (whole second, its ISO prefix), reused within the same second; replaced whole (atomic), since
 # threads may format times of different seconds at once.
 _clock: list[tuple[int, str]] = [(-1, "")]
-
-
-def utc_now() -> str:
-    """Now by this process's wall clock, as ``utc_time`` writes it."""
-    return utc_time(time.time_ns() // 1000)
 
 
 def utc_time(micros: int) -> str:

@@ -1,21 +1,21 @@
-"""The SQLite ledger's three tables and every statement on them (``dpbudget.accountant.ledger.sqlite``
-supplies the connection and the transaction statements).
+"""The statements of the SQL ledgers: the reads both share (the head, a record, the accounts,
+records paged in ``seq`` order), parameterised on the tables' prefix and the backend's one
+row-fetch primitive ``_fetch``, and the format check (each backend writes its own way).
 
 Tables: ``meta`` (the record format version), ``entries`` (seq, hash, canonical record text;
-append-only), ``accounts`` (each limit's rule, configuration, running state and last seq).
+append-only), ``accounts`` (each limit's rule, configuration, running state and last seq); on
+PostgreSQL each is named with the prefix ``dpbudget_``.
 """
 
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerCorruptedError, LedgerError
 from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
-from dpbudget.accountant.ledger.entry import parse_config
-from dpbudget.accountant.ledger.record import FORMAT_VERSION, float_object
+from dpbudget.accountant.ledger.entry import account_row
 
 __all__ = ["SqlLedger"]
 
@@ -23,100 +23,81 @@ _PAGE = 4096
 
 
 class SqlLedger(Ledger):
-    """The statements of ``SqliteLedger``, which implements ``_execute`` and the transaction
-    primitives."""
+    """The reads of ``SqliteLedger`` and ``PostgresLedger``, which implement ``_fetch``."""
+
+    _tables = ""  # the prefix of the tables' names
+    _marker = "?"  # the driver's parameter marker
 
     @abstractmethod
-    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        """Run one statement on the backend's connection, raising ``LedgerError`` on failure."""
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of one statement (called with the lock held), ``LedgerError`` on failure."""
 
-    def _check_format(self) -> None:
-        query = "SELECT value FROM meta WHERE key = 'format'"
-        row = self._execute(query).fetchone()
-        expected = str(FORMAT_VERSION)
-        if row is None:  # a new ledger: insert-if-absent, so that two creators both succeed
-            self._execute("INSERT INTO meta VALUES ('format', ?) ON CONFLICT (key) DO NOTHING",
-                          (expected,))
-            row = self._execute(query).fetchone()
-        if row[0] != expected:
-            raise LedgerError(f"the ledger at {self.url} has record format {row[0]}; this version "
-                              f"of dpbudget reads format {expected} there")
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        # Refuses a forked child before the lock (``_mine``): a thread of the parent may have
+        # held it at the fork, and then it is held for good in the child.
+        self._mine()
+        with self._lock:
+            return self._fetch(sql, args)
+
+    def _refuse_format(self, found: Any, expected: int) -> None:
+        """Raise ``LedgerError`` unless the ledger's stored format is ``expected``."""
+        if found != str(expected):
+            raise LedgerError(
+                f"the ledger at {self.url} has record format {found}; this version of dpbudget "
+                f"reads format {expected} there and does not upgrade a ledger in place: "
+                "`dpbudget export` it, then `dpbudget import` the export into a new ledger "
+                "(docs/postgres-deployment.md); nothing was written")
 
     def _head(self) -> tuple[int, str]:
-        row = self._execute("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").fetchone()
-        return EMPTY_HEAD if row is None else (row[0], row[1])
+        rows = self._fetch(f"SELECT seq, hash FROM {self._tables}entries ORDER BY seq DESC LIMIT 1")
+        return EMPTY_HEAD if not rows else (rows[0][0], rows[0][1])
 
     def _read_account(self, key: str) -> Account | None:
-        row = self._execute("SELECT key, rule, config, state, seq FROM accounts WHERE key = ?",
-                            (key,)).fetchone()
-        return None if row is None else _account(row)
+        rows = self._fetch(f"SELECT key, rule, config, state, seq FROM {self._tables}accounts "
+                           f"WHERE key = {self._marker}", (key,))
+        return account_row(rows[0]) if rows else None
 
-    def _write_entry(self, entry: Entry) -> None:
-        self._execute("INSERT INTO entries (seq, hash, record) VALUES (?, ?, ?)",
-                      (entry.seq, entry.hash, entry.text))
-
-    def _write_accounts(self, accounts: list[Account]) -> None:
-        # An account is written on every debit: update in place (the common case) and insert
-        # only when it is new; a rule's configuration is encoded once per configuration object.
-        update = "UPDATE accounts SET rule = ?, config = ?, state = ?, seq = ? WHERE key = ?"
-        for a in accounts:
-            row = (a.rule, self._config_text(a.config), float_object(a.state), a.seq, a.key)
-            if self._execute(update, row).rowcount == 0:
-                self._execute("INSERT INTO accounts (rule, config, state, seq, key) "
-                              "VALUES (?, ?, ?, ?, ?)", row)
-
-    # Each read refuses a forked child before the lock (``_mine``): a thread of the parent may
-    # have held it at the fork, and then it is held for good in the child.
     def entry(self, seq: int) -> Entry | None:
-        self._mine()
-        with self._lock:
-            row = self._execute("SELECT seq, record, hash FROM entries WHERE seq = ?",
-                                (seq,)).fetchone()
-        return None if row is None else _entry(row[0], row[1], row[2], seq - 1)
+        rows = self._read(f"SELECT seq, record, hash FROM {self._tables}entries WHERE seq = "
+                          f"{self._marker}", (seq,))
+        return _entry(rows[0], seq - 1) if rows else None
 
     def accounts(self) -> list[Account]:
-        self._mine()
-        with self._lock:
-            rows = self._execute("SELECT key, rule, config, state, seq FROM accounts "
-                                 "ORDER BY key").fetchall()
-        return [_account(r) for r in rows]
+        return self._accounts(self._read)
+
+    def _accounts(self, fetch: Callable[[str, tuple[Any, ...]], list[Any]]) -> list[Account]:
+        return [account_row(r) for r in fetch(
+            f"SELECT key, rule, config, state, seq FROM {self._tables}accounts ORDER BY key", ())]
 
     def entries(self, start: int = 1) -> Iterator[Entry]:
-        # Paged by primary key, the lock held for one page at a time: streams without holding it
-        # between pages or loading the whole ledger into memory (one chain commits in ``seq``
-        # order, so pages read at different moments still read a prefix of it).
-        query = f"SELECT seq, record, hash FROM entries WHERE seq > ? ORDER BY seq LIMIT {_PAGE}"
+        # The lock held for one page at a time: streams without holding it between pages
+        # (``_pages``).
+        return self._pages(self._read, start)
+
+    def _pages(self, fetch: Callable[[str, tuple[Any, ...]], list[Any]],
+               start: int) -> Iterator[Entry]:
+        """Records from ``start``, paged by primary key through ``fetch``: never the whole
+        ledger in memory (one chain commits in ``seq`` order, so pages read at different moments
+        still read a prefix of it; ``PostgresLedger`` reads every page in one snapshot)."""
+        query = (f"SELECT seq, record, hash FROM {self._tables}entries WHERE seq > "
+                 f"{self._marker} ORDER BY seq LIMIT {_PAGE}")
         seq = start - 1
         while True:
-            self._mine()
-            with self._lock:
-                rows = self._execute(query, (seq,)).fetchall()
+            rows = fetch(query, (seq,))
             if not rows:
                 return
             for row in rows:  # (checked: a damaged table can repeat rows, paging forever)
-                entry = _entry(row[0], row[1], row[2], seq)
+                entry = _entry(row, seq)
                 seq = entry.seq
                 yield entry
 
 
-def _entry(seq: Any, text: Any, digest: Any, after: int) -> Entry:
+def _entry(row: Any, after: int) -> Entry:
     """A row of the entries table, read after record ``after``: ``LedgerCorruptedError`` for a
     row a damaged file gives (out of order, a NULL or a value of another type)."""
+    seq, text, digest = row
     if type(seq) is not int or seq <= after or type(text) is not str or type(digest) is not str:
         raise LedgerCorruptedError(f"the entries table is damaged after record {after}: a row "
                                    "out of order, or holding a NULL or a value of another type; "
                                    "run `dpbudget audit` on it (nothing was written)")
     return Entry(seq, text, digest)
-
-
-def _account(row: tuple[Any, ...]) -> Account:
-    key, rule, config, state, seq = row
-    try:
-        if type(key) is not str or type(rule) is not str or type(seq) is not int:
-            raise TypeError("a column of another type")
-        return Account(key, rule, parse_config(config), json.loads(state), seq)
-    except (TypeError, ValueError, RecursionError):
-        raise LedgerCorruptedError("the accounts table is damaged: a row holds a NULL, a value "
-                                   "of another type or unreadable JSON; run `dpbudget audit` on "
-                                   "it (nothing was written)") from None
-

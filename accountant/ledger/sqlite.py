@@ -42,6 +42,8 @@ from urllib.parse import quote
 
 from dpbudget.accountant.values.errors import (
     LedgerCorruptedError, LedgerError, LedgerUnconfirmedError)
+from dpbudget.accountant.ledger.base import Account, Entry
+from dpbudget.accountant.ledger.record import FORMAT_VERSION, canonical, float_object
 from dpbudget.accountant.ledger.sql import SqlLedger
 from dpbudget.accountant.ledger.wal import dropped_commits
 
@@ -186,7 +188,11 @@ class SqliteLedger(SqlLedger):
             self._set_wal(timeout)
             self._conn.execute("PRAGMA synchronous=FULL")  # the WAL synced inside each commit
             self._conn.executescript(_SCHEMA)
-        self._check_format()
+        query = "SELECT value FROM meta WHERE key = 'format'"
+        if not self._fetch(query):  # a new ledger: insert-if-absent (two creators both succeed)
+            self._execute("INSERT INTO meta VALUES ('format', ?) ON CONFLICT (key) DO NOTHING",
+                          (str(FORMAT_VERSION),))
+        self._refuse_format(self._fetch(query)[0][0], FORMAT_VERSION)
 
     def _in_this_process(self) -> None:
         """Refuse SQLite in a child forked from a process that had opened it (module docstring)."""
@@ -272,8 +278,22 @@ class SqliteLedger(SqlLedger):
         except sqlite3.Error as exc:
             raise LedgerError(f"SQLite ledger {str(self.path)!r}: {exc}") from exc
 
-    def close(self) -> None:
-        if self._pid == os.getpid():  # (a forked child's copy: the parent's, and maybe its lock)
-            with self._lock:
-                self._conn.close()
+    def _fetch(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return self._execute(sql, args).fetchall()
+
+    def _disconnect(self) -> None:
+        self._conn.close()
+
+    def _write_entry(self, entry: Entry) -> None:
+        self._execute("INSERT INTO entries (seq, hash, record) VALUES (?, ?, ?)",
+                      (entry.seq, entry.hash, entry.text))
+
+    def _write_accounts(self, accounts: list[Account]) -> None:
+        # Written on every debit: updated in place (the common case), inserted when new.
+        update = "UPDATE accounts SET rule = ?, config = ?, state = ?, seq = ? WHERE key = ?"
+        for a in accounts:
+            row = (a.rule, canonical(a.config), float_object(a.state), a.seq, a.key)
+            if self._execute(update, row).rowcount == 0:
+                self._execute("INSERT INTO accounts (rule, config, state, seq, key) "
+                              "VALUES (?, ?, ?, ?, ?)", row)
 

@@ -1,5 +1,6 @@
-"""The SQLite ledger's tables and statements (``accountant.ledger.sql``): the ``meta`` table pins
-the record format, and a ledger written in another format is refused, never misread."""
+"""The SQL ledgers' shared reads and format check (``accountant.ledger.sql``), shown on SQLite
+(tests/ledger/postgres runs the same contract on PostgreSQL): the ``meta`` table pins the record
+format, and a ledger written in another format is refused, never misread."""
 
 from __future__ import annotations
 
@@ -42,3 +43,18 @@ def test_the_format_is_pinned_and_another_one_refused(tmp_path: Path) -> None:
     reopened = SqliteLedger(path)
     assert [e.seq for e in reopened.entries()] == [1, 2]
     reopened.close()
+
+
+def test_a_refused_format_says_how_to_move_and_writes_nothing(tmp_path: Path) -> None:
+    """The one format check both backends share: the refusal names the way to a new ledger
+    (export, then import) and the file's bytes are untouched by it."""
+    path = tmp_path / "l.db"
+    ledger = SqliteLedger(path)
+    LedgerContract._append(ledger, 1)
+    ledger.close()
+    _set_format(path, "99")
+    before = path.read_bytes()
+    with pytest.raises(LedgerError, match="does not upgrade a ledger in place: `dpbudget "
+                                          "export` it, then `dpbudget import`"):
+        SqliteLedger(path)
+    assert path.read_bytes() == before

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError, LedgerUnconfirmedError
-from dpbudget.accountant.ledger.base import EMPTY_HEAD, Account, Entry, Ledger
+from dpbudget.accountant.ledger.base import Account, Entry
+from dpbudget.accountant.ledger.entry import account_row
 from dpbudget.accountant.ledger.lanes import FORMAT, START
-from dpbudget.accountant.ledger.postgres.rows import ACCOUNTS, BEGIN, READS, Tx, account, entries
+from dpbudget.accountant.ledger.postgres.rows import BEGIN, READS, Tx
 from dpbudget.accountant.ledger.postgres.schema import lock_id, prepare
 from dpbudget.accountant.ledger.postgres.session import Session, shown
+from dpbudget.accountant.ledger.sql import SqlLedger
 
 __all__ = ["PostgresLedger"]
 
@@ -38,7 +39,7 @@ _LOCK_KEY = zlib.crc32(b"dpbudget-ledger")
 _ENTRY = "INSERT INTO dpbudget_entries (seq, hash, record) VALUES ($1, $2, $3)"
 
 
-class PostgresLedger(Ledger):
+class PostgresLedger(SqlLedger):
     """A ledger in a PostgreSQL database. ``PostgresLedger("postgresql://user@host/db")``.
 
     Args:
@@ -55,6 +56,7 @@ class PostgresLedger(Ledger):
 
     lanes = True
     appends_only = True  # (schema.sql's triggers)
+    _tables, _marker = "dpbudget_", "%s"
 
     def __init__(self, dsn: str, *, timeout: float = 30.0,
                  hmac_key: bytes | str | None = None) -> None:
@@ -80,13 +82,8 @@ class PostgresLedger(Ledger):
                     prepare(conn, psycopg)
                     row = conn.execute("SELECT value FROM dpbudget_meta WHERE key = 'format'"
                                        ).fetchone()
-                    if row is None or row[0] != str(FORMAT):  # (raised inside: DDL rolled back)
-                        raise LedgerError(
-                            f"the ledger at {self.url} has record format "
-                            f"{None if row is None else row[0]}; this version of dpbudget reads "
-                            f"format {FORMAT} there and does not upgrade a ledger in place: "
-                            "`dpbudget export` it, then `dpbudget import` the export into a new "
-                            "ledger (docs/postgres-deployment.md); nothing was written")
+                    # (raised inside: the DDL rolled back)
+                    self._refuse_format(None if row is None else row[0], FORMAT)
                     # A member of the tables' owner role may write any analyst's records (the
                     # triggers let it): such a session authenticates no analyst of its own.
                     self._owns = bool(conn.execute(
@@ -107,18 +104,14 @@ class PostgresLedger(Ledger):
         charges each query to its token's analyst."""
         return None if self._owns else self._s.role
 
-    def _query(self, sql: str, args: Any = ()) -> list[Any]:
+    def _fetch(self, sql: str, args: Any = ()) -> list[Any]:
         """The rows of one statement on this object's session (in its transaction, if open)."""
-        self._mine()
-        with self._lock:
-            if self._tx is None:
-                self._s.usable()
-            return self._s.query(sql, args)
+        if self._tx is None:
+            self._s.usable()
+        return self._s.query(sql, args)
 
-    def close(self) -> None:
-        if self._pid == os.getpid():  # (a forked child's copy: the parent's, and maybe its lock)
-            with self._lock:
-                self._s.close()
+    def _disconnect(self) -> None:
+        self._s.close()
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -186,18 +179,17 @@ class PostgresLedger(Ledger):
     def _read_account(self, key: str) -> Account | None:
         tx = self._tx
         if tx is None:
-            rows = self._query(ACCOUNTS + " WHERE key = %s", (key,))
-            return account(*rows[0]) if rows else None
+            return super()._read_account(key)
         if key not in tx.read:
             # Not locked by this transaction: its lane is read in the same statement, so that the
             # link the record will carry is the one this state is from (the server refuses the
             # record if the lane moved since).
-            rows = self._query(
+            rows = self._read(
                 "SELECT a.key, a.rule, a.config, a.state, a.seq, l.seq, l.hash FROM (SELECT "
                 "%s::text AS key) k LEFT JOIN dpbudget_accounts a ON a.key = k.key LEFT JOIN "
                 "dpbudget_lanes l ON l.key = k.key", (key,))
             row = rows[0]
-            tx.read[key] = None if row[0] is None else account(*row[:5])
+            tx.read[key] = None if row[0] is None else account_row(row[:5])
             tx.lanes.setdefault(key, START if row[5] is None else (row[5], row[6]))
         return tx.read[key]
 
@@ -205,7 +197,7 @@ class PostgresLedger(Ledger):
         """``(seq, hash)`` of the last record on lane ``key`` (``lanes.START`` if none)."""
         tx = self._open()
         if key not in tx.lanes:  # not locked by this transaction: the server checks its link
-            rows = self._query("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s", (key,))
+            rows = self._read("SELECT seq, hash FROM dpbudget_lanes WHERE key = %s", (key,))
             tx.lanes[key] = (rows[0][0], rows[0][1]) if rows else START
         return tx.lanes[key]
 
@@ -213,7 +205,7 @@ class PostgresLedger(Ledger):
         """The seq the next record appended in this transaction gets (the same until then)."""
         tx = self._open()
         if tx.seq is None:
-            tx.seq = int(self._query("SELECT nextval('dpbudget_seq')")[0][0])
+            tx.seq = int(self._read("SELECT nextval('dpbudget_seq')")[0][0])
         return tx.seq
 
     def _advance(self, keys: list[str], entry: Entry) -> None:
@@ -259,34 +251,30 @@ class PostgresLedger(Ledger):
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def _head(self) -> tuple[int, str]:
-        rows = self._query("SELECT seq, hash FROM dpbudget_entries ORDER BY seq DESC LIMIT 1")
-        return EMPTY_HEAD if not rows else (rows[0][0], rows[0][1])
-
-    def entry(self, seq: int) -> Entry | None:
-        rows = self._query("SELECT seq, record, hash FROM dpbudget_entries WHERE seq = %s", (seq,))
-        return Entry(*rows[0]) if rows else None
-
-    def accounts(self) -> list[Account]:
-        return [account(*row) for row in self._query(ACCOUNTS + " ORDER BY key")]
-
     def created_since(self, mark: Any = None) -> tuple[Any, list[str]]:
         # Every key, no state parsed: the table keeps no order of creation to start from.
-        return None, [str(row[0]) for row in self._query("SELECT key FROM dpbudget_accounts")]
+        return None, [str(row[0]) for row in self._read("SELECT key FROM dpbudget_accounts")]
 
     def audited_accounts(self) -> list[Account]:
         audited, self._audited = self._audited, None  # (once: a later call reads afresh)
         return self.accounts() if audited is None else audited
 
     def entries(self, start: int = 1) -> Iterator[Entry]:
-        """Records from ``start`` in ``seq`` order, in one snapshot (``rows.entries``); from the
-        first, the account rows of that snapshot are kept for ``audited_accounts``."""
-        def keep(accounts: list[Account]) -> None:
-            self._audited = accounts
-
+        """Records from ``start`` in ``seq`` order, paged on a connection of their own (which holds
+        no lock), all in one snapshot: commits land out of ``seq`` order across lanes, and in one
+        snapshot every record a visible record links to is visible too, so a live ledger reads as
+        a closed one. From the first record, the account rows of the same snapshot are kept for
+        ``audited_accounts`` (an audit compares the rows with the records)."""
         self._mine()
         with self._s.reader() as conn:
-            yield from entries(conn, start, keep)
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+            def fetch(sql: str, args: tuple[Any, ...]) -> list[Any]:
+                return list(conn.execute(sql, args).fetchall())
+
+            if start == 1:
+                self._audited = self._accounts(fetch)
+            yield from self._pages(fetch, start)
 
     def _writer_key(self) -> str | None:
         """None: each object is a writer of its own (``dpbudget.accountant.ledger.writer``): two objects'

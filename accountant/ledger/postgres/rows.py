@@ -1,18 +1,17 @@
 """The PostgreSQL ledger's rows as values: what a debit's begin reads (``READS``, parsed into the
-open transaction, ``Tx``), an account row, and the records read in one snapshot (``entries``)."""
+open transaction, ``Tx``), its account rows parsed by ``entry.account_row``."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from dpbudget.accountant.values.errors import LedgerError
-from dpbudget.accountant.ledger.entry import Account, Entry, parse_config
+from dpbudget.accountant.ledger.entry import Account, account_row
 from dpbudget.accountant.ledger.lanes import START
 from dpbudget.accountant.ledger.record import time_micros
 
-__all__ = ["ACCOUNTS", "BEGIN", "READS", "Tx", "account", "entries"]
+__all__ = ["BEGIN", "READS", "Tx"]
 
 # A debit's transaction is read committed whatever the role, database or DSN sets: each statement
 # reads what was committed before it began, so the reads after the locks see the last holder's
@@ -20,7 +19,6 @@ __all__ = ["ACCOUNTS", "BEGIN", "READS", "Tx", "account", "entries"]
 # miss it: a twin name's budget, or a policy lowered meanwhile, unseen.
 BEGIN = "BEGIN ISOLATION LEVEL READ COMMITTED, READ WRITE"
 
-ACCOUNTS = "SELECT key, rule, config, state, seq FROM dpbudget_accounts"
 # A debit's reads, once its locks are held (a statement of its own: its snapshot is taken after
 # them), of the keys in $1 (a JSON array), as text (``session.send``): ('l', lane, seq, hash, its
 # last record's time, NULL) for each locked lane, ('s', NULL,
@@ -34,7 +32,6 @@ READS = (
     "nextval('dpbudget_seq'), (extract(epoch FROM clock_timestamp()) * 1000000)::bigint::text, "
     "NULL, NULL UNION ALL SELECT 'a', a.key, a.seq, a.rule, a.config, a.state FROM "
     "dpbudget_accounts a JOIN k ON a.key = k.key")
-_PAGE = 4096
 
 
 class Tx:
@@ -69,36 +66,7 @@ class Tx:
                         "time (edited outside dpbudget); nothing was written. Run `dpbudget "
                         "audit` on it") from None
             elif kind == "a":
-                self.read[key] = account(key, a, b, c, int(seq))
+                self.read[key] = account_row((key, a, b, c, int(seq)))
             else:
                 self.seq, self.server = int(seq), int(a)
         self.micros = max(self.server, floor)
-
-
-def account(key: str, rule: str, config: str, state: str, seq: int) -> Account:
-    """An account from its row's columns. The server writes a row's state from the record as a
-    JSON numeric (``1.7976931348623157e308`` comes back as its 309 digits), so each component is
-    read as a float, the nearest one to the exact decimal: a number above the largest (damage:
-    the trigger refuses one) reads as infinity, which the gate refuses and the audit flags."""
-    return Account(key, rule, parse_config(config),
-                   {k: float(v) for k, v in json.loads(state, parse_int=float).items()}, seq)
-
-
-def entries(conn: Any, start: int,
-            keep: Callable[[list[Account]], None]) -> Iterator[Entry]:
-    """Records from ``seq == start`` on, paged on ``conn`` (a connection of their own, which
-    holds no lock), all in one snapshot: commits land out of ``seq`` order across lanes, and in one
-    snapshot every record a visible record links to is visible too, so a live ledger reads as a
-    closed one. From the first record, ``keep`` gets the account rows of the same snapshot (an
-    audit compares the rows with the records)."""
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-    if start == 1:
-        keep([account(*row) for row in conn.execute(ACCOUNTS + " ORDER BY key")])
-    seq = start - 1
-    while True:
-        rows = conn.execute(f"SELECT seq, record, hash FROM dpbudget_entries WHERE seq > %s "
-                            f"ORDER BY seq LIMIT {_PAGE}", (seq,)).fetchall()
-        if not rows:
-            return
-        for seq, text, digest in rows:
-            yield Entry(seq, text, digest)

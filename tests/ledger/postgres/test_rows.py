@@ -10,7 +10,7 @@ import pytest
 from dpbudget.accountant import LedgerError
 from dpbudget.accountant.ledger.entry import Account
 from dpbudget.accountant.ledger.lanes import START
-from dpbudget.accountant.ledger.postgres.rows import Tx, account
+from dpbudget.accountant.ledger.postgres.rows import Tx
 from dpbudget.accountant.ledger.record import utc_time
 
 LAST = 1_795_255_200_000_000  # the last record's time on the lane, µs
@@ -42,8 +42,3 @@ def test_an_unreadable_time_on_a_locked_lane_is_refused() -> None:
     run, never taken as time zero."""
     with pytest.raises(LedgerError, match="'dataset:a' has an unreadable time.*dpbudget audit"):
         Tx(["dataset:a"], ["dataset:a"], _rows(LAST, "yesterday"))
-
-
-def test_an_account_row_is_parsed_from_its_columns() -> None:
-    row = account("dataset:a", "renyi", '{"rule":"renyi","order":8}', '{"rdp":1.5}', 3)
-    assert row == Account("dataset:a", "renyi", {"rule": "renyi", "order": 8}, {"rdp": 1.5}, 3)
