@@ -17,6 +17,9 @@ reported apart).
 
 Run: ``python benchmarks/tables.py [--quick] [--only dpbudget,opendp] [--python-tumult PATH]``.
 ``--quick``: 1 seed, 20,000 persons. ``--json FILE`` writes the raw results.
+``--engine spark [--cores 1,2] [--only dpbudget,tumult,raw]``: the five queries on one local
+SparkSession per core count, dpbudget beside Tumult and the raw ``groupBy().agg()``
+(``benchmarks/table_spark.py``).
 """
 
 from __future__ import annotations
@@ -183,6 +186,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="fewer runs for Tumult alone, if its time forces it")
     parser.add_argument("--only", default=",".join(peers.LIBRARIES))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--engine", choices=("spark",), default=None,
+                        help="spark: dpbudget, Tumult and the raw aggregate on one local "
+                        "SparkSession (benchmarks/table_spark.py)")
+    parser.add_argument("--cores", default="1,2", help="with --engine spark: local[N] each")
     for lib in peers.LIBRARIES:
         parser.add_argument(f"--python-{lib}", default=sys.executable)
     parser.add_argument("--worker", choices=peers.LIBRARIES, help=argparse.SUPPRESS)
@@ -193,6 +200,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if args.quick:
         args.seeds, args.persons = 1, 20_000
+    if args.engine == "spark":
+        import table_spark
+        libs = tuple(lib for lib in args.only.split(",") if lib in ("dpbudget", "tumult"))
+        return table_spark.main(args.persons, [int(c) for c in args.cores.split(",")],
+                                args.seeds, (*libs, "raw"))
     libs = [lib for lib in args.only.split(",") if lib]
     unknown = sorted(set(libs) - set(peers.LIBRARIES))
     if unknown:

@@ -160,6 +160,22 @@ def postgres_database(postgres_server: str) -> str:
     return _postgres.fresh_database(postgres_server)
 
 
+@pytest.fixture(scope="session")
+def spark() -> Any:
+    """A local SparkSession (``tests/_spark.py``), started once per session on first use and
+    stopped at its end. Skipped locally when pyspark or Java is missing; a failure under CI."""
+    from tests import _spark
+
+    reason = _spark.available()
+    if reason is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    session = _spark.session()
+    yield session
+    session.stop()
+
+
 @pytest.fixture(autouse=True)
 def _no_ledger_key_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests choose their own HMAC key; one set in the developer's environment must not leak in."""

@@ -40,3 +40,20 @@ def test_events_report_runs_the_five_queries_per_person(engine: str, capsys) -> 
     answers = module["main"](["--persons", "3000", "--engine", engine])
     out = capsys.readouterr().out
     assert len(answers) == 5 and "spent: ε = 5.0000 per person, δ = 1e-06" in out
+
+
+@pytest.mark.slow
+def test_spark_events_two_jobs_share_one_budget(spark, capsys) -> None:
+    """Two processes, each its own SparkSession, run the five queries at ε = 1 against one
+    SQLite ledger limited to ε = 5: five released in all, the other five refused (nothing
+    debited), and the audit verifies the ledger and shows both jobs' releases."""
+    from dpbudget.examples import spark_events
+    outcome = spark_events.main(["--persons", "500"])
+    out = capsys.readouterr().out
+    said = [w for job in outcome.values() for w in job.values()]
+    assert sorted(outcome) == ["job-1", "job-2"] and len(said) == 10
+    assert said.count("released") == 5 and said.count("refused") == 5
+    assert "spent ε = 5.0000 of 5.0 per person" in out and "audit exit status: 0" in out
+    assert "5 releases" in out
+    for job, what in outcome.items():  # (both, unless one job took all five first)
+        assert ("released" in what.values()) == (f"{job} Q" in out)

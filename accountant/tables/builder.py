@@ -65,8 +65,8 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
 
     Args:
         accountant: the ``Accountant`` that checks and debits each query.
-        frame: a pandas DataFrame, a Polars DataFrame or LazyFrame, a DuckDB relation, or a
-            ``.parquet``/``.csv`` path (read by an embedded DuckDB).
+        frame: a pandas DataFrame, a Polars DataFrame or LazyFrame, a DuckDB relation, a
+            PySpark DataFrame, or a ``.parquet``/``.csv`` path (read by an embedded DuckDB).
         dataset, analyst: charged as by ``Accountant.release`` (several datasets must declare
             the same unit; each bound a query leaves out is the smallest they declare).
 

@@ -1,16 +1,17 @@
 """The user's frame: opened as one narwhals frame, read once per query, keyed after the debit.
 
 Invariant: whatever the user passes — a pandas DataFrame, a Polars DataFrame or LazyFrame, a
-DuckDB relation, or a ``.parquet``/``.csv`` path (read by an embedded, in-memory DuckDB, the
-default engine for files) — a query reads the columns it names ONCE, before the debit, into one
-in-memory copy (``Frame.read``); that copy is checked (``check_values``, on every row read) and
-filtered, and after the debit the same copy is keyed (``keyed``) and bounded and aggregated in
-the frame's own engine (pandas, Polars, or DuckDB over the Arrow copy). A source that changes
-between evaluations (a LazyFrame with a random step, a file rewritten) cannot pass the checks on
-one version and be bounded on another, and a filter the engine cannot run is a refusal that
-spends nothing. Only aggregates reach Python. No value of the data
-appears in an error: every engine call is wrapped (``engine``), and its error re-raised typed,
-naming columns, never a value (a DuckDB cast error carries whole raw rows).
+DuckDB relation, a PySpark DataFrame, or a ``.parquet``/``.csv`` path (read by an embedded,
+in-memory DuckDB, the default engine for files) — a query reads the columns it names ONCE, before
+the debit, into one copy (``Frame.read``: in memory; on Spark a ``localCheckpoint`` on the
+executors, ``dpbudget.accountant.tables.spark``); that copy is checked (``check_values``, on
+every row read) and filtered, and after the debit the same copy is keyed (``keyed``) and
+bounded and aggregated in the frame's own engine (pandas, Polars, DuckDB over the Arrow copy, or
+Spark). A source that changes between evaluations (a LazyFrame with a random step, a file
+rewritten) cannot pass the checks on one version and be bounded on another, and a filter the
+engine cannot run is a refusal that spends nothing. Only aggregates reach Python. No value of
+the data appears in an error: every engine call is wrapped (``engine``), and its error re-raised
+typed, naming columns, never a value (a DuckDB cast error carries whole raw rows).
 
 No user column name reaches the bounding: the copy holds only the columns the query reads,
 each under a name of this layer's own (``inner``: ``PREFIX`` + ``c0``, ``c1``, ...), so a user
@@ -28,7 +29,12 @@ The keys. Every row gets an iid uniform key, drawn as a numpy column from the ge
 hands the query after its debit (``dpbudget.accountant.gate.bounded``), and attached to the
 in-memory copy as a column. Not DuckDB's ``setseed``/``random()``: its seed is one double and
 its per-thread generators make the keys depend on the thread schedule, so the same seed would
-not bound the same rows in every engine; numpy keys do (tests/tables/test_frames.py).
+not bound the same rows in every engine; numpy keys do (tests/tables/test_frames.py). On Spark
+the keys are a keyed SHA-256 of each row, computed on the executors
+(``dpbudget.accountant.tables.spark.keys``): the same law, and the same keys in a retried task.
+
+Dask is not read: narwhals' Dask backend has no ``rank`` and no window function in ``over``, so
+the bounding would need a second implementation (or the data collected to one machine).
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ class Frame:
 
     Attributes:
         lazy: the frame as a ``narwhals.LazyFrame``.
-        kind: ``"pandas"``, ``"polars"`` or ``"duckdb"``.
+        kind: ``"pandas"``, ``"polars"``, ``"duckdb"`` or ``"spark"``.
         schema: each column's narwhals dtype.
     """
 
@@ -89,17 +95,20 @@ class Frame:
         self.schema: dict[str, Any] = dict(engine(self.lazy.collect_schema, ["*"]))
 
     def read(self, columns: Sequence[str]) -> Any:
-        """The named columns, read once into memory under their ``inner`` names: an eager
-        narwhals DataFrame (pandas, Polars, or Arrow for DuckDB). Every later step of the query
-        works on this one copy.
+        """The named columns, read once under their ``inner`` names: an eager narwhals DataFrame
+        in memory (pandas, Polars, or Arrow for DuckDB), or on Spark a lazy one over a
+        checkpoint (``spark.copy``). Every later step of the query works on this one copy.
 
         Raises:
             InvalidDataError: the engine failed to read the columns (nothing spent).
         """
         import narwhals as nw
         names = inner(columns)
-        return engine(lambda: self.lazy.select(*(nw.col(c).alias(n) for c, n in names.items()))
-                      .collect(), list(names))
+        selected = self.lazy.select(*(nw.col(c).alias(n) for c, n in names.items()))
+        if self.kind == "spark":
+            from dpbudget.accountant.tables import spark
+            return engine(lambda: nw.from_native(spark.copy(selected.to_native())), list(names))
+        return engine(selected.collect, list(names))
 
 
 def inner(columns: Sequence[str]) -> dict[str, str]:
@@ -110,8 +119,13 @@ def inner(columns: Sequence[str]) -> dict[str, str]:
 
 def keyed(rows: Any, rng: np.random.Generator, kind: str) -> Any:
     """``rows`` (``Frame.read``) as a lazy frame with ``KEY``: an iid uniform [0, 1) key from
-    ``rng`` per row, attached by position (a DuckDB source's Arrow copy is queried by DuckDB)."""
+    ``rng`` per row, attached by position (a DuckDB source's Arrow copy is queried by DuckDB);
+    on Spark a keyed hash of each row, on the executors (``spark.keys``)."""
     import narwhals as nw
+    if kind == "spark":
+        from dpbudget.accountant.tables import spark
+        native = rows.to_native()
+        return nw.from_native(spark.keys(native, rng, native.columns, KEY))
     key = nw.new_series(KEY, rng.random(len(rows)), nw.Float64(),
                         backend=nw.get_native_namespace(rows))
     out = rows.with_columns(key)
@@ -149,8 +163,12 @@ def open_frame(frame: Any) -> Frame:
         return Frame(frame, "polars")
     if module in ("duckdb", "_duckdb") and name == "DuckDBPyRelation":
         return Frame(frame, "duckdb")
+    if module == "pyspark" and name == "DataFrame" and ".connect." not in type(frame).__module__:
+        # (classic Spark: Spark Connect's DataFrame has no localCheckpoint before Spark 4)
+        return Frame(frame, "spark")
     raise InvalidDataTypeError("frame", frame, "a pandas DataFrame, a Polars DataFrame or "
-                               "LazyFrame, a DuckDB relation, or a .parquet or .csv path")
+                               "LazyFrame, a DuckDB relation, a PySpark DataFrame, or a "
+                               ".parquet or .csv path")
 
 
 def check_columns(frame: Frame, unit: str, groups: Sequence[str], value: str | None) -> None:
@@ -247,7 +265,8 @@ def check_values(rows: Any, names: Mapping[str, str], unit: str, groups: Sequenc
     """
     import narwhals as nw
     native = rows.to_native()
-    schema = rows.schema
+    schema = rows.collect_schema()
+    lazy = rows if isinstance(rows, nw.LazyFrame) else rows.lazy()
     if type(native).__module__.split(".")[0] == "pandas":
         import pandas as pd
         for column, name in names.items():
@@ -270,13 +289,13 @@ def check_values(rows: Any, names: Mapping[str, str], unit: str, groups: Sequenc
         if schema[name].is_float():
             missing = missing | col.is_nan()
             checks[name] = (checks[name][0], "null or NaN values")
-        exprs.append(missing.fill_null(True).sum().alias(name))
+        exprs.append(missing.fill_null(True).cast(nw.Int64()).sum().alias(name))
     if value is not None:  # (its own alias: the value column may also be a group column)
         x = nw.col(names[value])
         bad = x.is_null() | ~x.cast(nw.Float64()).is_finite()
-        exprs.append(bad.fill_null(True).sum().alias(PREFIX + "value"))
+        exprs.append(bad.fill_null(True).cast(nw.Int64()).sum().alias(PREFIX + "value"))
         checks[PREFIX + "value"] = (value, "null, NaN or infinite values")
-    found = collect(rows.lazy().select(*exprs), list(names))
+    found = collect(lazy.select(*exprs), list(names))
     for alias, counts in found.items():
         if int(counts[0] or 0):
             column, what = checks[alias]
