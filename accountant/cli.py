@@ -49,16 +49,16 @@ def _status(args: argparse.Namespace) -> int:
         else:
             policy = None  # a ledger from before stored policies: the recorded limits
         (seq, head), checked = ledger.head(), check_states(ledger)
-        rows = budget_rows(ledger, policy, default)
+        rows, identity = budget_rows(ledger, policy, default), getattr(ledger.entry(1), "hash", None)
         if args.json:
-            out = {"ledger": ledger.url, "records": seq, "head": head, "accounts": rows,
-                   "states": checked, "simulation": ledger.simulation}
+            out = {"ledger": ledger.url, "identity": identity, "records": seq, "head": head,
+                   "accounts": rows, "states": checked, "simulation": ledger.simulation}
             if policy is not None:
                 out["policy"] = source
             print(json.dumps(out, indent=2))
             return 0
         count = f"records numbered up to {seq}" if ledger.lanes else f"{seq} records"
-        print(f"ledger {ledger.url}: {count}, head hash {head}; {checked}")
+        print(f"ledger {ledger.url}: {count}, head hash {head}, identity {identity}; {checked}")
         if ledger.simulation:
             print(SIMULATION)
         if policy is not None:

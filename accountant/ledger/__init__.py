@@ -33,8 +33,8 @@ def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None", *,
                 create: bool = True) -> Ledger:
     """The ledger that ``ledger`` names.
 
-    ``create=False`` (readers: audit, status, export) refuses a SQLite path where there is no
-    ledger yet instead of creating an empty one.
+    ``create=False`` (readers: audit, status, export; the service) refuses a SQLite path, or a
+    PostgreSQL database, where there is no ledger yet instead of creating an empty one.
 
     Raises:
         InvalidArgumentError: an unknown URL scheme.
@@ -56,7 +56,7 @@ def open_ledger(ledger: "Ledger | str | os.PathLike[str] | None", *,
     if ledger.startswith(("postgresql://", "postgres://")):
         from dpbudget.accountant.ledger.postgres import PostgresLedger  # optional extra, imported on use
 
-        return PostgresLedger(ledger)
+        return PostgresLedger(ledger, create=create)
     if "://" in ledger or not ledger.strip():
         raise InvalidArgumentError("ledger", ledger, "'memory://', 'sqlite:///PATH', "
                                    "'postgresql://...' or a file path")

@@ -8,9 +8,9 @@ Routes:
   on a dataset, and of the dataset's own.
 * ``GET /owner/status`` (HTML), ``GET /owner/status.json``, ``GET /owner/audit``, ``POST
   /owner/policy`` (owner-signed: ``service.owner``; the page also through a signed link, whose
-  query string carries the signature, opened once). Each owner reply names the ledger's identity
-  in an ``x-dpbudget-ledger`` header (what the owner's client signs for). Issuing and revoking a token is a policy
-  change the owner signs (``client.Owner``): the server never sees a token's secret.
+  query string carries the signature, opened once), checked for the service's public URL: a
+  request with another Host is refused. Issuing and revoking a token is a policy change the
+  owner signs (``client.Owner``): the server never sees a token's secret.
 
 A slow or hostile client never holds a ledger lock: the body is read whole (at most
 ``max_body`` bytes: 413 beyond) and parsed before anything else happens, and the debit, the
@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 from dpbudget.accountant.gate import owner_key, policy_record
 from dpbudget.accountant.service import page, wire
-from dpbudget.accountant.service.owner import LEDGER, SIG, TIME, Presigned, Replays
+from dpbudget.accountant.service.owner import SIG, TIME, Presigned, Replays, authority
 from dpbudget.accountant.service.state import GAVE_UP, Admitted, Deadline, Held
 from dpbudget.accountant.values.errors import (InvalidArgumentError, LedgerUnconfirmedError,
                                                OwnerKeyError, PrivacyError, ServiceError,
@@ -63,9 +63,11 @@ class _JSON(JSONResponse):
         return json.dumps(content, separators=(",", ":")).encode("utf-8")
 
 
-def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
+def build_app(held: Held, *, public_url: str, max_body: int = 65536, time_limit: float = 30.0,
               log: IO[str] | None = None, workers: int = 16) -> Starlette:
-    """The service's Starlette application over ``held``."""
+    """The service's Starlette application over ``held``, reached by owners at ``public_url``
+    (what their requests are signed for)."""
+    here = authority(public_url)
     pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="dpbudget-query")
     replays, out, log_lock = Replays(), log or sys.stderr, threading.Lock()
     served = {registered.dataset for registered in held.tables.values()}
@@ -109,6 +111,10 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
         except PrivacyError:
             raise
         except Exception as exc:  # a fault of the service: named by type (its text may hold data)
+            if owner:  # (an owner request spends no budget: never say it may have)
+                raise ServiceError(500, f"the service failed ({type(exc).__name__}) on an owner "
+                                   "request; a policy change it carried may be written: read "
+                                   "the status") from None
             raise LedgerUnconfirmedError(
                 f"the service failed ({type(exc).__name__}): its budget may have been debited "
                 "and stays spent; nothing was released") from None
@@ -191,9 +197,13 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
                 body = await body_of(request)
 
                 def run(_: Deadline) -> Any:
-                    why = replays.check(public, request.method, request.headers.get("host", ""),
-                                        request.url.path, identity, body, signed.get("t"),
-                                        signed.get("s"), time.time())
+                    # (the signature is checked for this service's public URL, never for the
+                    # Host a request names: a relay's Host does not make its signature fit)
+                    why = "the owner request was sent to another Host than the service's " \
+                          "public URL" if request.headers.get("host", "").lower() != here \
+                        else replays.check(public, request.method, here, request.url.path,
+                                           identity, body, signed.get("t"), signed.get("s"),
+                                           time.time())
                     if why is not None:
                         raise ServiceError(401, f"{why}; nothing was done")
                     held.refresh()
@@ -204,7 +214,6 @@ def build_app(held: Held, *, max_body: int = 65536, time_limit: float = 30.0,
             except PrivacyError as exc:
                 fields["error"] = type(exc).__name__
                 response = refusal(exc)
-            response.headers[LEDGER] = identity  # (what an owner's client signs for)
             record(request, response.status_code, started, **fields)
             return response
         return route

@@ -178,39 +178,28 @@ class RemoteQuery:
 
 class Owner:
     """The ledger owner's side of a query service, every request signed with the owner key for
-    the server's Host and the ledger's identity (learnt from the server's reply header)."""
+    the service's URL and for the ledger identity ``ledger`` the owner pins (the hash of the
+    ledger's first record, as ``dpbudget status LEDGER`` prints it): a server on another ledger
+    refuses the signature (401); none is asked which ledger it holds."""
 
-    def __init__(self, url: str, key: Any, timeout: float = 60.0) -> None:
-        from urllib.parse import urlsplit
+    def __init__(self, url: str, key: Any, *, ledger: str, timeout: float = 60.0) -> None:
+        import re
 
         from dpbudget.accountant.gate import owner_key
+        from dpbudget.accountant.service.owner import authority
+        from dpbudget.accountant.values.errors import InvalidArgumentError
 
+        if not isinstance(ledger, str) or re.fullmatch("[0-9a-f]{64}", ledger) is None:
+            raise InvalidArgumentError("ledger", "<identity>", "the ledger's identity: 64 "
+                                       "lowercase hex digits (dpbudget status LEDGER)")
         self.url, self._key, self.timeout = url.rstrip("/"), owner_key.load(key), timeout
-        self._host, self._ledger = urlsplit(self.url).netloc, ""
-
-    def _identity(self) -> str:
-        """The ledger's identity, as the server names it on an owner reply (a refusal too)."""
-        from dpbudget.accountant.service.owner import LEDGER
-
-        if not self._ledger:
-            request = urllib.request.Request(self.url + "/owner/status.json", method="GET")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    found = response.headers.get(LEDGER)
-            except urllib.error.HTTPError as exc:
-                with exc:
-                    found = exc.headers.get(LEDGER)
-            if not found:
-                raise ServiceError(502, "the service named no ledger identity: not a dpbudget "
-                                   "service")
-            self._ledger = str(found)
-        return self._ledger
+        self._host, self._ledger = authority(self.url), ledger
 
     def _send(self, method: str, path: str, body: Any = None) -> Any:
         from dpbudget.accountant.service.owner import sign_request
 
         data = b"" if body is None else json.dumps(body).encode("utf-8")
-        headers = sign_request(self._key, method, self._host, path, self._identity(), data,
+        headers = sign_request(self._key, method, self._host, path, self._ledger, data,
                                time.time())
         return _call(self.url + path, method, data or None, headers, self.timeout)
 
@@ -218,8 +207,8 @@ class Owner:
         """A link that opens the status page in a browser once, within 30 s of now."""
         from dpbudget.accountant.service.owner import status_query
 
-        return f"{self.url}/owner/status?" + status_query(self._key, self._host,
-                                                           self._identity(), time.time())
+        return f"{self.url}/owner/status?" + status_query(self._key, self._host, self._ledger,
+                                                           time.time())
 
     def status(self) -> dict[str, Any]:
         """The ledger's identity, head and every account's spend against the policy."""
@@ -242,7 +231,7 @@ class Owner:
             status = self.status()
             text = owner_key.signed_text({"by": by, "reason": reason, "policy": doc},
                                          status["records"] + 1, self._key.public,
-                                         status["ledger"])
+                                         self._ledger)
             try:
                 return dict(self._send("POST", "/owner/policy", {
                     "document": doc, "by": by, "reason": reason,

@@ -5,7 +5,7 @@
     [tables.visits]                  # the name analysts query (wire.Query.table)
     dataset = "visits"               # the policy's dataset it is charged to
     source = "visits.parquet"        # a .parquet or .csv file, read through DuckDB (relative
-                                     # to data.toml's folder)
+                                     # to data.toml's folder; no glob characters *?[]{})
 
 Invariant: a registered table names a dataset the policy declares with a privacy unit (the table
 API refuses others when queried) and a source file that exists when the server starts; the
@@ -49,8 +49,9 @@ def load_data(path: str | Path) -> dict[str, Registered]:
 
     Raises:
         PolicyError: the file cannot be read or parsed, has another shape, names a source that
-            is not a .parquet or .csv file, or one that does not exist, or a source already
-            registered under another dataset (the key path named).
+            holds a glob character or is not a .parquet or .csv file (a lowercase suffix), or
+            one that does not exist, or a source already registered under another dataset (the
+            key path named).
     """
     file = Path(path)
     try:
@@ -63,10 +64,15 @@ def load_data(path: str | Path) -> dict[str, Registered]:
         raise PolicyError("", str(from_validation_error(exc)), str(file)) from None
     out: dict[str, Registered] = {}
     for name, table in tables.items():
+        # (DuckDB reads a glob as every file it matches: one name, one file)
+        if any(c in table.source for c in "*?[]{}"):
+            raise PolicyError(f"tables.{name}.source", "must name one file: no *?[]{} "
+                              "characters", str(file))
         source = (file.parent / table.source).resolve()
-        if source.suffix.lower() not in (".parquet", ".csv"):
-            raise PolicyError(f"tables.{name}.source", "must be a .parquet or .csv file",
-                              str(file))
+        # (exactly: the reader picks Parquet by this suffix and reads any other as CSV)
+        if source.suffix not in (".parquet", ".csv"):
+            raise PolicyError(f"tables.{name}.source", "must end in .parquet or .csv "
+                              "(lowercase)", str(file))
         if not source.is_file():
             raise PolicyError(f"tables.{name}.source", "no such file", str(file))
         other = next((t for t, r in out.items() if r.source.samefile(source)

@@ -1,13 +1,17 @@
 """Owner requests to the query service: signed with the owner key, checked by the server.
 
-The owner's client signs each request — its method, the Host it is sent to, its path, the
-ledger's identity (the hash of its first record), the SHA-256 of its body and a time — with the
-ledger owner's Ed25519 key (``dpbudget.accountant.gate.owner_key``) and sends the time and the
+The owner's client signs each request — its method, the service's authority (the host and port
+of the URL the owner uses), its path, the ledger's identity (the hash of its first record, which
+the owner pins: ``dpbudget status LEDGER`` prints it), the SHA-256 of its body and a time — with
+the ledger owner's Ed25519 key (``dpbudget.accountant.gate.owner_key``) and sends the time and the
 signature in two headers (or, for a ``status_link``, in the query string). The server verifies
-the signature under the key the ledger's first record pins, against ITS OWN clock (the time must
-be within ``WINDOW`` seconds of it) and refuses a signature it has seen within the window
-(``Replays``, keyed on the signature's bytes, which must be canonical base64), so a captured
-owner request cannot be sent again, altered, or sent to another path, server or ledger.
+the signature for ITS OWN public URL's authority (``dpbudget serve --public-url``), never the
+Host a request names, and refuses a request whose Host is another; under the key the ledger's
+first record pins; against its own clock (the time, 1 to 12 ASCII digits, must be within
+``WINDOW`` seconds of it); and refuses a signature whose bytes it has seen within the window
+(``Replays``: a base64 twin of a signature decodes to the same bytes). So a captured owner
+request cannot be sent again, altered, or sent to another path or ledger, and a request the
+owner signed for another URL (a relay) does not verify here.
 
 A policy change the owner sends (``/owner/policy``) carries besides the policy record's own
 signature, made by the owner for the record's place (the seq the ledger will give it, and the
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 import threading
 from typing import Any
@@ -31,19 +36,37 @@ from typing import Any
 from dpbudget.accountant.gate import owner_key
 from dpbudget.accountant.values.errors import OwnerKeyError
 
-__all__ = ["LEDGER", "TIME", "SIG", "WINDOW", "Presigned", "Replays", "request_text",
+__all__ = ["TIME", "SIG", "WINDOW", "Presigned", "Replays", "authority", "request_text",
            "sign_request", "status_query"]
 
 TIME, SIG = "x-dpbudget-owner-time", "x-dpbudget-owner-signature"
-LEDGER = "x-dpbudget-ledger"  # (the server's reply header naming the ledger's identity)
 WINDOW = 30.0  # seconds either side of the server's clock
 _DOMAIN = b"dpbudget owner request v2\n"  # (a policy record's signature never verifies here)
 
 
+def authority(url: str) -> str:
+    """The host and port of ``url`` as a client's Host header names them: lowercase, without
+    the scheme's default port. Raises ``InvalidArgumentError`` for a URL without a host."""
+    from urllib.parse import urlsplit
+
+    from dpbudget.accountant.values.errors import InvalidArgumentError
+
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host = port = None
+    if not host or parts.scheme not in ("http", "https"):
+        raise InvalidArgumentError("url", "<url>", "an http:// or https:// URL with a host")
+    host = f"[{host}]" if ":" in host else host
+    default = 443 if parts.scheme == "https" else 80
+    return host if port in (None, default) else f"{host}:{port}"
+
+
 def request_text(method: str, host: str, path: str, ledger: str, body: bytes,
                  when: str) -> bytes:
-    """What the owner signs for one request to ``host`` (as the Host header names it) on the
-    ledger whose identity is ``ledger``."""
+    """What the owner signs for one request to the service at ``host`` (``authority`` of its
+    URL) on the ledger whose identity is ``ledger``."""
     return _DOMAIN + "\n".join((method.upper(), host.lower(), path, ledger,
                                 hashlib.sha256(body).hexdigest(), when)).encode("utf-8")
 
@@ -90,19 +113,15 @@ class Replays:
         if public is None:
             return "the ledger pins no owner key: it has no owner requests"
         seconds = when.partition(".")[0] if isinstance(when, str) else ""
-        if not seconds.isdigit() or not isinstance(signature, str):
-            return "an owner request needs the owner's signature and time headers"
+        # (ASCII digits only: "²".isdigit() holds and int() refuses it; 12 digits: a time)
+        if re.fullmatch("[0-9]{1,12}", seconds) is None or not isinstance(signature, str):
+            return "an owner request needs the owner's signature and time (1 to 12 digits)"
         if abs(int(seconds) - now) > WINDOW:
             return f"the owner request's time is more than {WINDOW:g} s from the server's clock"
-        try:  # (one signature has one spelling: a twin differing in unused bits is refused)
-            raw = base64.b64decode(signature, validate=True)
-        except ValueError:
-            raw = b""
-        if base64.b64encode(raw).decode("ascii") != signature:
-            return "the owner signature is not canonical base64"
         if not _verifies(public, signature, request_text(method, host, path, ledger, body,
                                                          str(when))):
             return "the owner signature does not verify under the ledger's pinned owner key"
+        raw = base64.b64decode(signature)  # (it verified: base64; a twin spelling, same bytes)
         with self._lock:
             for seen, at in list(self._seen.items()):
                 if abs(at - now) > 2 * WINDOW:

@@ -27,16 +27,29 @@ def serve(args: argparse.Namespace) -> int:
 
     if (args.cert is None) != (args.key is None):
         raise PrivacyError("--cert and --key go together (TLS needs both)")
+    public_url = args.public_url or _derived_url(args)
     tables = load_data(args.data)
     accountant = _open(args.policy, args.ledger)
     for name, registered in tables.items():  # (a typo in data.toml refuses to start)
         accountant.limit(registered.dataset)
     log = sys.stderr if args.log is None else open(args.log, "a", encoding="utf-8")
     app = build_app(Held(accountant, tables, RateLimit(args.rate, args.burst)),
-                    max_body=args.max_body, time_limit=args.time_limit, log=log)
+                    public_url=public_url, max_body=args.max_body, time_limit=args.time_limit, log=log)
     uvicorn.run(app, host=args.host, port=args.port, ssl_certfile=args.cert,
                 ssl_keyfile=args.key, workers=1, log_level="warning", access_log=False)
     return 0
+
+
+def _derived_url(args: argparse.Namespace) -> str:
+    """The URL owners reach ``--host``/``--port`` at, when no ``--public-url`` is given; refused
+    for a wildcard address (no client reaches it by that name)."""
+    from dpbudget.accountant.values.errors import PrivacyError
+
+    if args.host in ("0.0.0.0", "::", ""):
+        raise PrivacyError(f"--host {args.host or '(empty)'} is not a name clients reach: give "
+                           "--public-url, the URL owners sign their requests for")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return f"{'http' if args.cert is None else 'https'}://{host}:{args.port}"
 
 
 def _open(policy_file: str, location: str) -> Any:
@@ -58,7 +71,7 @@ def _open(policy_file: str, location: str) -> Any:
         ledger = open_ledger(location, create=False)
     except PrivacyError:
         raise PrivacyError(f"the ledger does not exist or cannot be opened: {init}") from None
-    with ledger:
+    try:  # (this one ledger is the accountant's: checked here, never reopened by name)
         if policy_record.stored_document(ledger) is None:
             raise PrivacyError(f"the ledger holds no policy: {init}")
         if owner_key.pinned(policy_record._first(ledger)[0]) is None:
@@ -68,11 +81,14 @@ def _open(policy_file: str, location: str) -> Any:
         stored, default = policy_record.stored_policy(ledger)
         changed = differences(_untokened(document(stored, default)),
                               _untokened(document(given, None)))
-    if changed:
-        raise PrivacyError(f"{policy_file} is not the policy stored in the ledger "
-                           f"({'; '.join(changed[:3])}): apply it with `dpbudget policy apply` "
-                           "first")
-    return Accountant.open(location)
+        if changed:
+            raise PrivacyError(f"{policy_file} is not the policy stored in the ledger "
+                               f"({'; '.join(changed[:3])}): apply it with `dpbudget policy "
+                               "apply` first")
+        return Accountant.open(ledger)
+    except BaseException:
+        ledger.close()
+        raise
 
 
 def _untokened(doc: Any) -> Any:
@@ -123,7 +139,7 @@ def owner_link(args: argparse.Namespace) -> int:
     """Print a link that opens the service's status page once, within 30 s."""
     from dpbudget.accountant.service.client import Owner
 
-    print(Owner(args.url, args.owner_key).status_link())
+    print(Owner(args.url, args.owner_key, ledger=args.ledger).status_link())
     return 0
 
 
@@ -147,6 +163,8 @@ def add_commands(sub: Any) -> None:
     serve_.add_argument("--data", required=True, help="data.toml: the tables it serves")
     serve_.add_argument("--host", default="127.0.0.1")
     serve_.add_argument("--port", type=int, default=8000)
+    serve_.add_argument("--public-url", metavar="URL", help="the URL owners reach the service "
+                        "at, which their requests are signed for (default: http(s)://HOST:PORT)")
     serve_.add_argument("--cert", help="TLS certificate (PEM); with --key")
     serve_.add_argument("--key", help="TLS private key (PEM); with --cert")
     serve_.add_argument("--log", metavar="FILE", help="the request log (JSONL; default stderr)")
@@ -174,6 +192,8 @@ def add_commands(sub: Any) -> None:
                                     "once, within 30 s (signed with the owner key)")
     link.add_argument("url", help="the service's URL")
     link.add_argument("--owner-key", required=True, metavar="FILE", help="the owner's key file")
+    link.add_argument("--ledger", required=True, metavar="ID", help="the ledger's identity, "
+                      "as `dpbudget status LEDGER` prints it: a server on another is refused")
     link.set_defaults(func=owner_link)
     for parser in (issue, revoke):
         parser.add_argument("--owner-key", metavar="FILE", help="the owner's key file "

@@ -35,6 +35,7 @@ class Site(NamedTuple):
     ledger: str
     key: Path
     tokens: dict[str, str]  # who -> token ("alice", "bob", "expired")
+    identity: str  # the ledger's (its first record's hash): what the owner pins
 
 
 def make_site(folder: Path, ledger: str | None = None, alice: str = "alice") -> Site:
@@ -60,8 +61,10 @@ def make_site(folder: Path, ledger: str | None = None, alice: str = "alice") -> 
         tokens[who], entry = new_token(expires)
         policy = with_token(policy, analyst, entry)
     url = ledger or f"sqlite:///{folder / 'ledger.db'}"
-    Accountant.from_policy(policy, ledger=url, owner_key=key).close()
-    return Site(folder, url, key, tokens)
+    with Accountant.from_policy(policy, ledger=url, owner_key=key) as acc:
+        first = acc.ledger.entry(1)
+    assert first is not None
+    return Site(folder, url, key, tokens, first.hash)
 
 
 def free_port() -> int:

@@ -7,7 +7,9 @@ in a subprocess on a loopback port) through the real client, as the attacks of i
 * a body over the cap gets 413, a token over its rate 429, a query past the time limit releases
   nothing and says whether its budget was spent (never debited once its client was answered);
   every request is logged without token or value;
-* owner requests: a replay (its base64 twin too), another Host or ledger get 401; the status
+* owner requests: a replay (its base64 twin too), another Host or ledger, a request the owner
+  signed for another URL and relayed here (the Host rewritten to match), a time that is not 1
+  to 12 ASCII digits get 401; a fault on an owner route never speaks of budget; the status
   link opens once, with the page's headers;
 * on PostgreSQL, one server connected as the owner role serves every analyst's token, each held
   to its own quota.
@@ -104,9 +106,9 @@ def test_a_bad_token_gets_401_and_costs_nothing(site: Site, url: str, which: str
     if which == "revoked":  # bob's token revoked by the owner, through the service
         from dpbudget.accountant.gate import policy_record
 
-        Owner(url, site.key).revoke_token(policy_record.stored_policy(site.ledger)[0],
-                                          site.tokens["bob"].split("_")[1], by="owner",
-                                          reason="bob left")
+        Owner(url, site.key, ledger=site.identity).revoke_token(
+            policy_record.stored_policy(site.ledger)[0], site.tokens["bob"].split("_")[1],
+            by="owner", reason="bob left")
     token = {"forged": site.tokens["alice"][:-4] + "AAAA", "expired": site.tokens["expired"],
              "malformed": "alice", "missing": "", "revoked": site.tokens["bob"]}[which]
     before = head(site.ledger)
@@ -154,7 +156,7 @@ def _signed(site: Site, url: str, path: str) -> dict[str, str]:
     from dpbudget.accountant.service.owner import sign_request
 
     return sign_request(load(site.key), "GET", urlsplit(url).netloc, path,
-                        Owner(url, site.key)._identity(), b"", time.time())
+                        site.identity, b"", time.time())
 
 
 def test_owner_endpoints_refuse_a_replay_and_a_missing_signature(site: Site, url: str) -> None:
@@ -165,7 +167,7 @@ def test_owner_endpoints_refuse_a_replay_and_a_missing_signature(site: Site, url
     assert status == 200 and json.loads(body)["owner"] == load(site.key).public
     for sent in (headers, {}):  # the same signed request again; no signature at all
         assert _owner_get(url, "/owner/status.json", sent)[0] == 401
-    assert Owner(url, site.key).audit()["exit_status"] == 0
+    assert Owner(url, site.key, ledger=site.identity).audit()["exit_status"] == 0
     status, body = _owner_get(url, "/owner/status", _signed(site, url, "/owner/status"))
     page = body.decode()
     assert "Chain check passed" in page and "dataset:visits/analyst:alice" in page
@@ -181,7 +183,7 @@ def test_a_replayed_owner_request_in_its_base64_twin_gets_401(site: Site, url: s
     assert _owner_get(url, "/owner/status.json", headers)[0] == 200
     twin = {**headers, SIG: _twin(headers[SIG])}
     status, body = _owner_get(url, "/owner/status.json", twin)
-    assert status == 401 and b"canonical" in body
+    assert status == 401 and b"replay" in body
 
 
 def test_an_owner_request_signed_for_another_host_gets_401(site: Site, url: str) -> None:
@@ -190,7 +192,7 @@ def test_an_owner_request_signed_for_another_host_gets_401(site: Site, url: str)
     from dpbudget.accountant.gate.owner_key import load
     from dpbudget.accountant.service.owner import sign_request
 
-    identity = Owner(url, site.key)._identity()
+    identity = site.identity
     for host, ledger in (("other.example.org:8443", identity), (url[7:], "cd" * 32)):
         headers = sign_request(load(site.key), "GET", host, "/owner/status.json", ledger, b"",
                                time.time())
@@ -199,8 +201,49 @@ def test_an_owner_request_signed_for_another_host_gets_401(site: Site, url: str)
         == 200
 
 
+def test_a_relayed_owner_request_signed_for_another_url_gets_401(site: Site, url: str) -> None:
+    """The reviewer's attack: the owner, sent to a hijacked URL (evil.example), signs for it
+    with the ledger's identity (which it pins, or which the relay fetched from here); the relay
+    sends that request here with ``Host: evil.example``, within the window. The server checks
+    the signature for its own public URL, never the Host: 401. The negative control: the old
+    check, which verified for the Host the request names, admits this very request."""
+    from dpbudget.accountant.gate.owner_key import load
+    from dpbudget.accountant.service.owner import SIG, TIME, Replays, sign_request
+
+    headers = sign_request(load(site.key), "GET", "evil.example", "/owner/status.json",
+                           site.identity, b"", time.time())
+    status, body = _owner_get(url, "/owner/status.json", {**headers, "host": "evil.example"})
+    assert status == 401 and b"another Host" in body
+    old = Replays().check(load(site.key).public, "GET", "evil.example", "/owner/status.json",
+                          site.identity, b"", headers[TIME], headers[SIG], time.time())
+    assert old is None  # (the old server passed the request's Host here: admitted)
+    # Signed for evil.example and sent with this server's own Host: the signature fails.
+    status, body = _owner_get(url, "/owner/status.json", headers)
+    assert status == 401 and b"does not verify" in body
+
+
+@pytest.mark.parametrize("seconds", ["\u00b2", "1" * 5000])
+def test_an_owner_time_that_int_refuses_gets_401_not_a_fault(site: Site, url: str,
+                                                             seconds: str) -> None:
+    """The reviewer's figures: ``²`` and 5000 digits passed ``isdigit()`` and made ``int()``
+    raise: 500, "budget may have been debited". Now 401, saying nothing of budget (the unit
+    test's negative control shows the old check passing them to an ``int()`` that raises)."""
+    from urllib.parse import quote
+
+    from dpbudget.accountant.service.owner import SIG, TIME
+
+    headers = {**_signed(site, url, "/owner/status.json")}
+    headers[TIME] = f"{seconds}.00"  # (² is Latin-1: sent as it is, read back as it is)
+    status, body = _owner_get(url, "/owner/status.json", headers)
+    assert status == 401 and b"budget" not in body and b"1 to 12 digits" in body
+    # And through a link's query string, %-escaped, as a browser sends it.
+    query = f"/owner/status?t={quote(seconds + '.00')}&s={quote(headers[SIG])}"
+    status, body = _owner_get(url, query, {})
+    assert status == 401 and b"budget" not in body
+
+
 def test_the_status_link_opens_once_with_the_pages_headers(site: Site, url: str) -> None:
-    link = Owner(url, site.key).status_link()
+    link = Owner(url, site.key, ledger=site.identity).status_link()
     with urllib.request.urlopen(link, timeout=60) as response:
         headers, page = response.headers, response.read().decode()
     assert "Chain check passed" in page
@@ -210,7 +253,8 @@ def test_the_status_link_opens_once_with_the_pages_headers(site: Site, url: str)
             headers["referrer-policy"]) == ("no-store", "nosniff", "no-referrer")
     assert _owner_get(url, link[len(url):], {})[0] == 401  # (opened once)
     # The link's signature opens only the page: the same query on the JSON status is refused.
-    other = Owner(url, site.key).status_link().replace("/owner/status?", "/owner/status.json?")
+    other = Owner(url, site.key, ledger=site.identity).status_link().replace(
+        "/owner/status?", "/owner/status.json?")
     assert _owner_get(url, other[len(url):], {})[0] == 401
 
 
@@ -299,7 +343,7 @@ def test_a_request_held_past_its_time_limit_says_what_it_spent(
         finally:
             done.set()  # (the worker's work is over: any debit it made is in the ledger)
     try:
-        app = build_app(held, time_limit=0.05)
+        app = build_app(held, public_url="http://testserver", time_limit=0.05)
         before = head(site.ledger)
         if who != "owner":
             headers = {"authorization": f"Bearer {site.tokens['bob']}", "host": "testserver"}
@@ -325,6 +369,44 @@ def test_a_request_held_past_its_time_limit_says_what_it_spent(
         go.set()
         acc.close()
     assert (head(site.ledger) == before) is (who != "negative control")
+
+
+@pytest.mark.parametrize("route", ["owner", "negative control: analyst"])
+def test_a_fault_on_an_owner_route_never_speaks_of_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """An owner request spends no budget, so a fault of the service on its route (here the
+    policy refresh raising) is a 500 that says a policy change may be written, not that budget
+    may be spent. The negative control: the same fault on the analyst's route says budget."""
+    from dpbudget.accountant.gate.accountant import Accountant
+    from dpbudget.accountant.gate.owner_key import load
+    from dpbudget.accountant.service.app import build_app
+    from dpbudget.accountant.service.data import load_data
+    from dpbudget.accountant.service.owner import sign_request
+    from dpbudget.accountant.service.state import Held, RateLimit
+
+    def fault(self: Held, *args: Any) -> Any:
+        raise RuntimeError("a fault")
+
+    site = make_site(tmp_path)
+    acc = Accountant.open(site.ledger)
+    try:
+        app = build_app(Held(acc, load_data(site.folder / "data.toml"), RateLimit(5, 5)),
+                        public_url="http://testserver")
+        if route == "owner":
+            monkeypatch.setattr(Held, "refresh", fault)
+            headers = {"host": "testserver", **sign_request(
+                load(site.key), "GET", "testserver", "/owner/status.json", site.identity, b"",
+                time.time())}
+            status, reply = _asgi(app, "GET", "/owner/status.json", headers, b"")
+        else:
+            monkeypatch.setattr(Held, "query", fault)
+            headers = {"authorization": f"Bearer {site.tokens['bob']}", "host": "testserver"}
+            status, reply = _asgi(app, "POST", "/v1/query", headers, json.dumps(ONE).encode())
+    finally:
+        acc.close()
+    message = reply["error"]["message"]
+    assert status == 500 and "RuntimeError" in message and "a fault" not in message
+    assert ("budget" in message) is (route != "owner")
 
 
 def test_queries_queued_past_the_time_limit_never_pay_for_thrown_answers(tmp_path: Path) -> None:
@@ -377,7 +459,8 @@ def test_every_route_is_an_analysts_or_the_owners(tmp_path: Path) -> None:
     site = make_site(tmp_path)
     acc = Accountant.open(site.ledger)
     try:
-        app = build_app(Held(acc, load_data(str(site.folder / "data.toml")), RateLimit(5, 5)))
+        app = build_app(Held(acc, load_data(str(site.folder / "data.toml")), RateLimit(5, 5)),
+                        public_url="http://testserver")
         routes = {(r.path, m) for r in app.routes for m in r.methods or ()}  # type: ignore[attr-defined]
     finally:
         acc.close()

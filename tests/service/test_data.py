@@ -52,3 +52,39 @@ def test_negative_control_one_source_under_one_dataset_twice_is_fine(tmp_path: P
     (tmp_path / "data.toml").write_text('[tables.a]\ndataset = "visits"\nsource = "v.csv"\n'
                                         '[tables.b]\ndataset = "visits"\nsource = "v.csv"\n')
     assert set(load_data(tmp_path / "data.toml")) == {"a", "b"}
+
+
+@pytest.mark.parametrize("name", ["v*.parquet", "v?.parquet", "v[12].parquet", "v{1,2}.parquet"])
+def test_a_glob_source_is_refused(tmp_path: Path, name: str) -> None:
+    """The reviewer's attack: a source named with glob characters (a file of that very name
+    exists, so it passes the file check) is read by DuckDB as every file it matches — two
+    datasets' files under one table. Refused by name."""
+    import duckdb
+    import pandas as pd
+
+    for i in (1, 2):
+        pd.DataFrame({"pid": [i, i]}).to_parquet(tmp_path / f"v{i}.parquet")
+    pd.DataFrame({"pid": [9]}).to_parquet(tmp_path / name)
+    (tmp_path / "data.toml").write_text(f'[tables.v]\ndataset = "visits"\nsource = "{name}"\n')
+    with pytest.raises(PolicyError, match="one file"):
+        load_data(tmp_path / "data.toml")
+    if "{" in name:  # (refused too: this DuckDB does not expand braces; a later one may)
+        return
+    # The negative control: what the engine would read under that name — other files' rows.
+    read = duckdb.connect().read_parquet(str(tmp_path / name)).df()["pid"].tolist()
+    assert 1 in read and 2 in read
+
+
+@pytest.mark.parametrize("name", ["V.PARQUET", "v.Parquet", "v.CSV"])
+def test_a_suffix_not_exactly_parquet_or_csv_is_refused(tmp_path: Path, name: str) -> None:
+    """``X.PARQUET`` passed a lowercased check, but the table reader picks Parquet only by the
+    exact suffix: refused here, and the lowercase spelling is served (the control)."""
+    (tmp_path / name).write_text("pid\n1\n")
+    (tmp_path / "data.toml").write_text(f'[tables.v]\ndataset = "visits"\nsource = "{name}"\n')
+    with pytest.raises(PolicyError, match="lowercase"):
+        load_data(tmp_path / "data.toml")
+    assert Path(name).suffix.lower() in (".parquet", ".csv")  # (what the old check accepted)
+    (tmp_path / name.lower()).write_text("pid\n1\n")
+    (tmp_path / "data.toml").write_text(
+        f'[tables.v]\ndataset = "visits"\nsource = "{name.lower()}"\n')
+    assert load_data(tmp_path / "data.toml")["v"].source.name == name.lower()

@@ -1,7 +1,8 @@
 """Owner requests (dpbudget.accountant.service.owner): signed by the pinned key over method,
-Host, path, the ledger's identity, body and time; checked against the server's clock; a replay
-refused, its base64 twin too; a presigned policy record accepted only for exactly the text it
-was signed for. Times are passed in, never read."""
+the service's authority, path, the ledger's identity, body and time; checked against the
+server's clock (a time of 1 to 12 ASCII digits); a replay refused, its base64 twin too (the same
+bytes); a presigned policy record accepted only for exactly the text it was signed for. Times
+are passed in, never read."""
 
 from __future__ import annotations
 
@@ -51,20 +52,20 @@ def _twin(signature: str) -> str:
 
 def test_the_base64_twin_of_a_seen_signature_is_refused(key: object) -> None:
     """The attack: a replay re-spelt in the unused bits of the last character, decoding to the
-    same 64 bytes (so it verifies); refused, as not canonical and as a replay."""
+    same 64 bytes (so it verifies); refused as a replay, whichever spelling came first."""
     import base64
 
-    replays = Replays()
     headers = _sign(key)
     twin = {**headers, SIG: _twin(headers[SIG])}
     assert twin[SIG] != headers[SIG]
     assert base64.b64decode(twin[SIG]) == base64.b64decode(headers[SIG])
-    assert _check(replays, key, headers, NOW) is None
-    assert "canonical" in str(_check(replays, key, twin, NOW))
-    assert "canonical" in str(_check(Replays(), key, twin, NOW))  # (even first)
+    for first, second in ((headers, twin), (twin, headers)):
+        replays = Replays()
+        assert _check(replays, key, first, NOW) is None
+        assert "replay" in str(_check(replays, key, second, NOW))
 
 
-def test_negative_control_the_twin_verifies_so_only_the_bytes_check_refuses_it(
+def test_negative_control_the_twin_verifies_so_only_the_bytes_key_refuses_it(
         key: object) -> None:
     """The twin is a valid signature of the same request: the signature check alone admits it,
     and a seen set keyed on the text (the old one) did not hold it — what made the replay."""
@@ -74,6 +75,21 @@ def test_negative_control_the_twin_verifies_so_only_the_bytes_check_refuses_it(
     twin = _twin(headers[SIG])
     text = request_text("POST", HOST, "/owner/policy", LEDGER, b"{}", headers[TIME])
     assert _verifies(key.public, twin, text) and twin not in {headers[SIG]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("seconds", ["\u00b2", "1" * 5000, "\u0661\u0662", "1234567890123", ""])
+def test_a_time_that_is_not_1_to_12_ascii_digits_is_refused_not_a_fault(
+        key: object, seconds: str) -> None:
+    """The reviewer's attack: a time of ``²`` or 5000 digits passed ``isdigit()`` and made
+    ``int()`` raise (a 500 that said budget may be spent). Now an ordinary refusal, as are
+    other Unicode digits and 13 digits; the negative control: the old ``isdigit()`` let both
+    figures through to an ``int()`` that raises."""
+    headers = {**_sign(key), TIME: f"{seconds}.00"}
+    assert "1 to 12 digits" in str(_check(Replays(), key, headers, NOW))
+    if seconds in ("\u00b2", "1" * 5000):  # (the reviewer's figures)
+        assert seconds.isdigit()
+        with pytest.raises(ValueError):  # (² is no decimal; 5000 digits: int()'s limit)
+            int(seconds)
 
 
 @pytest.mark.parametrize("attack", ["other host", "other ledger"])
@@ -121,3 +137,22 @@ def test_a_presigned_record_signature_is_used_only_for_its_text(key: object) -> 
     assert signed.sign(text) == key.sign(text)  # type: ignore[attr-defined]
     with pytest.raises(OwnerKeyError):
         signed.sign(b"dpbudget policy record v1\n{...seq 6...}")
+
+
+@pytest.mark.parametrize(("url", "host"), [
+    ("https://DP.example.org/", "dp.example.org"), ("https://dp.example.org:443", "dp.example.org"),
+    ("http://127.0.0.1:8000", "127.0.0.1:8000"), ("http://[::1]:80/x", "[::1]"),
+    ("https://dp.example.org:8443", "dp.example.org:8443")])
+def test_the_authority_is_what_a_client_sends_as_host(url: str, host: str) -> None:
+    from dpbudget.accountant.service.owner import authority
+
+    assert authority(url) == host
+
+
+@pytest.mark.parametrize("url", ["dp.example.org", "ftp://dp.example.org", "http://", "http://h:x"])
+def test_a_url_without_an_http_host_is_refused(url: str) -> None:
+    from dpbudget.accountant.service.owner import authority
+    from dpbudget.accountant.values.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="url"):
+        authority(url)

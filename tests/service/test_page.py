@@ -135,9 +135,11 @@ def service(acc: Accountant, tmp_path: Path) -> Iterator[Any]:
     (tmp_path / "adult.csv").write_text("pid,x\n1,2\n")
     (tmp_path / "data.toml").write_text('[tables.adult]\ndataset = "adult"\n'
                                         'source = "adult.csv"\n')
-    site = Site(tmp_path, acc.ledger.url, tmp_path / "owner.pem", {})
+    first = acc.ledger.entry(1)
+    assert first is not None
+    site = Site(tmp_path, acc.ledger.url, tmp_path / "owner.pem", {}, first.hash)
     with server(site) as (url, _):
-        yield lambda: Owner(url, site.key).status_link()
+        yield lambda: Owner(url, site.key, ledger=site.identity).status_link()
 
 
 @pytest.fixture

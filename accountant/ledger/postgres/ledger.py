@@ -28,7 +28,7 @@ from dpbudget.accountant.ledger.base import Account, Entry
 from dpbudget.accountant.ledger.entry import account_row
 from dpbudget.accountant.ledger.lanes import FORMAT, START
 from dpbudget.accountant.ledger.postgres.rows import BEGIN, READS, Tx
-from dpbudget.accountant.ledger.postgres.schema import lock_id, prepare
+from dpbudget.accountant.ledger.postgres.schema import lock_id, prepare, quote_ident
 from dpbudget.accountant.ledger.postgres.session import Session, shown
 from dpbudget.accountant.ledger.sql import SqlLedger
 
@@ -48,10 +48,13 @@ class PostgresLedger(SqlLedger):
             before a typed ``LedgerError`` (nothing is written).
         hmac_key: chain new records with HMAC-SHA256 under this key (default: the environment
             variable ``DPBUDGET_LEDGER_KEY``, if set); see ``dpbudget.accountant.ledger.record``.
+        create: create the tables where the database holds none; ``False`` refuses instead,
+            with no DDL run (a reader, or a service, never makes an empty ledger).
 
     Raises:
         LedgerError: psycopg is missing, the server cannot be reached, the ledger has another
-            format, or its tables or triggers are outdated and this role may not fix them.
+            format, or its tables or triggers are outdated and this role may not fix them, or
+            are missing and ``create`` is False.
     """
 
     lanes = True
@@ -59,7 +62,7 @@ class PostgresLedger(SqlLedger):
     _tables, _marker = "dpbudget_", "%s"
 
     def __init__(self, dsn: str, *, timeout: float = 30.0,
-                 hmac_key: bytes | str | None = None) -> None:
+                 hmac_key: bytes | str | None = None, create: bool = True) -> None:
         super().__init__(hmac_key=hmac_key)
         try:
             import psycopg
@@ -79,16 +82,18 @@ class PostgresLedger(SqlLedger):
             try:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    prepare(conn, psycopg)
+                    schema = prepare(conn, psycopg, create)
                     row = conn.execute("SELECT value FROM dpbudget_meta WHERE key = 'format'"
                                        ).fetchone()
                     # (raised inside: the DDL rolled back)
                     self._refuse_format(None if row is None else row[0], FORMAT)
                     # A member of the tables' owner role may write any analyst's records (the
-                    # triggers let it): such a session authenticates no analyst of its own.
+                    # triggers let it, asking as they do: current_user, on the table prepare
+                    # found): such a session authenticates no analyst of its own.
                     self._owns = bool(conn.execute(
-                        "SELECT pg_has_role(session_user, relowner, 'MEMBER') FROM pg_class "
-                        "WHERE oid = 'dpbudget_entries'::regclass").fetchone()[0])
+                        "SELECT pg_has_role(current_user, relowner, 'MEMBER') FROM pg_class "
+                        "WHERE oid = %s::regclass",
+                        (f"{quote_ident(schema)}.dpbudget_entries",)).fetchone()[0])
             except BaseException:
                 conn.close()  # the caller never gets a handle that could close it
                 raise
@@ -99,9 +104,10 @@ class PostgresLedger(SqlLedger):
     def authenticated_analyst(self) -> str | None:
         """The role this ledger's session logged in as (``session_user``, which ``SET ROLE`` does
         not change): the analyst every release through it is charged to — or None when that
-        role is a member of the role owning the ledger's tables (read once, when it opened),
-        which the server lets write any analyst's records: a query service connects so, and
-        charges each query to its token's analyst."""
+        role (``current_user``, as the triggers ask) is a member of the role owning the
+        ledger's tables — read once, when the ledger opened: a grant made later is not seen
+        until it is opened again — which the server lets write any analyst's records: a query
+        service connects so, and charges each query to its token's analyst."""
         return None if self._owns else self._s.role
 
     def _fetch(self, sql: str, args: Any = ()) -> list[Any]:

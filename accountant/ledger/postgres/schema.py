@@ -130,25 +130,33 @@ def grant_statements(owner_role: str, writer_role: str, reader_role: str, *,
     ]
 
 
-def prepare(conn: Any, psycopg: Any) -> None:
+def prepare(conn: Any, psycopg: Any, create: bool = True) -> str:
     """Create the tables and triggers on ``conn``, or bring them up to date, when they are not
     current. Only the owner of the tables may (re)create their triggers, so the DDL runs only
     when needed: a writer role that owns nothing opens a current ledger without touching it.
     "Current" is judged from the server's catalog: a disabled or dropped trigger, or an unlogged
-    table, makes the ledger outdated again.
+    table, makes the ledger outdated again. ``create=False``: where there are no tables, refuse
+    before any DDL.
+
+    Returns:
+        The schema holding the ledger's tables.
 
     Raises:
-        LedgerError: not current, and this role may not make it so (or no schema to create in).
+        LedgerError: not current, and this role may not make it so (or no schema to create in);
+            no tables and ``create`` False.
     """
-    if _current(conn):
-        return
     # An existing ledger is upgraded where it is, even when that is not the first schema of the
     # search_path (where a new one is created).
-    schema = _value(conn, "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass('dpbudget_entries')), "
-                    "current_schema())")
+    found = _value(conn, "SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+                   "ON n.oid = c.relnamespace WHERE c.oid = to_regclass('dpbudget_entries')")
+    if found is not None and _current(conn):
+        return str(found)
     info = conn.info
     where = f"(database {info.dbname!r} as role {info.user!r})"  # (never a password)
+    if found is None and not create:
+        raise LedgerError(f"cannot open PostgreSQL ledger {where}: it holds no ledger "
+                          "(no dpbudget_entries table on the search_path); nothing was created")
+    schema = found if found is not None else _value(conn, "SELECT current_schema()")
     if schema is None:
         raise LedgerError(f"cannot open PostgreSQL ledger {where}: no schema of the search_path "
                           "exists to create its tables in")
@@ -160,6 +168,7 @@ def prepare(conn: Any, psycopg: Any) -> None:
             "are missing, unlogged or made by an older version of dpbudget, and this role may "
             "not set them right. The ledger's owner must open it once with this version "
             "(docs/postgres-deployment.md); nothing was written") from None
+    return str(schema)
 
 
 def _current(conn: Any) -> bool:
