@@ -31,7 +31,7 @@ import numpy as np
 from dpbudget.accountant.gate.accountant import Accountant
 from dpbudget.accountant.gate.bounded import UnitBounds, release_bounded
 from dpbudget.accountant.gate.unnamed import NOT_GIVEN
-from dpbudget.accountant.tables import bounding, frames
+from dpbudget.accountant.tables import bounding, dask, frames
 from dpbudget.accountant.tables.aggregates import (Statistic, clipped, fitted, plain,
                                                    present_keys, released)
 from dpbudget.accountant.tables.sensitivities import (BOUND_NAMES, Contribution, contribution,
@@ -66,7 +66,7 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
     Args:
         accountant: the ``Accountant`` that checks and debits each query.
         frame: a pandas DataFrame, a Polars DataFrame or LazyFrame, a DuckDB relation, a
-            PySpark DataFrame, or a ``.parquet``/``.csv`` path (read by an embedded DuckDB).
+            PySpark or Dask DataFrame, or a ``.parquet``/``.csv`` path (read by DuckDB).
         dataset, analyst: charged as by ``Accountant.release`` (several datasets must declare
             the same unit; each bound a query leaves out is the smallest they declare).
 
@@ -78,7 +78,7 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
     if not isinstance(accountant, Accountant):  # (a pipeline's gate would skip its own plan)
         raise InvalidDataTypeError("accountant", accountant, "an Accountant")  # (not shown)
     gate = accountant._gate
-    opened = frames.open_frame(frame)
+    opened = dask.opened(frame) or frames.open_frame(frame)
     plan = gate.plan((dataset, analyst, None))
     names = (plan.dataset,) if isinstance(plan.dataset, str) else tuple(plan.dataset)
     limits = [gate.planner.limit(name) for name in names]
@@ -296,12 +296,13 @@ class TableQuery:
                 debited).
         """
         t = self._table
-        state = self._read()
-        noisy = release_bounded(t._gate, state["mechanisms"], lambda rng: self._compute(rng, state),
-                                UnitBounds(t._unit, self.bounds), label, t._where)
+        with dask.scratch(t._frame.kind) as scratch:  # (a Dask copy's folder, removed after)
+            state = self._read(scratch)
+            noisy = release_bounded(t._gate, state["mechanisms"], lambda rng: self._compute(
+                rng, state), UnitBounds(t._unit, self.bounds), label, t._where)
         return self._answer(noisy, state)
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self, scratch: str | None = None) -> dict[str, Any]:
         """Before the debit: the columns the query reads, read ONCE under names of their own
         (``frames.inner``), checked on every row read (a filter cannot aim the free check at
         one person's row), then filtered — its filters and its public keys — on that copy (an
@@ -313,7 +314,7 @@ class TableQuery:
         read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
                 *(column for column, _, _ in spec.filters)]
         names = frames.inner(read)
-        rows = t._frame.read(read)
+        rows = dask.read(t._frame, read, scratch)
         frames.check_values(rows, names, t._unit, spec.groups, stat.value)
         where = []
         for column, op, value in spec.filters:
@@ -329,15 +330,15 @@ class TableQuery:
 
     def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
         t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution
-        keyed = frames.keyed(state.pop("rows"), rng, t._frame.kind)
         read, names, priced = state.pop("read"), state.pop("names"), state["mechanisms"]
         priced = priced[1:] if len(priced) > 1 and self._selection else priced  # (the
         # statistic's own mechanisms: each value ``clipped`` to what its mechanism accepts)
         unit, groups = names[t._unit], [names[g] for g in spec.groups]
+        run = dask.collected(state.pop("rows"), rng, t._frame.kind, read, unit)  # (keyed once)
         value = None if stat.value is None else names[stat.value]
         if stat.kind == "quantile":  # (public keys, if grouped: a row of bin counts per key)
-            found = frames.collect(bounding.bin_counts(keyed, unit, c, str(value), stat.lower,
-                                                       stat.upper, stat.bins, groups), read)
+            found = run(bounding.bin_counts, unit, c, str(value), stat.lower, stat.upper,
+                        stat.bins, groups)
             index = {k: i for i, k in enumerate(spec.keys or [None])}
             at = [index[k] for k in present_keys(found, groups)] if groups else 0
             counts = np.zeros((len(index), stat.bins + 1), dtype=np.int64)
@@ -345,9 +346,8 @@ class TableQuery:
                 found[bounding.ROWS].astype(np.float64)).astype(np.int64)
             state["keys"] = spec.keys
             return [counts if groups else counts[0]]
-        args = (keyed, unit, groups, c, value, stat.lower, stat.upper, stat.centre)
-        distinct = bounding.UNITS in stat.columns()
-        found = frames.collect(bounding.per_group(*args, units=distinct), read)
+        args = (unit, groups, c, value, stat.lower, stat.upper, stat.centre)
+        found = run(bounding.per_group, *args, units=bounding.UNITS in stat.columns())
         aggs = (bounding.ROWS, bounding.UNITS, bounding.SUM, bounding.SQUARES)
         if not spec.groups:
             return stat.values({n: np.nan_to_num(np.asarray(found[n], dtype=np.float64))

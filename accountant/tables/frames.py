@@ -33,8 +33,9 @@ not bound the same rows in every engine; numpy keys do (tests/tables/test_frames
 the keys are a keyed SHA-256 of each row, computed on the executors
 (``dpbudget.accountant.tables.spark.keys``): the same law, and the same keys in a retried task.
 
-Dask is not read: narwhals' Dask backend has no ``rank`` and no window function in ``over``, so
-the bounding would need a second implementation (or the data collected to one machine).
+Dask frames are opened by ``dpbudget.accountant.tables.dask`` (a ``Frame`` whose copy is
+Parquet files): narwhals' Dask backend has no ``rank`` and no window in ``over``, so the
+bounding runs per partition of whole units, on pandas, with numpy keys seeded per partition.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Frame:
 
     Attributes:
         lazy: the frame as a ``narwhals.LazyFrame``.
-        kind: ``"pandas"``, ``"polars"``, ``"duckdb"`` or ``"spark"``.
+        kind: ``"pandas"``, ``"polars"``, ``"duckdb"``, ``"spark"`` or ``"dask"``.
         schema: each column's narwhals dtype.
     """
 
@@ -167,8 +168,8 @@ def open_frame(frame: Any) -> Frame:
         # (classic Spark: Spark Connect's DataFrame has no localCheckpoint before Spark 4)
         return Frame(frame, "spark")
     raise InvalidDataTypeError("frame", frame, "a pandas DataFrame, a Polars DataFrame or "
-                               "LazyFrame, a DuckDB relation, a PySpark DataFrame, or a "
-                               ".parquet or .csv path")
+                               "LazyFrame, a DuckDB relation, a PySpark or Dask DataFrame, or "
+                               "a .parquet or .csv path")
 
 
 def check_columns(frame: Frame, unit: str, groups: Sequence[str], value: str | None) -> None:
