@@ -56,8 +56,6 @@ def raw(frame: Any, q: str) -> Any:
 
 def run(path: str, cores: int, seeds: int, libs: tuple[str, ...]) -> dict[str, Any]:
     """``{lib: {q: median seconds}}`` on a local[``cores``] session."""
-    from tmlt.analytics import AddRowsWithID, ApproxDPBudget, Session
-
     import dpbudget as dp
     from dpbudget.policies.units import ContributionBounds
     spark = session(cores)
@@ -72,7 +70,8 @@ def run(path: str, cores: int, seeds: int, libs: tuple[str, ...]) -> dict[str, A
                     limit=dp.Budget(5.0, peers.DELTA), privacy_unit="person_id",
                     bounds=ContributionBounds(max_rows_per_unit=peers.ROWS))}, rng=seed)
                 context: Any = dp.table(acc, frame, dataset="events")
-            elif lib == "tumult":
+            elif lib == "tumult":  # (imported only when run: ``--only dpbudget`` needs no Tumult)
+                from tmlt.analytics import AddRowsWithID, ApproxDPBudget, Session
                 context = Session.from_dataframe(ApproxDPBudget(5.0, peers.DELTA), "events",
                                                  frame, protected_change=AddRowsWithID(
                                                      "person_id"))

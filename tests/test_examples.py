@@ -42,13 +42,11 @@ def test_events_report_runs_the_five_queries_per_person(engine: str, capsys) -> 
     assert len(answers) == 5 and "spent: ε = 5.0000 per person, δ = 1e-06" in out
 
 
-@pytest.mark.slow
-def test_spark_events_two_jobs_share_one_budget(spark, capsys) -> None:
-    """Two processes, each its own SparkSession, run the five queries at ε = 1 against one
-    SQLite ledger limited to ε = 5: five released in all, the other five refused (nothing
-    debited), and the audit verifies the ledger and shows both jobs' releases."""
+def _two_jobs(argv: list[str], capsys) -> None:
+    """The Spark example run with ``argv``: five released in all, the other five refused, the
+    audit clean and showing both jobs' releases."""
     from dpbudget.examples import spark_events
-    outcome = spark_events.main(["--persons", "500"])
+    outcome = spark_events.main(["--persons", "500", *argv])
     out = capsys.readouterr().out
     said = [w for job in outcome.values() for w in job.values()]
     assert sorted(outcome) == ["job-1", "job-2"] and len(said) == 10
@@ -57,3 +55,29 @@ def test_spark_events_two_jobs_share_one_budget(spark, capsys) -> None:
     assert "5 releases" in out
     for job, what in outcome.items():  # (both, unless one job took all five first)
         assert ("released" in what.values()) == (f"{job} Q" in out)
+
+
+@pytest.mark.slow
+def test_spark_events_two_jobs_share_one_budget(spark, capsys) -> None:
+    """Two processes, each its own SparkSession, run the five queries at ε = 1 against one
+    SQLite ledger limited to ε = 5: five released in all, the other five refused (nothing
+    debited), and the audit verifies the ledger and shows both jobs' releases."""
+    _two_jobs([], capsys)
+
+
+@pytest.mark.slow
+def test_spark_events_two_jobs_share_one_postgresql_budget(spark, postgres_database,
+                                                            capsys) -> None:
+    """The same two jobs on a shared PostgreSQL ledger (``--ledger postgresql://...``, a fresh
+    schema of the tests' server): the same outcome, and the ledger's records are in PostgreSQL
+    (the five releases, each per person)."""
+    from dpbudget.accountant.ledger.postgres import PostgresLedger
+    from tests.conftest import _fresh_schema
+    dsn = _fresh_schema(postgres_database)
+    _two_jobs(["--ledger", dsn], capsys)
+    ledger = PostgresLedger(dsn)
+    try:
+        records = [entry.record for entry in ledger.entries()]
+    finally:
+        ledger.close()
+    assert sum(r.get("unit") == "person_id" for r in records) == 5  # (the five releases)

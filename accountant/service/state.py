@@ -12,8 +12,9 @@ so a revoked token is never charged. The accountant and the tokens are one immut
 request authenticates and is charged under the same policy, whatever another thread swaps in.
 
 A request's ``Deadline`` is shared by the request, which gives up at it, and its worker, which
-debits only if the request has not given up: a query still queued (behind the release lock or
-the worker pool) when its client is answered is refused with nothing spent.
+debits only if the request has not given up: a query still queued (behind the worker pool) when
+its client is answered is refused with nothing spent. Releases run concurrently: each table
+query's DuckDB step runs on a connection of its own (``dpbudget.accountant.tables.frames.keyed``).
 
 Invariant: a query is charged to ``tokens.analyst_of(token)`` under the policy the debit's
 transaction checks, and nothing else the request carries names an analyst, a dataset, a clock,
@@ -107,10 +108,6 @@ class Held:
                  limit: RateLimit) -> None:
         self.tables, self.limit = tables, limit
         self._lock = threading.Lock()
-        # One release at a time in this process: the table layer's DuckDB step after the debit
-        # (narwhals' lazy frames on DuckDB's default connection) fails when two threads run it
-        # at once, and a failure after the debit spends the budget for nothing.
-        self._computing = threading.Lock()
         self._use(accountant)
 
     def _use(self, accountant: Accountant) -> None:
@@ -176,18 +173,10 @@ class Held:
         query = _statistic(t, spec)
         if spec.action == "accuracy":
             return query.accuracy(), None
-        # (see __init__) Waited for up to the request's deadline, and the debit (inside the
-        # release) starts only if the request is still there: nothing is spent for an answer
-        # no one will receive.
-        locked = self._computing.acquire(timeout=max(0.0, deadline.at - time.monotonic()))
-        try:
-            if not (locked and deadline.start_debit()):
-                deadline.give_up()
-                raise ServiceError(503, GAVE_UP)
-            answer = query.release(label=spec.label)
-        finally:
-            if locked:
-                self._computing.release()
+        if not deadline.start_debit():  # (the request is gone or its time past: nothing is
+            deadline.give_up()          # spent for an answer no one will receive)
+            raise ServiceError(503, GAVE_UP)
+        answer = query.release(label=spec.label)
         return answer, acc.last_receipt  # (this thread's debit, just made)
 
 

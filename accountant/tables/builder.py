@@ -4,11 +4,11 @@ released per privacy unit as one all-or-nothing step.
 Invariant: everything that decides the charge — the unit, the bounds, ε (and δ), the statistic's
 parameters, the public keys — is fixed and checked before the debit: the frame's schema, then
 the columns the query reads, read ONCE into memory (``Frame.read``), checked for null ids,
-non-finite values and mixed types, then filtered (an engine error there is a refusal too); the
-debit goes through the gate's ``release_bounded``, which
-only then hands ``compute`` its generator: the random keys (on that same copy), the bounding and
-the aggregation run after the debit, and only aggregates reach Python. A refusal
-(a bound not set, a bad column, a budget that does not fit) draws nothing and debits nothing.
+non-finite values and mixed types, then filtered (an engine error there is a refusal too; on
+Spark, whose filter is lazy, an error at run time comes after the debit); the debit goes through
+the gate's ``release_bounded``, which only then hands ``compute`` its generator: the random keys
+(on that same copy), the bounding and the aggregation run after the debit; only aggregates reach
+Python; the copy is then freed. A refusal draws nothing and debits nothing.
 
 The entry is a function of this layer, not a method of ``Accountant``: the gate sits below the
 tables (tests/test_layers.py), so the accountant cannot import the builder.
@@ -292,29 +292,29 @@ class TableQuery:
 
         Raises:
             BudgetExceededError, MechanismNotAllowedError: refused; nothing drawn or debited.
-            InvalidDataError: a null id or group, or a null, NaN or infinite value (nothing
-                debited).
+            InvalidDataError: a null id or group; a null, NaN or infinite value (nothing debited).
         """
-        t = self._table
+        t, state = self._table, dict[str, Any]()
         with dask.scratch(t._frame.kind) as scratch:  # (a Dask copy's folder, removed after)
-            state = self._read(scratch)
-            noisy = release_bounded(t._gate, state["mechanisms"], lambda rng: self._compute(
-                rng, state), UnitBounds(t._unit, self.bounds), label, t._where)
+            try:
+                noisy = release_bounded(t._gate, self._read(state, scratch), functools.partial(
+                    self._compute, state=state), UnitBounds(t._unit, self.bounds), label, t._where)
+            finally:  # (computed, refused or failed: the copy is read by this query alone)
+                frames.free(state.get("copy"), t._frame.kind)
         return self._answer(noisy, state)
 
-    def _read(self, scratch: str | None = None) -> dict[str, Any]:
-        """Before the debit: the columns the query reads, read ONCE under names of their own
-        (``frames.inner``), checked on every row read (a filter cannot aim the free check at
-        one person's row), then filtered — its filters and its public keys — on that copy (an
-        engine that cannot run them refuses here, spending nothing): ``rows``, keyed and bounded
-        by ``_compute``; ``read``: the user's names of the columns, for errors; ``names``: each
-        one's name in ``rows``; ``mechanisms``: ``mechanisms()``, built once."""
+    def _read(self, state: dict[str, Any], scratch: str | None = None) -> list[Any]:
+        """Before the debit, into ``state``: the columns read ONCE (``copy``, for ``frames.free``)
+        under names of their own (``names``: ``frames.inner``), checked on every row read (a
+        filter cannot aim the free check at one person's row), then filtered on that copy:
+        ``rows``, keyed and bounded by ``_compute``; ``read``: the user's names, for errors;
+        ``mechanisms``: ``mechanisms()``, built once, and returned."""
         import narwhals as nw
         t, spec, stat = self._table, self._table._spec, self.statistic
         read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
                 *(column for column, _, _ in spec.filters)]
         names = frames.inner(read)
-        rows = dask.read(t._frame, read, scratch)
+        rows = state["copy"] = dask.read(t._frame, read, scratch)
         frames.check_values(rows, names, t._unit, spec.groups, stat.value)
         where = []
         for column, op, value in spec.filters:
@@ -324,9 +324,9 @@ class TableQuery:
         if spec.keys is not None:  # other keys dropped before bounding: they use no L0 slot
             where.append(_among([names[g] for g in spec.groups], spec.keys))
         if where:
-            rows = frames.engine(lambda: rows.filter(functools.reduce(operator.and_, where)),
-                                 read)
-        return {"rows": rows, "read": read, "names": names, "mechanisms": self.mechanisms()}
+            rows = frames.engine(lambda: rows.filter(functools.reduce(operator.and_, where)), read)
+        state.update(rows=rows, read=read, names=names, mechanisms=self.mechanisms())
+        return state["mechanisms"]  # type: ignore[no-any-return]
 
     def _compute(self, rng: np.random.Generator, state: dict[str, Any]) -> list[Any]:
         t, spec, stat, c = self._table, self._table._spec, self.statistic, self.contribution

@@ -9,9 +9,11 @@ every row read) and filtered, and after the debit the same copy is keyed (``keye
 bounded and aggregated in the frame's own engine (pandas, Polars, DuckDB over the Arrow copy, or
 Spark). A source that changes between evaluations (a LazyFrame with a random step, a file
 rewritten) cannot pass the checks on one version and be bounded on another, and a filter the
-engine cannot run is a refusal that spends nothing. Only aggregates reach Python. No value of
-the data appears in an error: every engine call is wrapped (``engine``), and its error re-raised
-typed, naming columns, never a value (a DuckDB cast error carries whole raw rows).
+engine cannot run is a refusal that spends nothing (on Spark, whose filter is lazy, only one it
+cannot analyse: one that fails while running fails after the debit). Only aggregates reach
+Python; the copy is freed once the query is done (``free``). No value of the data appears in an
+error, nor in its ``__context__``: every engine call is wrapped (``engine``), and its error
+re-raised typed, naming columns, never a value (a DuckDB cast error carries whole raw rows).
 
 No user column name reaches the bounding: the copy holds only the columns the query reads,
 each under a name of this layer's own (``inner``: ``PREFIX`` + ``c0``, ``c1``, ...), so a user
@@ -29,9 +31,9 @@ The keys. Every row gets an iid uniform key, drawn as a numpy column from the ge
 hands the query after its debit (``dpbudget.accountant.gate.bounded``), and attached to the
 in-memory copy as a column. Not DuckDB's ``setseed``/``random()``: its seed is one double and
 its per-thread generators make the keys depend on the thread schedule, so the same seed would
-not bound the same rows in every engine; numpy keys do (tests/tables/test_frames.py). On Spark
-the keys are a keyed SHA-256 of each row, computed on the executors
-(``dpbudget.accountant.tables.spark.keys``): the same law, and the same keys in a retried task.
+not bound the same rows in every engine; numpy keys do (tests/tables/test_frames.py). A DuckDB
+copy is queried on a connection of the query's own, never DuckDB's default one (threads' queries
+would collide there, after their debit). On Spark: ``dpbudget.accountant.tables.spark``.
 
 Dask frames are opened by ``dpbudget.accountant.tables.dask`` (a ``Frame`` whose copy is
 Parquet files): narwhals' Dask backend has no ``rank`` and no window in ``over``, so the
@@ -53,7 +55,7 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
                                                PrivacyError)
 
 __all__ = ["KEY", "PREFIX", "Frame", "check_columns", "check_keys", "check_values", "collect",
-           "engine", "inner", "keyed", "open_frame"]
+           "engine", "free", "inner", "keyed", "open_frame"]
 
 PREFIX = "__dpbudget_"  # the copy's columns: each one this layer's own (``inner``)
 KEY = PREFIX + "key"  # ranks a unit's rows, and (through each group's minimum) its groups
@@ -72,11 +74,13 @@ def engine(call: Callable[[], _T], columns: Sequence[str]) -> _T:
         return call()
     except PrivacyError:
         raise
-    except Exception as error:
-        raise InvalidDataError(f"columns {', '.join(map(repr, columns))}", None,
-                               "data the engine can read as their declared types",
-                               f" ({type(error).__name__}; its message, which may quote the "
-                               "data, is not shown)") from None
+    except Exception as error:  # noqa: BLE001 (whatever the engine raises: named by type only)
+        kind = type(error).__name__  # (only the name leaves the handler: raised inside it, the
+        # new error would carry the engine's, and its message, as ``__context__``)
+    raise InvalidDataError(f"columns {', '.join(map(repr, columns))}", None,
+                           "data the engine can read as their declared types",
+                           f" ({kind}; its message, which may quote the data, is not shown)") \
+        from None
 
 
 class Frame:
@@ -120,17 +124,28 @@ def inner(columns: Sequence[str]) -> dict[str, str]:
 
 def keyed(rows: Any, rng: np.random.Generator, kind: str) -> Any:
     """``rows`` (``Frame.read``) as a lazy frame with ``KEY``: an iid uniform [0, 1) key from
-    ``rng`` per row, attached by position (a DuckDB source's Arrow copy is queried by DuckDB);
-    on Spark a keyed hash of each row, on the executors (``spark.keys``)."""
+    ``rng`` per row, attached by position (a DuckDB source's Arrow copy is queried by DuckDB,
+    on a connection of this query's own); on Spark a keyed hash of each row, on the executors
+    (``spark.keys``)."""
     import narwhals as nw
     if kind == "spark":
         from dpbudget.accountant.tables import spark
-        native = rows.to_native()
-        return nw.from_native(spark.keys(native, rng, native.columns, KEY))
+        return nw.from_native(spark.keys(rows.to_native(), rng, KEY))
     key = nw.new_series(KEY, rng.random(len(rows)), nw.Float64(),
                         backend=nw.get_native_namespace(rows))
     out = rows.with_columns(key)
-    return out.lazy(backend="duckdb") if kind == "duckdb" else out.lazy()
+    if kind == "duckdb":  # (not ``lazy(backend="duckdb")``: it registers the copy as "_df" on
+        import duckdb     # DuckDB's one default connection, and two threads' queries collide)
+        return nw.from_native(duckdb.connect().from_arrow(out.to_native()))
+    return out.lazy()
+
+
+def free(copy: Any, kind: str) -> None:
+    """``copy`` (``Frame.read``'s; None: none was made), dropped once its query has computed or
+    been refused: on Spark its checkpoint's blocks (``spark.free``); in memory, nothing to do."""
+    if kind == "spark" and copy is not None:
+        from dpbudget.accountant.tables import spark
+        spark.free(copy.to_native())
 
 
 def open_frame(frame: Any) -> Frame:

@@ -5,8 +5,10 @@ Invariant: a query on a Spark frame reads the columns it names once, before the 
 ``localCheckpoint`` (``copy``): the selected columns are computed once, stored in the executors'
 block managers (memory, then disk) and their lineage cut, so every later stage — the checks, the
 filters, and after the debit the keys, the bounding and the aggregation — reads those stored
-blocks, never the source again. Nothing is collected to the driver but per-group aggregates
-(``frames.collect``).
+blocks, never the source again; once the query has computed (or been refused) its blocks are
+dropped (``free``). Nothing is collected to the driver but per-group aggregates
+(``frames.collect``). Spark's own logs are not this layer's: a failed task's log4j ERROR line can
+quote a cell, so they are as sensitive as the data (this layer's errors name columns only).
 
 What the copy protects against: a Parquet file rewritten, or a source that draws at random (a
 ``rand()`` column, a UDF), between the checks and the bounding, or between two stages of the
@@ -17,23 +19,27 @@ recompute them from the source (the lineage is cut on purpose), so the job fails
 debit, nothing is released and the budget stays spent (``release_bounded``), never a recompute
 from a source that may have changed.
 
-The keys (``keys``). A row's key is a deterministic function of a secret seed and the row: the
-first 52 bits of SHA-256 over the seed and the row's columns as JSON (``to_json`` of a struct:
-unambiguous, whatever a string holds), with its occurrence index among identical rows, over 2^52.
-A task retried on a recomputed partition (an executor lost in the bounding's shuffle) gets the
-SAME keys, so a unit's rows are bounded the same in every stage — never ``rand(seed)``, whose
-values depend on the partition index and the row order of a partition, which a recomputation
-can change. Identical rows get distinct occurrence indices (1, 2, ... in any order: the rows are
-identical, so which one carries which index changes no aggregate), so that a unit's duplicated
-rows get distinct keys: iid-like keys, the same law as the numpy keys of the in-memory engines
-(a unit with rows A, A, B bounded to 2 keeps {A, A} with probability 1/3, not the 1/2 one
-shared key per distinct row would give: tests/tables/test_spark.py).
+The keys (``keys``). A row's key is the first 52 bits of SHA-256 over a secret seed and the
+row's id on the copy (``monotonically_increasing_id()``: its partition's index and its place in
+that partition), over 2^52. On the checkpoint the partitions and the order of each one's rows
+are fixed — stored blocks, read back as they were written; a lost block fails the job, never
+recomputed — and the filters that run before the keys are deterministic, so every stage that
+reads the keyed copy (the bounding joins it to itself), and a task retried on its stored block,
+gets the same id, hence the same key, for the same row: a unit's rows are bounded the same in
+every stage. The ids are distinct, so the keys are iid uniform (a random oracle on distinct
+inputs, the seed drawn after the ids are fixed): the law of the numpy keys of the in-memory
+engines, duplicated rows included (a unit with rows A, A, B bounded to 2 keeps {A, A} with
+probability 1/3), whatever the partitioning or order of the source — they change which row gets
+which key, not the keys' law. The ids of a frame that is not a checkpoint are not stable (a
+recomputed shuffle can reorder a partition), which is why the keys are computed on the copy
+alone. Not a hash of the row's content: rows that differ (by a microsecond, which ``to_json``
+drops) or that are identical would need an occurrence index over the hashed text, and a shuffle.
 
 Why SHA-256 and not a seeded non-cryptographic hash (``xxhash64(seed, ...)``): the data is
 chosen before the seed, but a seeded fast hash is not a pseudo-random function — inputs that
 differ in a structured way can collide or correlate for every seed, and a table built to exploit
 it would get keys that are not uniform (the bounding's sensitivity holds for every key draw, so
-this costs accuracy of the law, not privacy). SHA-256 over the secret seed and the row is a
+this costs accuracy of the law, not privacy). SHA-256 over the secret seed and a row id is a
 random oracle for inputs fixed before the seed; length extension does not matter (no key is
 shown to anyone). The seed is drawn from the accountant's source after the debit (the generator
 ``release_bounded`` hands ``compute``), and is never in a record, a log line, an error or a
@@ -49,12 +55,11 @@ milliseconds, hashing 10^6 rows tens of times more.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["copy", "keys"]
+__all__ = ["copy", "free", "keys"]
 
 _BITS = 52  # a key's bits: a double holds them exactly, uniform on [0, 1) in steps of 2^-52
 
@@ -65,17 +70,24 @@ def copy(native: Any) -> Any:
     return native.localCheckpoint(eager=True)
 
 
-def keys(native: Any, rng: np.random.Generator, columns: Sequence[str], key: str) -> Any:
-    """``native`` with ``key``: per row, SHA-256 of a fresh 256-bit seed from ``rng`` and the
-    row's ``columns`` (as JSON) and its occurrence index among identical rows, as a uniform on
-    [0, 1) (its first 52 bits over 2^52)."""
-    from pyspark.sql import Window
+def free(checkpoint: Any) -> None:
+    """The blocks of ``checkpoint`` (a ``copy``) dropped from the executors, once its query has
+    computed or been refused: a query's copy is read by that query alone. (``unpersist`` of the
+    DataFrame does not drop them: the stored RDD is its plan, a ``LogicalRDD``.)"""
+    plan = checkpoint._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() == "LogicalRDD":  # (else not a ``copy``: nothing stored)
+        plan.rdd().unpersist(False)
+
+
+def keys(native: Any, rng: np.random.Generator, key: str) -> Any:
+    """``native`` (the copy, filtered) with ``key``: per row, SHA-256 of a fresh 256-bit seed
+    from ``rng`` and the row's id on the copy, as a uniform on [0, 1) (its first 52 bits over
+    2^52)."""
     from pyspark.sql import functions as F
-    seed = key + "_seed"  # (a row of data, never a literal: see the module's docstring)
+    seed, row = key + "_seed", key + "_row"  # (the seed: a row of data, never a literal)
     secret = native.sparkSession.createDataFrame([(rng.bytes(32).hex(),)], f"`{seed}` string")
-    row = F.to_json(F.struct(*(F.col(c) for c in columns)))
-    copies = Window.partitionBy(*columns).orderBy(F.lit(0))
-    text = F.concat_ws("|", F.col(seed), F.row_number().over(copies).cast("string"), row)
+    text = F.concat_ws("|", F.col(seed), F.col(row).cast("string"))
     bits = F.conv(F.substring(F.sha2(text, 256), 1, _BITS // 4), 16, 10).cast("long")
-    return native.crossJoin(F.broadcast(secret)) \
-        .withColumn(key, bits.cast("double") / float(1 << _BITS)).drop(seed)
+    return native.withColumn(row, F.monotonically_increasing_id()) \
+        .crossJoin(F.broadcast(secret)) \
+        .withColumn(key, bits.cast("double") / float(1 << _BITS)).drop(seed, row)

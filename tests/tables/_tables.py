@@ -48,3 +48,35 @@ def accountant(eps: float = 100.0, delta: float = 1e-3, unit: str | None = "unit
                rng: Any = 0) -> Accountant:
     return Accountant(limits={"t": DatasetLimit(limit=Budget(eps, delta), privacy_unit=unit)},
                       rng=rng)
+
+
+def old_engine(call: Any, columns: Any) -> Any:
+    """The broken ``frames.engine`` (negative controls): raised INSIDE its handler, the typed
+    error keeps the engine's own (and its message, which may quote data) as ``__context__``."""
+    from dpbudget.accountant.values.errors import InvalidDataError, PrivacyError
+    try:
+        return call()
+    except PrivacyError:
+        raise
+    except Exception as error:
+        raise InvalidDataError(f"columns {columns}", None, "readable data",
+                               f" ({type(error).__name__})") from None
+
+
+def old_keyed(rows: Any, rng: Any, kind: str) -> Any:
+    """The broken ``frames.keyed`` for DuckDB (negative controls): narwhals' ``lazy(backend=
+    "duckdb")`` registers the copy on DuckDB's one default connection."""
+    import narwhals as nw
+    from dpbudget.accountant.tables.frames import KEY
+    key = nw.new_series(KEY, rng.random(len(rows)), nw.Float64(),
+                        backend=nw.get_native_namespace(rows))
+    return rows.with_columns(key).lazy(backend="duckdb")
+
+
+def context_texts(error: BaseException) -> str:
+    """The text of every error chained to ``error`` (``__context__`` and ``__cause__``)."""
+    texts, seen = [], error.__context__ or error.__cause__
+    while seen is not None:
+        texts.append(f"{seen!s} {seen!r}")
+        seen = seen.__context__ or seen.__cause__
+    return " ".join(texts)

@@ -60,8 +60,15 @@ def _queries(frame: Any, acc: Any = None) -> dict[str, TableQuery]:
             "Q5": t.group_by("day", "region").count(epsilon=1.0, delta=1e-6, **B)}
 
 
+def _read(query: TableQuery) -> dict[str, Any]:
+    """What ``release`` reads before its debit (``TableQuery._read``'s ``state``)."""
+    state: dict[str, Any] = {}
+    query._read(state)
+    return state
+
+
 def _true(query: TableQuery, keys: tuple[np.ndarray, ...]) -> tuple[list[Any], dict[str, Any]]:
-    state = query._read()
+    state = _read(query)
     return query._compute(GivenKeys(*keys), state), state  # type: ignore[arg-type]
 
 
@@ -416,7 +423,7 @@ def test_f2_an_expression_as_a_filter_constant_or_a_key_of_another_type_is_refus
     assert snapshot(acc.ledger) == before
     monkeypatch.setattr(frames, "check_keys", lambda *a, **k: None)
     latest = nw.col(frames.inner(["unit", "day"])["day"]).max()  # (the copy's name for "day")
-    full, less = (q._compute(np.random.default_rng(0), q._read()) for q in (
+    full, less = (q._compute(np.random.default_rng(0), _read(q)) for q in (
         table(acc, frame, dataset="t").filter("day", "==", latest).count(
             epsilon=1.0, max_rows_per_unit=1) for frame in (pdf, pdf.iloc[1:])))
     assert (full, less) == ([1], [9])
@@ -654,7 +661,7 @@ def test_r6_several_column_keys_filter_the_whole_tuple(kind: str, monkeypatch: A
         "g", "h", keys=wanted).count(epsilon=1.0, max_groups_per_unit=1, max_rows_per_group=2)
 
     def counts(seed: int) -> list[int]:
-        return query._compute(np.random.default_rng(seed), query._read())[0].tolist()
+        return query._compute(np.random.default_rng(seed), _read(query))[0].tolist()
 
     for seed in range(5):
         assert counts(seed) == expected

@@ -253,10 +253,10 @@ def test_a_source_that_changes_between_reads_is_read_once(tmp_path: Path,
     query = t.count(epsilon=1.0, max_rows_per_unit=100)
     real = query._read
 
-    def then_rewritten(scratch: str | None = None) -> dict[str, Any]:
-        state = real(scratch)
+    def then_rewritten(state: dict[str, Any], scratch: str | None = None) -> list[Any]:
+        mechanisms = real(state, scratch)
         pd.concat([first] * 50).to_parquet(source)  # (fifty times the rows)
-        return state
+        return mechanisms
 
     query._read = then_rewritten  # type: ignore[method-assign]
     answer = query.release()

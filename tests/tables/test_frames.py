@@ -23,6 +23,8 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
                                                InvalidDataTypeError, InvalidTypeError)
 from dpbudget.examples.events import events_frame, write_events
 
+from tests.tables._tables import context_texts, old_engine, old_keyed
+
 CANARY = "CANARY-7f3a"
 COLUMNS = ["person_id", "region", "amount"]
 NAMES = frames.inner(["u", "g", "x"])
@@ -219,9 +221,10 @@ def test_a_late_csv_cell_of_another_type_is_refused_by_type_not_quoted(tmp_path:
     assert "bob-secret" in str(raw.value)
 
 
-def test_an_engine_error_is_typed_and_never_quotes_the_data() -> None:
+def test_an_engine_error_is_typed_and_never_quotes_the_data(monkeypatch: Any) -> None:
     """Review F4: every engine call is wrapped; the error names the columns read, never the
-    engine's text (negative control: the raw engine error quotes the cell)."""
+    engine's text, not even chained: no ``__context__`` (negative controls: the raw engine
+    error quotes the cell; the old wrapper, raising inside its handler, kept it there)."""
     con = duckdb.connect()
     rel = con.sql(f"SELECT u, CAST(s AS DOUBLE) AS x FROM (VALUES (1, '1.0'), (2, '{CANARY}'))"
                   " t(u, s)")
@@ -229,10 +232,14 @@ def test_an_engine_error_is_typed_and_never_quotes_the_data() -> None:
     with pytest.raises(InvalidDataError) as err:
         frame.read(["u", "x"])
     assert "'x'" in str(err.value) and CANARY not in _message(err.value)
-    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert err.value.__cause__ is None and err.value.__context__ is None
     with pytest.raises(Exception) as raw:
         rel.fetchall()
     assert CANARY in str(raw.value)
+    monkeypatch.setattr(frames, "engine", old_engine)
+    with pytest.raises(InvalidDataError) as old:
+        frame.read(["u", "x"])
+    assert CANARY not in str(old.value) and CANARY in context_texts(old.value)
 
 
 def test_a_source_that_changes_between_evaluations_is_read_once() -> None:
@@ -255,3 +262,49 @@ def test_a_source_that_changes_between_evaluations_is_read_once() -> None:
                            .select(nw.col(names["x"]).sum()))
     assert found[names["x"]][0] == 6.0 and len(calls) == 1
     assert lazy.collect()["x"].is_nan().all()  # the source did change
+
+
+def _threads_of_queries(path: Path, threads: int = 8, each: int = 10) -> tuple[int, list[str]]:
+    """``threads`` threads of ``each`` mixed table queries on the Parquet file ``path`` through
+    one accountant: (records debited, the notes of every query that failed after its debit)."""
+    import concurrent.futures
+
+    import dpbudget as dp
+    from dpbudget.accountant.tables.builder import table
+    acc = dp.Accountant(limits={"e": dp.DatasetLimit(limit=dp.Budget(1e6, 0.5),
+                                                     privacy_unit="person_id")}, rng=0)
+    queries = [lambda t: t.count(epsilon=1.0, max_rows_per_unit=3),
+               lambda t: t.sum("amount", lower=0, upper=100, epsilon=1.0, max_rows_per_unit=3),
+               lambda t: t.group_by("region").count(epsilon=1.0, delta=1e-6,
+                                                    max_rows_per_unit=3),
+               lambda t: t.median("amount", lower=0, upper=100, epsilon=1.0,
+                                  max_rows_per_unit=3)]
+
+    def run(worker: int) -> list[str]:
+        failed = []
+        for i in range(each):
+            query = queries[(worker + i) % len(queries)](table(acc, path, dataset="e"))
+            try:
+                query.release()
+            except InvalidDataError as error:  # (after the debit: "the debit stands")
+                failed.append(" ".join([str(error), *getattr(error, "__notes__", [])]))
+        return failed
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        failures = [note for notes in pool.map(run, range(threads)) for note in notes]
+    return len(list(acc.ledger.entries())), failures
+
+
+def test_concurrent_duckdb_queries_of_one_process_never_fail_after_their_debit(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Issue 35: 8 threads × 10 mixed queries on a DuckDB source (a Parquet file, as the query
+    service serves) through one accountant: every one answers, none fails after its debit —
+    each query's DuckDB step runs on a connection of its own. Negative control: the old keying
+    (narwhals' ``lazy(backend="duckdb")``, the copy registered as "_df" on DuckDB's default
+    connection) makes threads' queries collide, and some fail with the debit standing."""
+    path = write_events(tmp_path / "e.parquet", persons=300, seed=3)
+    records, failures = _threads_of_queries(path)
+    assert failures == [] and records == 80  # (one record per query)
+    monkeypatch.setattr(frames, "keyed", old_keyed)
+    records, failures = _threads_of_queries(path)
+    assert failures and all("the debit stands" in note for note in failures)

@@ -1,12 +1,15 @@
 """The table queries on Spark (dpbudget.accountant.tables.spark), local mode, one session.
 
 The attacks: a Spark frame gives one unit more influence than its bounds (brute force, every
-unit removed, with a row-level negative control); a recomputed partition keys a unit's rows
-differently from the first computation (negative control: ``rand(seed)``); identical rows sharing
-one key change the bounding's law (negative control: the shared key re-created, which keeps
-{A, A} of A, A, B half the time, not a third); a source evaluated twice (the frame raises on its
-second evaluation; negative control: no checkpoint); a job failing after the debit releases
-something, or retries and spends twice; the post-debit seed in a record, a log line or an error.
+unit removed, with a row-level negative control); a recomputed stage keys a unit's rows
+differently from the first computation (negative control: the row ids of a source that is not
+the checkpoint); identical rows sharing one key change the bounding's law (negative control: the
+shared key re-created, which keeps {A, A} of A, A, B half the time, not a third), and so do two
+rows a microsecond apart (negative control: the old keys, a hash of the row's JSON); a source
+evaluated twice (the frame raises on its second evaluation; negative control: no checkpoint); a
+job failing after the debit releases something, retries and spends twice, or keeps the engine's
+message as the error's context; a query's checkpoint left on the executors; the post-debit seed
+in a record, a log line or an error.
 And the five queries answer alike on pandas, DuckDB and Spark: identically where no bound
 truncates, with the same law where one does.
 """
@@ -36,7 +39,7 @@ from dpbudget.accountant.values.errors import InvalidDataError
 from dpbudget.examples.events import REGIONS, events_frame
 
 from tests import _spark
-from tests.tables._tables import small_table
+from tests.tables._tables import context_texts, old_engine, small_table
 
 ALPHA = 1e-6
 PERSON = "person_id"
@@ -79,10 +82,22 @@ def _kept_sums(frame: Any, c: Contribution) -> np.ndarray:
     return np.asarray(found[bounding.SUM], dtype=np.float64)
 
 
-def _shared_keys(native: Any, rng: np.random.Generator, columns: Any, key: str) -> Any:
+def _shared_keys(native: Any, rng: np.random.Generator, key: str) -> Any:
     """The broken keys: a hash of the seed and the row alone (identical rows share a key)."""
     from pyspark.sql import functions as F
-    text = F.concat_ws("|", F.lit(rng.bytes(32).hex()), F.to_json(F.struct(*columns)))
+    text = F.concat_ws("|", F.lit(rng.bytes(32).hex()), F.to_json(F.struct(*native.columns)))
+    bits = F.conv(F.substring(F.sha2(text, 256), 1, 13), 16, 10).cast("long")
+    return native.withColumn(key, bits.cast("double") / float(1 << 52))
+
+
+def _json_keys(native: Any, rng: np.random.Generator, key: str) -> Any:
+    """The old keys: SHA-256 of the seed, the row's JSON and its occurrence index among rows
+    equal in every column (``to_json`` writes a timestamp to the millisecond)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    copies = Window.partitionBy(*native.columns).orderBy(F.lit(0))
+    text = F.concat_ws("|", F.lit(rng.bytes(32).hex()), F.row_number().over(copies).cast(
+        "string"), F.to_json(F.struct(*native.columns)))
     bits = F.conv(F.substring(F.sha2(text, 256), 1, 13), 16, 10).cast("long")
     return native.withColumn(key, bits.cast("double") / float(1 << 52))
 
@@ -92,16 +107,23 @@ def test_duplicated_rows_are_bounded_with_the_law_of_iid_keys(spark: Any,
                                                               monkeypatch: Any) -> None:
     """600 units of rows A, A, B (x = 1, 1, 5), two rows kept: {A, A} (sum 2) with probability
     1/3, as with numpy's iid keys on pandas; a binomial test at α = 1e-6. Which of the two A's
-    is kept changes no sum. Negative control: one key per distinct row keeps {A, A} half the
-    time, and the same test rejects it."""
+    is kept changes no sum. The same law from the same rows in other partitions and another
+    order (which row gets which key changes, not the law). Negative control: one key per
+    distinct row keeps {A, A} half the time, and the same test rejects it."""
     units = 600
     pdf = pd.DataFrame({"unit": np.repeat(np.arange(units), 3),
                         "x": np.tile([1.0, 1.0, 5.0], units)})
     c = Contribution(groups=2, per_group=2, total=2, by_group=False)
-    rows = frames.open_frame(_spark.frame(spark, pdf)).read(["unit", "x"])
+    source = _spark.frame(spark, pdf)
+    rows = frames.open_frame(source).read(["unit", "x"])
     sums = _kept_sums(frames.keyed(rows, np.random.default_rng(1), "spark"), c)
     assert set(sums) <= {2.0, 6.0}
     assert stats.binomtest(int((sums == 2.0).sum()), units, 1 / 3).pvalue > ALPHA
+    from pyspark.sql import functions as F
+    moved = frames.open_frame(source.repartition(3, "x").orderBy(F.col("unit").desc())).read(
+        ["unit", "x"])
+    moved_sums = _kept_sums(frames.keyed(moved, np.random.default_rng(1), "spark"), c)
+    assert stats.binomtest(int((moved_sums == 2.0).sum()), units, 1 / 3).pvalue > ALPHA
     local = frames.open_frame(pdf).read(["unit", "x"])
     numpy_sums = _kept_sums(frames.keyed(local, np.random.default_rng(1), "pandas"),
                             c)
@@ -111,40 +133,49 @@ def test_duplicated_rows_are_bounded_with_the_law_of_iid_keys(spark: Any,
     assert stats.binomtest(int((shared == 2.0).sum()), units, 1 / 3).pvalue < ALPHA
 
 
-def test_a_recomputed_partition_gets_the_same_keys(spark: Any) -> None:
-    """The keys of the same rows, laid out in other partitions and another order (what a task
-    recomputed after a lost executor may see), are the same. Negative control: ``rand(seed)``
-    keys the same rows differently."""
+def test_a_recomputed_stage_gets_the_same_keys_from_the_checkpoint(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """The keys of the filtered copy, computed by two jobs (what two stages of the bounding, or
+    a task retried on its stored block, do), are the same row by row, and distinct (identical
+    rows too); another seed, other keys. Negative control: on a source that is not a checkpoint
+    and whose row order changes between evaluations (sorted by a nondeterministic UDF), the row
+    ids, hence the keys, of the same rows differ between two jobs."""
+    import random
+
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DoubleType
     pdf = small_table(5, units=6, max_rows=8)
     pdf = pd.concat([pdf, pdf.head(3)], ignore_index=True)  # (identical rows too)
-    native = spark_keys.copy(_spark.frame(spark, pdf))
-    other = native.repartition(3, "x").orderBy(F.col("x").desc())
+    copy_ = spark_keys.copy(_spark.frame(spark, pdf)).filter(F.col("x") > 0)
 
     def keyed(frame: Any, seed: int) -> list[tuple[Any, ...]]:
-        out = spark_keys.keys(frame, np.random.default_rng(seed), frame.columns, KEY)
+        out = spark_keys.keys(frame, np.random.default_rng(seed), KEY)
         return sorted(tuple(r) for r in out.collect())
 
-    first = keyed(native, 4)
-    assert first == keyed(other, 4)
+    first = keyed(copy_, 4)
+    assert first == keyed(copy_, 4) and len(first) == int((pdf["x"] > 0).sum())
     assert len({k for *_, k in first}) == len(first)  # (identical rows: distinct keys)
-    assert first != keyed(native, 5)  # (another seed, other keys)
-    rand = sorted(tuple(r) for r in native.withColumn(KEY, F.rand(4)).collect())
-    assert rand != sorted(tuple(r) for r in other.withColumn(KEY, F.rand(4)).collect())
+    assert first != keyed(copy_, 5)  # (another seed, other keys)
+    shuffled = _spark.frame(spark, pdf.drop_duplicates()).orderBy(
+        F.udf(lambda _: random.random(), DoubleType()).asNondeterministic()("x"))
+    assert keyed(shuffled, 4) != keyed(shuffled, 4)
 
 
 def test_one_unit_moves_each_spark_aggregate_by_at_most_its_sensitivity(spark: Any) -> None:
-    """Brute force on Spark: every unit of a small table removed, for two seeds (the keys of
-    the rows both tables share are the same: a function of the seed and the row), moves each
-    aggregate vector by at most its formula. Negative control: the change exceeds 1, the
-    row-level sensitivity of a count."""
+    """Brute force on Spark: every unit of a small table removed, for two seeds, moves each
+    aggregate vector by at most its formula; coupled keys (the rows both tables share keep
+    their keys: the neighbour is the keyed table less the unit's rows). Negative control: the
+    change exceeds 1, the row-level sensitivity of a count."""
+    from pyspark.sql import functions as F
     c = Contribution(groups=2, per_group=2, total=4, by_group=True)
     pdf = small_table(2, units=3, max_rows=8)
+    n = frames.inner(["unit", "group", "x"])
+    rows = frames.open_frame(_spark.frame(spark, pdf)).read(["unit", "group", "x"])
 
-    def per_group(frame: pd.DataFrame, seed: int) -> dict[str, np.ndarray]:
-        rows = frames.open_frame(_spark.frame(spark, frame)).read(["unit", "group", "x"])
-        n = frames.inner(["unit", "group", "x"])
+    def per_group(seed: int, unit: Any = None) -> dict[str, np.ndarray]:
         keyed = frames.keyed(rows, np.random.default_rng(seed), "spark")
+        if unit is not None:
+            keyed = nw.from_native(keyed.to_native().filter(F.col(n["unit"]) != int(unit)))
         found = frames.collect(bounding.per_group(keyed, n["unit"], [n["group"]], c, n["x"],
                                                   0.0, 10.0))
         at = {g: i for i, g in enumerate(found[n["group"]].tolist())}
@@ -154,9 +185,9 @@ def test_one_unit_moves_each_spark_aggregate_by_at_most_its_sensitivity(spark: A
 
     worst = dict.fromkeys((bounding.ROWS, bounding.UNITS, bounding.SUM), 0.0)
     for seed in (0, 1):
-        full = per_group(pdf, seed)
+        full = per_group(seed)
         for unit in pdf["unit"].unique():
-            less = per_group(pdf[pdf["unit"] != unit], seed)
+            less = per_group(seed, unit)
             for name in worst:
                 worst[name] = max(worst[name], float(np.abs(full[name] - less[name]).sum()))
     assert worst[bounding.ROWS] <= sens.count(c)
@@ -206,10 +237,10 @@ def test_a_job_that_fails_after_the_debit_releases_nothing_once_and_hides_the_se
     seeds, calls = [], []
     real = spark_keys.keys
 
-    def failing(native: Any, rng: np.random.Generator, columns: Any, key: str) -> Any:
+    def failing(native: Any, rng: np.random.Generator, key: str) -> Any:
         seeds.append(copy.deepcopy(rng).bytes(32).hex())  # (the seed ``keys`` will draw)
         calls.append(1)
-        out = real(native, rng, columns, key)
+        out = real(native, rng, key)
         return out.withColumn(key, F.when(F.col(key) >= 0, F.raise_error(F.lit("lost")))
                               .otherwise(F.col(key)).cast("double"))
 
@@ -231,7 +262,64 @@ def test_a_job_that_fails_after_the_debit_releases_nothing_once_and_hides_the_se
             caplog.text, repr(query), *(e.text for e in ledger.entries())]
     assert not any(seed[:16] in s for s in said)
     assert seed[:16].encode() not in (tmp_path / "ledger.db").read_bytes()
-    assert "lost" not in str(raised.value)  # (the engine's message is withheld)
+    assert "lost" not in str(raised.value)  # (the engine's message is withheld, and not
+    assert raised.value.__context__ is None and raised.value.__cause__ is None  # chained)
+    monkeypatch.setattr(frames, "engine", old_engine)  # (negative control: raised in the
+    with pytest.raises(InvalidDataError) as old:       # handler, the context keeps the text)
+        t.group_by("group", keys=["a", "b", "c"]).count(epsilon=1.0,
+                                                        max_rows_per_unit=3).release()
+    assert "lost" in context_texts(old.value)
+
+
+def test_a_spark_error_before_the_debit_keeps_no_data_in_its_context(spark: Any,
+                                                                    monkeypatch: Any) -> None:
+    """A Spark job that fails on a cell while reading the copy (its message quotes the cell,
+    as ``[CAST_INVALID_INPUT] The value '...'`` does): refused, nothing spent, and neither the
+    message nor ``__context__`` nor ``__cause__`` holds the cell. Negative control: the old
+    wrapper keeps it in ``__context__``."""
+    from pyspark.sql import functions as F
+    secret = "SSN-123-45-6789"
+    source = _spark.frame(spark, pd.DataFrame({"unit": [1, 2], "s": ["1.5", secret]}))
+    source = source.withColumn("x", F.when(F.col("s") == secret, F.raise_error(F.concat(
+        F.lit("The value '"), F.col("s"), F.lit("' cannot be cast")))).otherwise(
+        F.col("s").cast("double"))).drop("s")
+    acc = _acc()
+    query = table(acc, source.withColumnRenamed("unit", PERSON), dataset="events").sum(
+        "x", lower=0, upper=10, epsilon=1.0, max_rows_per_unit=1)
+    with pytest.raises(InvalidDataError) as raised:
+        query.release()
+    assert secret not in str(raised.value) and acc.spent("events").epsilon == 0.0
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
+    monkeypatch.setattr(frames, "engine", old_engine)
+    with pytest.raises(InvalidDataError) as old:
+        query.release()
+    assert secret in context_texts(old.value)
+
+
+def test_each_query_frees_its_checkpoint(spark: Any, monkeypatch: Any) -> None:
+    """Five queries, two of them refused (the budget is spent), leave no checkpoint on the
+    executors. Negative control: without ``frames.free`` each query's copy stays (five more
+    persistent RDDs)."""
+    def persistent() -> set[int]:
+        return set(dict(spark.sparkContext._jsc.getPersistentRDDs()))
+
+    def five() -> int:  # (the RDDs persisted by these queries alone: other tests' copies may be
+        before = persistent()  # cleaned meanwhile, once their frames are garbage-collected)
+        acc = dp.Accountant(limits={"t": dp.DatasetLimit(limit=dp.Budget(3.0),
+                                                         privacy_unit="unit")}, rng=0)
+        t = table(acc, _spark.frame(spark, small_table(3, units=4)), dataset="t")
+        for _ in range(5):
+            try:
+                t.count(epsilon=1.0, max_rows_per_unit=3).release()
+            except dp.BudgetExceededError:
+                pass
+        assert acc.spent("t").epsilon == pytest.approx(3.0)
+        return len(persistent() - before)
+
+    assert five() == 0
+    kept: list[Any] = []  # (held, as a long-lived caller would: else Spark's cleaner may drop
+    monkeypatch.setattr(frames, "free", lambda copy, kind: kept.append(copy))  # a collected one)
+    assert five() == 5
 
 
 def test_a_spark_frame_is_read_through_narwhals_with_the_same_schema(spark: Any) -> None:
@@ -247,9 +335,9 @@ def test_negative_control_a_seed_passed_as_a_literal_is_in_the_debug_log(
     (the first version of ``keys``), py4j's DEBUG log line of the call carries it."""
     seeds = []
 
-    def literal(native: Any, rng: np.random.Generator, columns: Any, key: str) -> Any:
+    def literal(native: Any, rng: np.random.Generator, key: str) -> Any:
         seeds.append(copy.deepcopy(rng).bytes(32).hex())
-        return _shared_keys(native, rng, columns, key)
+        return _shared_keys(native, rng, key)
 
     monkeypatch.setattr(spark_keys, "keys", literal)
     t = table(_acc(), _spark.frame(spark, small_table(3, units=4).rename(
@@ -257,3 +345,23 @@ def test_negative_control_a_seed_passed_as_a_literal_is_in_the_debug_log(
     with caplog.at_level(logging.DEBUG):
         t.count(epsilon=1.0, max_rows_per_unit=3).release()
     assert seeds[0][:16] in caplog.text
+
+
+def test_two_rows_a_microsecond_apart_get_distinct_keys(spark: Any, monkeypatch: Any) -> None:
+    """Two rows of one unit whose timestamps differ by a microsecond: distinct keys (each
+    row's id on the copy). Negative control: the old keys — the row's JSON, which writes a
+    timestamp to the millisecond, and its occurrence index among rows equal in every column
+    (1 for both) — give the two rows one key."""
+    import datetime
+    at = datetime.datetime(2026, 11, 27, 12, 0, 0, 1000)
+    source = spark.createDataFrame([(1, at), (1, at + datetime.timedelta(microseconds=1))],
+                                   "unit bigint, ts timestamp")
+    rows = frames.open_frame(source).read(["unit", "ts"])
+
+    def keys() -> set[float]:
+        out = frames.keyed(rows, np.random.default_rng(0), "spark").to_native()
+        return {r[KEY] for r in out.select(KEY).collect()}
+
+    assert len(keys()) == 2
+    monkeypatch.setattr(spark_keys, "keys", _json_keys)
+    assert len(keys()) == 1
