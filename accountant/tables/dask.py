@@ -7,7 +7,11 @@ released or refused: ``scratch``); the checks and the filters, then after the de
 bounding, read those files, never the source again. Not ``persist()``: a distributed persist
 recomputes a lost partition from the source, which may have changed; a file that is lost fails
 the job instead, and after the debit that releases nothing and leaves the budget spent
-(``release_bounded``), never a second debit.
+(``release_bounded``), never a second debit. A copy the client reads with fewer parts than the
+frame (workers writing into folders of their own) is refused before the debit, and the folder is
+removed on every ``distributed`` worker too. An object column Dask made text as the frame was
+built (``convert-string``: 7 and 7.0 become two ids) is refused as the pandas path refuses it
+(``_one_type``).
 
 After the debit (``collected``): the rows are shuffled by the unit (a hash of its value), so
 that every unit lies in ONE partition; each partition is sorted by all its columns, keyed from a
@@ -31,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -40,35 +45,30 @@ import numpy as np
 
 from dpbudget.accountant.tables import frames
 from dpbudget.accountant.tables.bounding import ROWS, SQUARES, SUM, UNITS
-from dpbudget.accountant.values.errors import InvalidArgumentError
+from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataTypeError,
+                                               InvalidTypeError)
 
 __all__ = ["Frame", "collected", "copy", "opened", "read", "scratch"]
 
 _SUMMED = (ROWS, UNITS, SUM, SQUARES)  # the partial aggregates; every other column is a key
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Without narwhals' notice, on wrapping a Dask frame, that its Dask support moves to a
-    plugin (a FutureWarning: an error under strict warning filters)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Dask support is moving", FutureWarning)
-        yield
-
-
-def _wrapped(native: Any) -> Any:
-    """``narwhals.from_native`` on a Dask frame (``_quiet``)."""
-    import narwhals as nw
-    with _quiet():
-        return nw.from_native(native)
+# narwhals' notice, on wrapping a Dask frame, that its Dask support moves to a plugin (a
+# FutureWarning: an error under strict warning filters). Filtered once, for that one message, at
+# import: ``warnings.catch_warnings`` per call would swap the process's filters under the query
+# service's other threads.
+warnings.filterwarnings("ignore", message="Dask support is moving", category=FutureWarning)
 
 
 class Frame(frames.Frame):
     """A Dask DataFrame, opened: kind ``"dask"``, its schema (nothing read yet)."""
 
     def __init__(self, native: Any) -> None:
-        with _quiet():
+        try:
             super().__init__(native, "dask")
+        except TypeError:  # (narwhals without its Dask support: a ``narwhals-dask`` plugin)
+            raise InvalidTypeError("frame", "a Dask DataFrame", "a frame narwhals reads: "
+                                   "pip install narwhals-dask") from None
 
     def read(self, columns: Sequence[str], scratch: str | None = None) -> Any:
         """The named columns under their ``inner`` names, read once into Parquet files under
@@ -79,8 +79,43 @@ class Frame(frames.Frame):
         """
         import narwhals as nw
         names = frames.inner(columns)
-        selected = self.lazy.select(*(nw.col(c).alias(n) for c, n in names.items()))
-        return frames.engine(lambda: copy(selected.to_native(), scratch), list(names))
+        selected = self.lazy.select(*(nw.col(c).alias(n) for c, n in names.items())).to_native()
+        _one_type(selected)
+        assert scratch is not None  # (the builder always passes ``scratch``'s folder)
+        return frames.engine(lambda: copy(selected, scratch), list(names))
+
+
+def _one_type(native: Any) -> None:
+    """Refuse what Dask's ``dataframe.convert-string`` made text as the frame was built: an
+    object column holding anything but strings (7 and 7.0, True and 1 become "7" and "7.0",
+    "True" and "1": one person, two ids; the pandas path refuses the column as mixed). A
+    ``FromPandas`` source is checked on its original rows (the columns the query reads, through
+    renames: Dask's optimizer projects them down to the source); any other conversion of an
+    object column (``from_delayed``, ``from_map``, ``from_array``, ...) is refused, its values
+    unseen. Parquet and Arrow declare their types: no conversion, nothing to check.
+
+    Raises:
+        InvalidDataTypeError: naming the source column, never a value.
+    """
+    import pandas as pd
+    from dask.dataframe.dask_expr._expr import ArrowStringConversion
+    from dask.dataframe.dask_expr.io.io import FromPandas
+    node: Any  # (dask's expressions: untyped)
+    for node in native.expr.optimize(fuse=False).walk():
+        if isinstance(node, FromPandas) and node.pyarrow_strings_enabled:
+            source = node.frame._data
+            mixed = [c for c in node._meta.columns if source[c].dtype == object and
+                     pd.api.types.infer_dtype(source[c], skipna=True) not in ("string", "empty")]
+        elif isinstance(node, ArrowStringConversion):
+            mixed = [c for c, dtype in node.frame._meta.dtypes.items() if dtype == object]
+        else:
+            continue
+        if mixed:
+            import narwhals as nw
+            raise InvalidDataTypeError(f"column {mixed[0]!r}", nw.Object(), "one type per "
+                                       "column (integers or strings): Dask's convert-string "
+                                       "makes an object column's values text (an int and the "
+                                       "equal float become two ids)")
 
 
 def opened(frame: Any) -> Frame | None:
@@ -99,24 +134,59 @@ def read(frame: frames.Frame, columns: Sequence[str], scratch: str | None) -> An
 @contextlib.contextmanager
 def scratch(kind: str) -> Iterator[str | None]:
     """The folder of one query's copy on Dask, removed when the query ends (None for the other
-    engines). A cluster of several machines needs a folder they all read: ``TMPDIR`` (Python's
-    ``tempfile``) on shared storage."""
+    engines): on the client, and under a ``distributed`` client on every worker too (a worker
+    that does not see the client's folder wrote its parts into its own, which ``copy`` refuses;
+    they are removed here, not left behind). A cluster of several machines needs a folder they
+    all read: ``TMPDIR`` (Python's ``tempfile``) on shared storage."""
     if kind != "dask":
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="dpbudget-dask-") as folder:
+    folder = tempfile.mkdtemp(prefix="dpbudget-dask-")
+    try:
         yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        _on_workers(folder)
 
 
-def copy(native: Any, folder: str | None) -> Any:
+def _remove(folder: str) -> None:
+    """``folder`` removed, on whichever machine runs this (a worker, under ``client.run``)."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _on_workers(folder: str) -> None:
+    """``folder`` removed on every worker of the current ``distributed`` client, if any."""
+    try:
+        from distributed import default_client
+        client = default_client()  # type: ignore[no-untyped-call]  # (distributed's own)
+    except (ImportError, ValueError):  # (no distributed, or no client: nothing elsewhere)
+        return
+    client.run(_remove, folder)
+
+
+def copy(native: Any, folder: str) -> Any:
     """``native`` (the selected Dask columns) written once as Parquet under ``folder``, read back
-    as a lazy narwhals frame: what every later step of the query reads."""
+    as a lazy narwhals frame: what every later step of the query reads.
+
+    Raises:
+        InvalidArgumentError: the client reads another number of parts than ``native`` has (its
+            workers wrote into folders the client does not see: nothing spent, no subset).
+    """
     import dask.dataframe as dd
-    if folder is None:
-        raise InvalidArgumentError("scratch", None, "a folder for the Dask copy (scratch)")
+    import narwhals as nw
     path = os.path.join(folder, "copy")
     native.to_parquet(path, write_index=False)
-    return _wrapped(dd.read_parquet(path))
+    _complete(path, native.npartitions)
+    return nw.from_native(dd.read_parquet(path))
+
+
+def _complete(path: str, parts: int) -> None:
+    """Refuse a copy whose folder, as the client sees it, lacks one of the ``parts`` files."""
+    found = sum(n.endswith(".parquet") for n in (os.listdir(path) if os.path.isdir(path) else ()))
+    if found != parts:
+        raise InvalidArgumentError("scratch", "a folder the workers do not share", "a folder "
+                                   "every Dask worker writes and the client reads (TMPDIR on "
+                                   "shared storage)")
 
 
 class _Seed:
@@ -167,7 +237,7 @@ def _by_unit(native: Any, unit: str) -> Any:
     """``native`` shuffled so that all rows of a unit lie in one partition (by a hash of the
     unit's value: the same partition in a retried task). In tasks, in memory: Dask's default
     without a distributed client is a shuffle on disk, whose files of rows outlive the query."""
-    return native.shuffle(on=unit, npartitions=native.npartitions, shuffle_method="tasks")
+    return native.shuffle(on=unit, shuffle_method="tasks")
 
 
 def _partial(part: Any, *, seed: _Seed, step: Callable[..., Any], args: Sequence[Any],

@@ -32,7 +32,7 @@ from dpbudget.accountant.ledger import SqliteLedger
 from dpbudget.accountant.tables import bounding, frames, sensitivities as sens
 from dpbudget.accountant.tables.builder import table
 from dpbudget.accountant.tables.sensitivities import Contribution
-from dpbudget.accountant.values.errors import InvalidDataError
+from dpbudget.accountant.values.errors import InvalidDataError, InvalidDataTypeError
 from dpbudget.examples.events import REGIONS, events_frame
 
 from tests.tables._tables import small_table
@@ -264,7 +264,8 @@ def test_a_source_that_changes_between_reads_is_read_once(tmp_path: Path,
         epsilon=1.0, max_rows_per_unit=100).release()
     assert answer == expected
     first.to_parquet(source)  # Negative control: without the copy, the rewrite is counted
-    monkeypatch.setattr(on_dask, "copy", lambda native, folder: on_dask._wrapped(native))
+    import narwhals as nw
+    monkeypatch.setattr(on_dask, "copy", lambda native, folder: nw.from_native(native))
     query = table(_acc(rng=1), dd.read_parquet(source), dataset="events").count(
         epsilon=1.0, max_rows_per_unit=100)
     real = query._read
@@ -336,10 +337,111 @@ def test_a_local_distributed_cluster_answers_as_the_synchronous_scheduler() -> N
         "group", keys=["a", "b", "c"]).sum("x", lower=0, upper=10, epsilon=1.0,
                                           max_rows_per_unit=3).release()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster):
+                      dashboard_address=":0") as cluster, Client(cluster):
         with dask.config.set(scheduler=None), get_task_stream() as stream:
             got = table(_acc(), dd.from_pandas(pdf, npartitions=3), dataset="events").group_by(
                 "group", keys=["a", "b", "c"]).sum("x", lower=0, upper=10, epsilon=1.0,
                                                   max_rows_per_unit=3).release()
     assert got == pytest.approx(expected)
     assert any("_partial" in task["key"][0] for task in stream.data)  # (run on the workers)
+
+
+def _object_ids() -> pd.DataFrame:
+    """Person 7 as 7 and 7.0 (an object column), 4 rows; 40 others, one row each."""
+    return pd.DataFrame({PERSON: pd.Series([7, 7.0, 7, 7.0, *range(100, 140)], dtype=object),
+                         "v": 1.0})
+
+
+def test_one_person_as_7_and_7_0_is_refused_before_the_debit(monkeypatch: Any) -> None:
+    """Dask's convert-string made the object ids "7" and "7.0": two units, 4 rows kept under
+    max_rows_per_unit=2 (bounded truth 42). Refused before the debit, nothing spent, built from
+    pandas (renamed too) or from delayed pandas parts. Negative control: without the check, the
+    count charges person 7 twice (44)."""
+    def count(frame: Any, acc: Any) -> Any:
+        return table(acc, frame, dataset="events").count(epsilon=1e6,
+                                                         max_rows_per_unit=2).release()
+
+    pdf = _object_ids()
+    built = [dd.from_pandas(pdf, npartitions=3),
+             dd.from_pandas(pdf.rename(columns={PERSON: "q"}), npartitions=3).rename(
+                 columns={"q": PERSON}),
+             dd.from_delayed([dask.delayed(pdf.copy)()], meta=pdf.head(0))]
+    for frame in built:
+        acc = _acc(eps=1e7)
+        with pytest.raises(InvalidDataTypeError, match="convert-string") as raised:
+            count(frame, acc)
+        assert "7.0" not in str(raised.value)
+        assert acc.spent("events").epsilon == 0.0
+    clean = pdf.assign(**{PERSON: pdf[PERSON].astype("int64")})  # (one type: person 7, 2 rows)
+    assert round(count(dd.from_pandas(clean, npartitions=3), _acc(eps=1e7))) == 42
+    monkeypatch.setattr(on_dask, "_one_type", lambda native: None)
+    assert round(count(dd.from_pandas(pdf, npartitions=3), _acc(eps=1e7))) == 44
+
+
+def test_a_copy_the_client_reads_in_part_is_refused_before_the_debit(monkeypatch: Any) -> None:
+    """A worker wrote its part where the client does not see it (a worker's own /tmp): the copy
+    the client reads lacks a part; refused, nothing spent. Negative control: without the count,
+    the query releases a count of the subset."""
+    pdf = small_table(5, units=30, max_rows=3).rename(columns={"unit": PERSON})
+    real = dd.DataFrame.to_parquet
+
+    def on_a_worker(self: Any, path: str, **kwargs: Any) -> Any:
+        out = real(self, path, **kwargs)
+        os.remove(os.path.join(path, "part.1.parquet"))  # (on another machine)
+        return out
+
+    monkeypatch.setattr(dd.DataFrame, "to_parquet", on_a_worker)
+    acc = _acc(eps=1e7)
+    query = table(acc, dd.from_pandas(pdf, npartitions=3), dataset="events").count(
+        epsilon=1e6, max_rows_per_unit=100)
+    with pytest.raises(dp.InvalidArgumentError, match="scratch"):
+        query.release()
+    assert acc.spent("events").epsilon == 0.0
+    monkeypatch.setattr(on_dask, "_complete", lambda path, parts: None)
+    assert round(query.release()) < len(pdf)
+
+
+def test_without_narwhals_dask_support_a_dask_frame_is_a_typed_refusal(monkeypatch: Any) -> None:
+    """narwhals without its Dask support raises a bare TypeError: refused typed, naming the
+    plugin to install."""
+    import narwhals as nw
+
+    def moved(native: Any, **kwargs: Any) -> Any:
+        raise TypeError("Unsupported dataframe type")
+
+    monkeypatch.setattr(nw, "from_native", moved)
+    with pytest.raises(dp.InvalidTypeError, match="narwhals-dask"):
+        table(_acc(), dd.from_pandas(small_table(0), npartitions=2), dataset="events")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
+                    reason="distributed is not installed")
+def test_each_worker_removes_the_copy_s_folder(monkeypatch: Any) -> None:
+    """Under a distributed client the folder is removed on every worker, not only the client:
+    with the client's own removal disabled (a client that does not see the workers' /tmp), no
+    worker still holds the folder after the query. Negative control: without the workers'
+    removal, the workers hold it."""
+    from distributed import Client, LocalCluster
+    pdf = small_table(6, units=10, max_rows=3).rename(columns={"unit": PERSON})
+    folders: list[str] = []
+    real = on_dask.tempfile.mkdtemp
+
+    def made(**kwargs: Any) -> str:
+        folders.append(real(**kwargs))
+        return folders[-1]
+
+    def query() -> Any:
+        return table(_acc(), dd.from_pandas(pdf, npartitions=2), dataset="events").count(
+            epsilon=1.0, max_rows_per_unit=3).release()
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        with dask.config.set(scheduler=None), monkeypatch.context() as m:
+            m.setattr(on_dask.tempfile, "mkdtemp", made)
+            m.setattr(on_dask.shutil, "rmtree", lambda *a, **k: None)  # (client side only)
+            query()
+            assert not any(client.run(os.path.exists, folders[-1]).values())
+            m.setattr(on_dask, "_on_workers", lambda folder: None)
+            query()
+            assert all(client.run(os.path.exists, folders[-1]).values())
+        client.run(on_dask._remove, folders[-1])
