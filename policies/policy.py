@@ -41,7 +41,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from dpbudget.accountant.values.errors import InvalidTypeError, PolicyError
 from dpbudget.policies.grants import grants
@@ -90,6 +90,16 @@ class Policy(_Limit):
         "under this limit, if its name follows the policy syntax and is no variant (in case or "
         "'_', '.', '-') of a dataset already charged. Omitted: any other dataset is refused.",
         json_schema_extra=grants("present"))
+
+    @model_validator(mode="after")
+    def _one_analyst_per_token(self) -> "Policy":
+        # (two analysts listing one token id: it would authenticate whichever came last, and
+        # removing the other's copy would move it without a raise)
+        ids = [text.split(":")[0] for own in self.analysts.values() for text in own.tokens]
+        if len(ids) != len(set(ids)):
+            raise ValueError("a token id is listed more than once under [analysts]: each API "
+                             "token belongs to one analyst")
+        return self
 
 
 def load_policy(path: str | Path) -> Policy:

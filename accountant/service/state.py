@@ -173,10 +173,11 @@ class Held:
         query = _statistic(t, spec)
         if spec.action == "accuracy":
             return query.accuracy(), None
-        if not deadline.start_debit():  # (the request is gone or its time past: nothing is
-            deadline.give_up()          # spent for an answer no one will receive)
-            raise ServiceError(503, GAVE_UP)
-        answer = query.release(label=spec.label)
+        def ready() -> None:  # (checked after the read, right before the debit: a request
+            if not deadline.start_debit():  # gone or past its time spends nothing for an
+                raise ServiceError(503, GAVE_UP)  # answer no one will receive)
+
+        answer = query.release(label=spec.label, _ready=ready)
         return answer, acc.last_receipt  # (this thread's debit, just made)
 
 

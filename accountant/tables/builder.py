@@ -88,8 +88,7 @@ def table(accountant: Any, frame: Any, *, dataset: Any = NOT_GIVEN,
                                    "queried (in its policy): a table query is per that unit")
     policy: dict[str, Any] = {}
     for name in BOUND_NAMES:
-        given = [getattr(lim.bounds, name) for lim in limits
-                 if lim.bounds is not None and getattr(lim.bounds, name) is not None]
+        given = [b for lim in limits if (b := getattr(lim.bounds, name, None)) is not None]
         policy[name] = min(given) if given else None
     return Table(gate, opened, (dataset, analyst, None), str(units.pop()), policy, _Spec())
 
@@ -269,26 +268,25 @@ class TableQuery:
 
     def mechanisms(self) -> list[Any]:
         """The mechanisms the release debits (their costs add up to the query's)."""
-        if self._selection is not None and self.statistic.kind in ("count",
-                                                                   "count_distinct_units"):
+        if self._selection is not None and self.statistic.kind.startswith("count"):
             return [self._selection]
         priced = self.statistic.mechanisms(self.contribution)
         return priced if self._selection is None else [self._selection, *priced]
 
     def accuracy(self) -> dict[str, Any]:
-        """The noise scale and 95 % interval half-width of each part, before releasing; nothing
-        is charged. With private keys, also the selection's threshold (a key's count is
-        released when it plus the same noise clears it: the ``PartitionSelection`` of
-        ``mechanisms()``, whose noise is the count's, Δ₁/ε)."""
+        """The noise scale and 95 % interval half-width of each part; nothing is charged. With
+        private keys, also the selection's threshold (a key's count is released when it plus the
+        same noise clears it: ``mechanisms()``'s ``PartitionSelection``, noise Δ₁/ε)."""
         out = self.statistic.accuracy(self.contribution)
         if self._selection is not None:
             out["selection"] = {"threshold": self._selection.threshold,
                                 "scale": self._selection.scale}
         return out
 
-    def release(self, *, label: str | None = None) -> Any:
+    def release(self, *, label: str | None = None, _ready: Any = None) -> Any:
         """Debit the query's cost once, then bound, aggregate and draw: a number (a dict for a
-        mean or variance) over the whole table, else ``{key: answer}``.
+        mean or variance), else ``{key: answer}``. ``_ready()`` runs just before the debit (the
+        query service's check that its request still waits): it may only refuse (raise).
 
         Raises:
             BudgetExceededError, MechanismNotAllowedError: refused; nothing drawn or debited.
@@ -297,7 +295,9 @@ class TableQuery:
         t, state = self._table, dict[str, Any]()
         with dask.scratch(t._frame.kind) as scratch:  # (a Dask copy's folder, removed after)
             try:
-                noisy = release_bounded(t._gate, self._read(state, scratch), functools.partial(
+                mechanisms = self._read(state, scratch)
+                _ready is None or _ready()
+                noisy = release_bounded(t._gate, mechanisms, functools.partial(
                     self._compute, state=state), UnitBounds(t._unit, self.bounds), label, t._where)
             finally:  # (computed, refused or failed: the copy is read by this query alone)
                 frames.free(state.get("copy"), t._frame.kind)

@@ -144,9 +144,9 @@ def scratch(kind: str) -> Iterator[str | None]:
     folder = tempfile.mkdtemp(prefix="dpbudget-dask-")
     try:
         yield folder
-    finally:
+    finally:  # (best effort: a worker gone must not turn a paid answer into an error)
         shutil.rmtree(folder, ignore_errors=True)
-        _on_workers(folder)
+        frames.tidy(lambda: _on_workers(folder), "a Dask copy's folder on the workers")
 
 
 def _remove(folder: str) -> None:

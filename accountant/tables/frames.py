@@ -43,6 +43,7 @@ bounding runs per partition of whole units, on pandas, with numpy keys seeded pe
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -55,7 +56,7 @@ from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidData
                                                PrivacyError)
 
 __all__ = ["KEY", "PREFIX", "Frame", "check_columns", "check_keys", "check_values", "collect",
-           "engine", "free", "inner", "keyed", "open_frame"]
+           "engine", "free", "inner", "keyed", "open_frame", "tidy"]
 
 PREFIX = "__dpbudget_"  # the copy's columns: each one this layer's own (``inner``)
 KEY = PREFIX + "key"  # ranks a unit's rows, and (through each group's minimum) its groups
@@ -145,7 +146,17 @@ def free(copy: Any, kind: str) -> None:
     been refused: on Spark its checkpoint's blocks (``spark.free``); in memory, nothing to do."""
     if kind == "spark" and copy is not None:
         from dpbudget.accountant.tables import spark
-        spark.free(copy.to_native())
+        tidy(lambda: spark.free(copy.to_native()), "a Spark checkpoint")
+
+
+def tidy(step: Callable[[], object], what: str) -> None:
+    """``step()``, a clean-up after a query: its failure is logged (its type, never its text)
+    and goes no further — an answer already paid for, or a refusal, is what the caller gets."""
+    try:
+        step()
+    except Exception as error:
+        logging.getLogger("dpbudget.tables").warning("%s was not freed (%s)", what,
+                                                     type(error).__name__)
 
 
 def open_frame(frame: Any) -> Frame:

@@ -439,3 +439,16 @@ def test_a_stored_policy_is_read_as_recorded(write) -> None:
     assert policy.datasets["a"].allowed_mechanisms == ("Laplce",)
     with pytest.raises(PolicyError, match="Laplce"):
         load_policy(write(MISSPELT))
+
+
+def test_a_token_id_listed_under_two_analysts_is_refused() -> None:
+    """One token id under two analysts would authenticate whichever is read last, and removing
+    one copy would move the token without a raise: refused when the policy is read."""
+    from dpbudget.policies.policy import parse_policy
+
+    entry = "0123456789abcdef:" + "ab" * 32 + ":2000000000"  # (id:sha256:expiry)
+    text = ('[datasets.d]\nlimit = { epsilon = 1.0 }\n'
+            f'[analysts.alice]\ntokens = ["{entry}"]\n')
+    assert parse_policy(text, "toml").analysts["alice"].tokens == (entry,)
+    with pytest.raises(PolicyError, match="more than once"):
+        parse_policy(text + f'[analysts.mallory]\ntokens = ["{entry}"]\n', "toml")

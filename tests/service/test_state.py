@@ -155,3 +155,38 @@ def test_the_rate_is_per_token_and_refills() -> None:
     limit = RateLimit(rate=1.0, burst=2)
     assert [limit.take("a", 0.0) for _ in range(3)] == [True, True, False]
     assert limit.take("b", 0.0) and limit.take("a", 1.0) and not limit.take("a", 1.0)
+
+
+def test_a_read_that_outlasts_the_request_is_not_debited(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline is checked after the query has read its data, right before the debit: a
+    request whose client is answered while the read still runs (here: gives up during the
+    read) is refused and spends nothing. Negative control: checked before the read (the first
+    fix's order), the debit lands for an answer no one receives."""
+    from dpbudget.accountant.tables import frames
+
+    held, site = _held(tmp_path)
+    token = site.tokens["bob"]  # type: ignore[attr-defined]
+    real = frames.check_values
+
+    def slow_read(deadline: Deadline, told: bool = True) -> None:
+        def read(*args: object, **kwargs: object) -> object:
+            out = real(*args, **kwargs)  # (the client is answered while the read runs: told
+            assert deadline.give_up() is told  # "nothing spent", or "may be spent")
+            return out
+        monkeypatch.setattr(frames, "check_values", read)
+
+    deadline = Deadline(FAR)
+    slow_read(deadline)
+    before = _head(held)
+    with pytest.raises(ServiceError, match="nothing was drawn or debited"):
+        held.query(token, held.admit(token), COUNT, deadline)
+    assert _head(held) == before
+
+    monkeypatch.undo()  # Negative control: the check before the read
+    deadline = Deadline(FAR)
+    assert deadline.start_debit()
+    slow_read(deadline, told=False)
+    monkeypatch.setattr(Deadline, "start_debit", lambda self: True)
+    held.query(token, held.admit(token), COUNT, deadline)
+    assert _head(held)[0] == before[0] + 1

@@ -1004,3 +1004,29 @@ def test_a_record_names_only_the_bounds_its_bounding_applied() -> None:
         epsilon=1.0, max_groups_per_unit=1, max_rows_per_group=2).release()
     record = json.loads(list(acc.ledger.entries())[-1].text)
     assert record["bounds"] == {"max_groups_per_unit": 1, "max_rows_per_group": 2}
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.1], ids=["refused", "answered"])
+def test_a_clean_up_that_fails_never_replaces_the_answer_or_the_refusal(
+        monkeypatch: pytest.MonkeyPatch, eps: float) -> None:
+    """The copy's clean-up (a Spark checkpoint freed, a Dask folder removed on the workers)
+    runs after the debit: its failure is logged by type and the caller still gets the answer
+    it paid for, or its refusal as itself. Negative control: a clean-up whose failure
+    propagates (the old ``free``) turns the paid answer into an OSError."""
+    def fails() -> None:
+        raise OSError("worker gone")
+
+    acc = accountant(eps=0.5)
+    spark_like = functools.partial(frames.tidy, fails, "a copy")
+    monkeypatch.setattr(frames, "free", lambda copy, kind: spark_like())
+    query = table(acc, small_table(1), dataset="t").count(epsilon=eps, max_rows_per_unit=3)
+    if eps > 0.5:
+        with pytest.raises(BudgetExceededError):
+            query.release()
+        return
+    assert isinstance(query.release(), (int, float))
+    monkeypatch.setattr(frames, "free", lambda copy, kind: fails())
+    with pytest.raises(OSError):
+        table(acc, small_table(1), dataset="t").count(epsilon=eps,
+                                                       max_rows_per_unit=3).release()
+    assert acc.spent("t").epsilon == pytest.approx(0.2)  # (paid twice, answered once)
