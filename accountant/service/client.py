@@ -18,6 +18,7 @@ reply that is not the service's is a ``ServiceError``.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -30,11 +31,11 @@ __all__ = ["Owner", "RemoteTable", "Service", "connect"]
 
 
 def _call(url: str, method: str, body: bytes | None, headers: dict[str, str],
-          timeout: float) -> Any:
+          timeout: float, context: ssl.SSLContext | None = None) -> Any:
     request = urllib.request.Request(url, body, {"content-type": "application/json", **headers},
                                      method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             status, raw, kind = response.status, response.read(), response.headers.get(
                 "content-type", "")
     except urllib.error.HTTPError as exc:
@@ -53,8 +54,9 @@ def _call(url: str, method: str, body: bytes | None, headers: dict[str, str],
 class Service:
     """A connection to a query service as one analyst (``connect``)."""
 
-    def __init__(self, url: str, token: str, timeout: float) -> None:
+    def __init__(self, url: str, token: str, timeout: float, cafile: str | None = None) -> None:
         self.url, self._token, self.timeout = url.rstrip("/"), token, timeout
+        self._context = _trusting(cafile)
         self.last_receipt: dict[str, Any] | None = None
 
     def __repr__(self) -> str:  # (never the token)
@@ -63,7 +65,7 @@ class Service:
     def _send(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
         return _call(self.url + path, method, data, {"authorization": f"Bearer {self._token}"},
-                     self.timeout)
+                     self.timeout, self._context)
 
     def table(self, name: str) -> "RemoteTable":
         """The registered table ``name``, to query."""
@@ -78,9 +80,17 @@ class Service:
         return {"analyst": reply["analyst"], "dataset_limit": reply["dataset_limit"]}
 
 
-def connect(url: str, *, token: str, timeout: float = 60.0) -> Service:
-    """A connection to the query service at ``url`` as the analyst ``token`` belongs to."""
-    return Service(url, token, timeout)
+def connect(url: str, *, token: str, timeout: float = 60.0,
+            cafile: str | None = None) -> Service:
+    """A connection to the query service at ``url`` as the analyst ``token`` belongs to;
+    ``cafile``: a PEM file of the certificates to trust for an ``https`` URL (a service's own
+    self-signed one), instead of the system's (the certificate is verified either way)."""
+    return Service(url, token, timeout, cafile)
+
+
+def _trusting(cafile: str | None) -> ssl.SSLContext | None:
+    """The TLS context that trusts ``cafile`` (hostname checked); None: the system's."""
+    return None if cafile is None else ssl.create_default_context(cafile=cafile)
 
 
 class RemoteTable:
@@ -182,7 +192,8 @@ class Owner:
     ledger's first record, as ``dpbudget status LEDGER`` prints it): a server on another ledger
     refuses the signature (401); none is asked which ledger it holds."""
 
-    def __init__(self, url: str, key: Any, *, ledger: str, timeout: float = 60.0) -> None:
+    def __init__(self, url: str, key: Any, *, ledger: str, timeout: float = 60.0,
+                 cafile: str | None = None) -> None:
         import re
 
         from dpbudget.accountant.gate import owner_key
@@ -194,6 +205,7 @@ class Owner:
                                        "lowercase hex digits (dpbudget status LEDGER)")
         self.url, self._key, self.timeout = url.rstrip("/"), owner_key.load(key), timeout
         self._host, self._ledger = authority(self.url), ledger
+        self._context = _trusting(cafile)
 
     def _send(self, method: str, path: str, body: Any = None) -> Any:
         from dpbudget.accountant.service.owner import sign_request
@@ -201,7 +213,8 @@ class Owner:
         data = b"" if body is None else json.dumps(body).encode("utf-8")
         headers = sign_request(self._key, method, self._host, path, self._ledger, data,
                                time.time())
-        return _call(self.url + path, method, data or None, headers, self.timeout)
+        return _call(self.url + path, method, data or None, headers, self.timeout,
+                     self._context)
 
     def status_link(self) -> str:
         """A link that opens the status page in a browser once, within 30 s of now."""

@@ -29,11 +29,11 @@ from typing import Any, NamedTuple
 
 from dpbudget.accountant.gate.accountant import Accountant
 from dpbudget.accountant.service import tokens
-from dpbudget.accountant.service.data import Registered
+from dpbudget.accountant.service.data import Postgres, Registered, read_postgres
 from dpbudget.accountant.service.wire import Query
 from dpbudget.accountant.tables.builder import table
 from dpbudget.accountant.values.errors import (InvalidArgumentError, PolicyChangedError,
-                                               ServiceError)
+                                               PrivacyError, ServiceError)
 from dpbudget.policies.stored import POLICY_KEY
 
 __all__ = ["Admitted", "Deadline", "GAVE_UP", "Held", "RateLimit", "UNAUTHENTICATED"]
@@ -163,7 +163,10 @@ class Held:
         if registered is None:  # (the other names are not the analyst's to learn)
             raise InvalidArgumentError("table", spec.table, "a table this service serves")
         acc = who.accountant
-        t = table(acc, str(registered.source), dataset=registered.dataset, analyst=who.analyst)
+        frame: Any = str(registered.source)
+        if isinstance(registered.source, Postgres):  # (only the columns the query names)
+            frame = read_postgres(registered.source, _named(acc, registered.dataset, spec))
+        t = table(acc, frame, dataset=registered.dataset, analyst=who.analyst)
         for f in spec.filters:
             t = t.filter(f.column, f.op, f.value)
         if spec.group_by:
@@ -179,6 +182,17 @@ class Held:
 
         answer = query.release(label=spec.label, _ready=ready)
         return answer, acc.last_receipt  # (this thread's debit, just made)
+
+
+def _named(acc: Accountant, dataset: str, spec: Query) -> list[str]:
+    """The columns ``spec`` names, with the dataset's privacy unit (none: the table API
+    refuses the dataset by name)."""
+    try:
+        unit = acc._gate.planner.limit(dataset).privacy_unit  # (as dp.table finds it)
+    except PrivacyError:  # (a dataset the policy refuses: refused by the table API, typed)
+        unit = None
+    return [c for c in (unit, *(f.column for f in spec.filters), *spec.group_by, spec.column)
+            if isinstance(c, str)]
 
 
 def _statistic(t: Any, spec: Query) -> Any:

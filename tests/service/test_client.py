@@ -2,13 +2,20 @@
 concurrent clients racing one analyst's last budget never get more than it (SQLite and
 PostgreSQL), and the server killed with SIGKILL mid-load loses no debit for an answer that was
 sent: every receipt a client received names a record of the ledger, hash and all. Also the
-table API's answer types come back as themselves (grouped keys, means as dicts)."""
+table API's answer types come back as themselves (grouped keys, means as dicts). Over TLS
+(``serve --cert --key``), a client that trusts the service's self-signed certificate
+(``connect(..., cafile=)``) is answered; one that does not is refused by certificate
+verification, and nothing is spent."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
+import ipaddress
 import signal
+import ssl
 import threading
+import urllib.error
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +24,7 @@ import pytest
 from dpbudget.accountant.ledger import open_ledger
 from dpbudget.accountant.service.client import connect
 from dpbudget.accountant.values.errors import BudgetExceededError, PrivacyError
-from tests.service._site import make_site, server
+from tests.service._site import head, make_site, server
 
 pytestmark = pytest.mark.slow
 
@@ -107,3 +114,48 @@ def test_answer_types_come_back_as_themselves(tmp_path: Path) -> None:
         assert isinstance(median, float) and 0.0 <= median <= 100.0
         accuracy = visits.count(epsilon=0.5).accuracy()
         assert accuracy["rows"]["scale"] > 0
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key: (certificate, key) PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dpbudget test")])
+    start = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)  # (no clock read)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=365 * 80))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+def test_the_client_trusts_the_services_certificate_only_when_given_it(tmp_path: Path) -> None:
+    site = make_site(tmp_path)
+    cert, key = _self_signed(tmp_path)
+    with server(site, "--cert", str(cert), "--key", str(key)) as (url, _):
+        url = url.replace("http://", "https://", 1)
+        answer = connect(url, token=site.tokens["bob"], cafile=str(cert)).table(
+            "visits").count(epsilon=0.1).release()
+        assert abs(answer - 3000) < 3000  # (ε = 0.1 on 3,000 rows: noise scale 100)
+        before = head(site.ledger)
+        # the control: the system's trust store does not hold the certificate: refused
+        with pytest.raises(urllib.error.URLError) as caught:
+            connect(url, token=site.tokens["bob"]).table("visits").count(epsilon=0.1).release()
+        assert isinstance(caught.value.reason, ssl.SSLCertVerificationError)
+        assert head(site.ledger) == before
+        with pytest.raises(OSError):  # plain HTTP to a TLS port: no answer (disconnected)
+            connect(url.replace("https://", "http://"), token=site.tokens["bob"]).table(
+                "visits").count(epsilon=0.1).release()
+        assert head(site.ledger) == before

@@ -1,13 +1,18 @@
-"""Registered tables (dpbudget.accountant.service.data): a name, a dataset, a file that exists."""
+"""Registered tables (dpbudget.accountant.service.data): a name, a dataset, a file that exists.
+
+PostgreSQL tables: checked when the server starts (the DSN connects, the table exists, one table
+is charged to one dataset), read per query (only the columns it names, quoted as identifiers),
+queried through the real server and client; the DSN's password is never shown."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from dpbudget.accountant.service.data import load_data
-from dpbudget.accountant.values.errors import PolicyError
+from dpbudget.accountant.service.data import Postgres, load_data, read_postgres
+from dpbudget.accountant.values.errors import InvalidArgumentError, PolicyError, ServiceError
 
 
 def test_tables_resolve_beside_the_data_file(tmp_path: Path) -> None:
@@ -88,3 +93,121 @@ def test_a_suffix_not_exactly_parquet_or_csv_is_refused(tmp_path: Path, name: st
     (tmp_path / "data.toml").write_text(
         f'[tables.v]\ndataset = "visits"\nsource = "{name.lower()}"\n')
     assert load_data(tmp_path / "data.toml")["v"].source.name == name.lower()
+
+
+SECRET = "pw-CANARY-5150"  # the DSN's password: in no message, log line or ledger record
+
+
+@pytest.fixture
+def db(postgres_server: str) -> str:
+    """A database of its own for each test (the session's is shared)."""
+    from tests import _postgres
+
+    return _postgres.fresh_database(postgres_server)
+
+
+def _with_password(dsn: str) -> str:
+    """``dsn`` with a password (the test server trusts loopback: libpq never sends it)."""
+    return dsn.replace("dpbudget@", f"dpbudget:{SECRET}@", 1)
+
+
+def _load(folder: Path, dsn: str, rows: pd.DataFrame) -> None:
+    """``rows`` as the table public.visits, beside a table public.secret no query may read."""
+    import psycopg
+
+    with psycopg.connect(dsn) as con:
+        con.execute("CREATE TABLE visits (pid bigint, city text, amount double precision)")
+        with con.cursor().copy("COPY visits (pid, city, amount) FROM STDIN") as copy:
+            for row in rows.itertuples(index=False):
+                copy.write_row((int(row.pid), row.city, float(row.amount)))
+        con.execute("CREATE TABLE secret (pid bigint, diagnosis text)")
+        con.execute("INSERT INTO secret VALUES (1, 'x')")
+
+
+def _data(folder: Path, dsn: str, *tables: tuple[str, str, str]) -> Path:
+    path = folder / "pg.toml"
+    path.write_text("".join(f'[tables.{name}]\ndataset = "{dataset}"\npostgres = "{dsn}"\n'
+                            f"table = '{table}'\n\n" for name, dataset, table in tables))
+    return path
+
+
+def _rows() -> pd.DataFrame:
+    return pd.DataFrame({"pid": [1, 1, 2, 3], "city": ["a", "b", "a", "c"],
+                         "amount": [1.0, 2.0, 3.0, 4.0]})
+
+
+@pytest.mark.postgres
+def test_a_query_reads_only_the_columns_it_names_quoted(tmp_path: Path,
+                                                        db: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    _load(tmp_path, db, _rows())
+    source = load_data(_data(tmp_path, db, ("v", "visits", "visits")))["v"].source
+    assert isinstance(source, Postgres) and source.columns == ("pid", "city", "amount")
+    attack = 'pid" FROM secret --'
+    read = read_postgres(source, ["pid", "city", attack, "pid"])
+    assert read.columns == ["pid", "city"] and read.shape == (4, 2)
+    # the control: a column name the table lacks is left out, and even one that got through
+    # would be one quoted identifier, never SQL (the read fails, typed; nothing of secret)
+    monkeypatch.setattr(Postgres, "columns", property(lambda self: ("pid", attack)))
+    with pytest.raises(ServiceError, match="UndefinedColumn") as caught:
+        read_postgres(source, ["pid", attack])
+    assert caught.value.status == 503
+
+
+@pytest.mark.postgres
+def test_start_refuses_a_missing_table_or_a_dsn_that_cannot_connect(
+        tmp_path: Path, db: str) -> None:
+    _load(tmp_path, db, _rows())
+    dsn = _with_password(db)
+    with pytest.raises(PolicyError, match="tables.v.table: no such table"):
+        load_data(_data(tmp_path, dsn, ("v", "visits", "public.nope")))
+    closed = dsn.rsplit(":", 1)[0] + ":1/postgres"  # (port 1: nothing listens)
+    with pytest.raises(PolicyError, match="tables.v.postgres: cannot connect") as caught:
+        load_data(_data(tmp_path, closed, ("v", "visits", "visits")))
+    assert SECRET not in str(caught.value) and SECRET not in repr(caught.value)
+    found = load_data(_data(tmp_path, dsn, ("v", "visits", "visits")))
+    assert SECRET not in repr(found) and SECRET not in str(found)
+
+
+@pytest.mark.postgres
+def test_one_table_under_two_datasets_is_refused_however_named(tmp_path: Path,
+                                                                db: str) -> None:
+    _load(tmp_path, db, _rows())
+    with pytest.raises(PolicyError, match="tables.w.table: is the source of tables.v"):
+        load_data(_data(tmp_path, db, ("v", "visits", "visits"),
+                        ("w", "other", 'public."visits"')))
+    # the control: the same table twice under ONE dataset is one budget, and is served
+    assert set(load_data(_data(tmp_path, db, ("v", "visits", "visits"),
+                               ("w", "visits", "public.visits")))) == {"v", "w"}
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_postgres_table_through_the_real_service(tmp_path: Path,
+                                                   db: str) -> None:
+    from dpbudget.accountant.service.client import connect
+    from tests.service._site import head, make_site, server
+
+    site = make_site(tmp_path)
+    rows = pd.read_parquet(site.folder / "visits.parquet")
+    _load(tmp_path, db, rows)
+    _data(tmp_path, _with_password(db), ("visits", "visits", "public.visits"))
+    (site.folder / "pg.toml").replace(site.folder / "data.toml")
+    with server(site) as (url, _):
+        service = connect(url, token=site.tokens["bob"])
+        answer = service.table("visits").filter("city", "==", "a").count(epsilon=4.0).release()
+        truth = int((rows.city == "a").sum())
+        assert abs(answer - truth) < 60  # (Laplace scale 10 rows / ε 4 = 2.5: 24 scales)
+        before = head(site.ledger)
+        with pytest.raises(InvalidArgumentError, match="table"):  # another table of the database
+            service.table("secret").count(epsilon=0.1).release()
+        with pytest.raises(InvalidArgumentError, match="column"):  # a column the table lacks
+            service.table("visits").filter("diagnosis", "==", "x").count(epsilon=0.1).release()
+        assert head(site.ledger) == before  # (refusals: nothing debited)
+    seen = "".join(p.read_text(errors="replace") for p in
+                   (site.folder / "server.err", site.folder / "requests.jsonl"))
+    assert "visits" in seen and SECRET not in seen
+    from dpbudget.accountant.ledger import open_ledger
+
+    with open_ledger(site.ledger, create=False) as ledger:
+        assert all(SECRET not in e.text for e in ledger.entries())
