@@ -17,6 +17,7 @@ reply that is not the service's is a ``ServiceError``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import time
@@ -25,7 +26,7 @@ import urllib.request
 from typing import Any
 
 from dpbudget.accountant.service import wire
-from dpbudget.accountant.values.errors import ServiceError
+from dpbudget.accountant.values.errors import LedgerUnconfirmedError, ServiceError
 
 __all__ = ["Owner", "RemoteTable", "Service", "connect"]
 
@@ -41,11 +42,19 @@ def _call(url: str, method: str, body: bytes | None, headers: dict[str, str],
     except urllib.error.HTTPError as exc:
         with exc:  # (a refusal's reply: read, then its connection closed)
             status, raw, kind = exc.code, exc.read(), exc.headers.get("content-type", "")
+    except http.client.HTTPException as exc:  # (a reply cut off: the server died sending it)
+        raise LedgerUnconfirmedError(f"the service's reply was cut off ({type(exc).__name__}): "
+                                     "a query sent may have been debited; do not retry it "
+                                     "blindly, a retry pays again") from None
     if "json" not in kind:
         if status == 200:
             return raw.decode("utf-8")
         raise ServiceError(status, f"the service answered HTTP {status} without a dpbudget reply")
-    reply = json.loads(raw)
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        raise LedgerUnconfirmedError("the service's reply is not whole JSON: a query sent may "
+                                     "have been debited; a retry pays again") from None
     if not reply.get("ok"):
         wire.raise_error(reply.get("error"))
     return reply

@@ -159,3 +159,31 @@ def test_the_client_trusts_the_services_certificate_only_when_given_it(tmp_path:
             connect(url.replace("https://", "http://"), token=site.tokens["bob"]).table(
                 "visits").count(epsilon=0.1).release()
         assert head(site.ledger) == before
+
+
+@pytest.mark.parametrize("reply", [
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"ok\"",
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 5\r\n\r\n{\"ok\"",
+    b""], ids=["cut off", "not whole JSON", "no reply"])
+def test_a_reply_cut_off_says_the_query_may_be_spent(reply: bytes) -> None:
+    """A server that dies while answering (the SIGKILL test's race): the client says the query
+    may have been debited (LedgerUnconfirmedError: do not retry blindly), never a raw
+    http.client or JSON error. A one-shot socket server stands in for the dying service."""
+    import socket
+
+    from dpbudget.accountant.values.errors import LedgerUnconfirmedError
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(reply)
+        listener.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    with pytest.raises(LedgerUnconfirmedError, match="may have been debited"):
+        connect(f"http://127.0.0.1:{port}", token="dpb_" + "0" * 16 + "_x",
+                timeout=20).table("visits").count(epsilon=0.1).release()

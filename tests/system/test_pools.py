@@ -10,6 +10,7 @@ the worker (Python's default reduce) and shows the pool hang or break.
 
 from __future__ import annotations
 
+import copyreg
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +38,9 @@ def _release(job: tuple[str | None, float, bool]) -> float:
     url, epsilon, old = job
     if old:
         PrivacyError.__reduce__ = Exception.__reduce__  # type: ignore[method-assign]
+        for cls in list(copyreg.dispatch_table):  # (a forked worker inherits reducers that a
+            if isinstance(cls, type) and issubclass(cls, BaseException):  # library registered
+                del copyreg.dispatch_table[cls]  # in its parent: distributed's tblib does)
     with Accountant(Budget(1.0), ledger=url) as acc:
         if url is None:
             acc.release(Laplace(0.75, sensitivity=1.0), 1.0, dataset="adult")
