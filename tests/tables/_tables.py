@@ -80,3 +80,27 @@ def context_texts(error: BaseException) -> str:
         texts.append(f"{seen!s} {seen!r}")
         seen = seen.__context__ or seen.__cause__
     return " ".join(texts)
+
+
+PERSON = "person_id"  # the events table's unit (dpbudget.examples.events)
+
+
+def events_accountant(eps: float = 100.0, rng: Any = 0) -> Accountant:
+    return Accountant(limits={"events": DatasetLimit(limit=Budget(eps, 1e-3),
+                                                     privacy_unit=PERSON)}, rng=rng)
+
+
+def five_queries(frame: Any, bound: int) -> dict[str, Any]:
+    """The five queries of benchmarks/tables.py, each person's rows bounded to ``bound`` (Q5 per
+    region at ε = 10: per day × region, no key of a small table clears the threshold)."""
+    from dpbudget.accountant.tables.builder import table
+    from dpbudget.examples.events import REGIONS
+    t = table(events_accountant(), frame, dataset="events")
+    by_region = t.group_by("region", keys=REGIONS)
+    b = {"max_rows_per_unit": bound}
+    return {"Q1": by_region.count(epsilon=1.0, **b).release(),
+            "Q2": by_region.mean("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
+            "Q3": by_region.count_distinct_units(epsilon=1.0, max_groups_per_unit=bound,
+                                                 max_rows_per_group=bound).release(),
+            "Q4": t.median("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
+            "Q5": t.group_by("region").count(epsilon=10.0, delta=1e-3, **b).release()}

@@ -33,9 +33,9 @@ from dpbudget.accountant.tables import bounding, frames, sensitivities as sens
 from dpbudget.accountant.tables.builder import table
 from dpbudget.accountant.tables.sensitivities import Contribution
 from dpbudget.accountant.values.errors import InvalidDataError, InvalidDataTypeError
-from dpbudget.examples.events import REGIONS, events_frame
+from dpbudget.examples.events import events_frame
 
-from tests.tables._tables import small_table
+from tests.tables._tables import PERSON, events_accountant, five_queries, small_table
 
 if importlib.util.find_spec("dask") is None or importlib.util.find_spec("pyarrow") is None:
     if os.environ.get("CI"):
@@ -48,7 +48,6 @@ import dask.dataframe as dd  # noqa: E402
 from dpbudget.accountant.tables import dask as on_dask  # noqa: E402
 
 ALPHA = 1e-6
-PERSON = "person_id"
 # dask's Parquet reader calls reset_index(inplace=True), deprecated in pandas 3.1: not ours.
 pytestmark = [pytest.mark.filterwarnings("ignore:The inplace keyword in DataFrame.reset_index")]
 
@@ -59,22 +58,7 @@ def synchronous() -> Any:
         yield
 
 
-def _acc(eps: float = 100.0, rng: Any = 0) -> Any:
-    return dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(eps, 1e-3),
-                                                           privacy_unit=PERSON)}, rng=rng)
-
-
-def _five(frame: Any, bound: int) -> dict[str, Any]:
-    """The five queries of benchmarks/tables.py (as tests/tables/test_spark.py asks them)."""
-    t = table(_acc(), frame, dataset="events")
-    by_region = t.group_by("region", keys=REGIONS)
-    b = {"max_rows_per_unit": bound}
-    return {"Q1": by_region.count(epsilon=1.0, **b).release(),
-            "Q2": by_region.mean("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
-            "Q3": by_region.count_distinct_units(epsilon=1.0, max_groups_per_unit=bound,
-                                                 max_rows_per_group=bound).release(),
-            "Q4": t.median("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
-            "Q5": t.group_by("region").count(epsilon=10.0, delta=1e-3, **b).release()}
+_acc, _five = events_accountant, five_queries
 
 
 def _run(frame: pd.DataFrame, seed: int, columns: list[str], folder: Path) -> Any:

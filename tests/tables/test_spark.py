@@ -36,33 +36,17 @@ from dpbudget.accountant.tables.builder import table
 from dpbudget.accountant.tables.frames import KEY
 from dpbudget.accountant.tables.sensitivities import Contribution
 from dpbudget.accountant.values.errors import InvalidDataError
-from dpbudget.examples.events import REGIONS, events_frame
+from dpbudget.examples.events import events_frame
 
 from tests import _spark
-from tests.tables._tables import context_texts, old_engine, small_table
+from tests.tables._tables import (PERSON, context_texts, events_accountant, five_queries,
+                                  old_engine, small_table)
 
 ALPHA = 1e-6
-PERSON = "person_id"
 pytestmark = _spark.MARKS
 
 
-def _acc(eps: float = 100.0, rng: Any = 0) -> Any:
-    return dp.Accountant(limits={"events": dp.DatasetLimit(limit=dp.Budget(eps, 1e-3),
-                                                           privacy_unit=PERSON)}, rng=rng)
-
-
-def _five(frame: Any, bound: int) -> dict[str, Any]:
-    """The five queries of benchmarks/tables.py, each person's rows bounded to ``bound`` (Q5 per
-    region at ε = 10: per day × region, no key of this small table clears the threshold)."""
-    t = table(_acc(), frame, dataset="events")
-    by_region = t.group_by("region", keys=REGIONS)
-    b = {"max_rows_per_unit": bound}
-    return {"Q1": by_region.count(epsilon=1.0, **b).release(),
-            "Q2": by_region.mean("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
-            "Q3": by_region.count_distinct_units(epsilon=1.0, max_groups_per_unit=bound,
-                                                 max_rows_per_group=bound).release(),
-            "Q4": t.median("amount", lower=0, upper=1000, epsilon=1.0, **b).release(),
-            "Q5": t.group_by("region").count(epsilon=10.0, delta=1e-3, **b).release()}
+_acc, _five = events_accountant, five_queries
 
 
 def test_the_five_queries_answer_the_same_on_pandas_duckdb_and_spark(spark: Any) -> None:
