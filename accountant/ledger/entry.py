@@ -37,11 +37,15 @@ class Entry(NamedTuple):
 
 
 @functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def parse_config(text: str) -> dict[str, Any]:
     # A rule's configuration text repeats on every read of its account; parse it once. Callers
     # treat Account.config as read-only.
     config: dict[str, Any] = json.loads(text)
     return config
+
+
+_STATE = json.JSONDecoder(parse_int=float)  # (one decoder: json.loads(parse_int=) builds one a call)
 
 
 def account_row(row: Sequence[Any]) -> Account:
@@ -60,7 +64,7 @@ def account_row(row: Sequence[Any]) -> Account:
         if type(key) is not str or type(rule) is not str or type(seq) is not int:
             raise TypeError("a column of another type")
         return Account(key, rule, parse_config(config),
-                       {k: float(v) for k, v in json.loads(state, parse_int=float).items()}, seq)
+                       {k: float(v) for k, v in _STATE.decode(state).items()}, seq)
     except (TypeError, ValueError, AttributeError, RecursionError):
         raise LedgerCorruptedError("the accounts table is damaged: a row holds a NULL, a value "
                                    "of another type or unreadable JSON; run `dpbudget audit` on "
