@@ -314,7 +314,7 @@ class TableQuery:
         read = [t._unit, *spec.groups, *([stat.value] if stat.value else []),
                 *(column for column, _, _ in spec.filters)]
         names = frames.inner(read)
-        rows = state["copy"] = dask.read(t._frame, read, scratch)
+        rows = state["copy"] = t._frame.read(read, scratch)
         frames.check_values(rows, names, t._unit, spec.groups, stat.value)
         where = []
         for column, op, value in spec.filters:

@@ -48,7 +48,7 @@ from dpbudget.accountant.tables.bounding import ROWS, SQUARES, SUM, UNITS
 from dpbudget.accountant.values.errors import (InvalidArgumentError, InvalidDataTypeError,
                                                InvalidTypeError)
 
-__all__ = ["Frame", "collected", "copy", "opened", "read", "scratch"]
+__all__ = ["Frame", "collected", "copy", "opened", "scratch"]
 
 _SUMMED = (ROWS, UNITS, SUM, SQUARES)  # the partial aggregates; every other column is a key
 
@@ -124,11 +124,6 @@ def opened(frame: Any) -> Frame | None:
     kind = type(frame)
     return Frame(frame) if kind.__module__.split(".")[0] == "dask" and \
         kind.__name__ == "DataFrame" else None
-
-
-def read(frame: frames.Frame, columns: Sequence[str], scratch: str | None) -> Any:
-    """``frame.read(columns)``; a Dask frame's copy goes under ``scratch``."""
-    return frame.read(columns, scratch) if isinstance(frame, Frame) else frame.read(columns)
 
 
 @contextlib.contextmanager

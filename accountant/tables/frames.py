@@ -100,10 +100,11 @@ class Frame:
         self.lazy: Any = frame.lazy() if isinstance(frame, nw.DataFrame) else frame
         self.schema: dict[str, Any] = dict(engine(self.lazy.collect_schema, ["*"]))
 
-    def read(self, columns: Sequence[str]) -> Any:
+    def read(self, columns: Sequence[str], scratch: str | None = None) -> Any:
         """The named columns, read once under their ``inner`` names: an eager narwhals DataFrame
         in memory (pandas, Polars, or Arrow for DuckDB), or on Spark a lazy one over a
         checkpoint (``spark.copy``). Every later step of the query works on this one copy.
+        (``scratch``: a folder for a copy on disk, which only Dask's ``Frame`` uses.)
 
         Raises:
             InvalidDataError: the engine failed to read the columns (nothing spent).
