@@ -17,9 +17,9 @@ reported apart).
 
 Run: ``python benchmarks/tables.py [--quick] [--only dpbudget,opendp] [--python-tumult PATH]``.
 ``--quick``: 1 seed, 20,000 persons. ``--json FILE`` writes the raw results.
-``--engine spark [--cores 1,2] [--only dpbudget,tumult,raw]``: the five queries on one local
-SparkSession per core count, dpbudget beside Tumult and the raw ``groupBy().agg()``
-(``benchmarks/table_spark.py``).
+``--engine spark [--cores 1,2] [--only dpbudget,tumult,copy]``: the five queries on one local
+SparkSession per core count, dpbudget beside Tumult, the raw ``groupBy().agg()`` (always) and
+with ``copy`` the raw aggregate on a read-once copy of the columns (``benchmarks/table_spark.py``).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.seeds, args.persons = 1, 20_000
     if args.engine == "spark":
         import table_spark
-        libs = tuple(lib for lib in args.only.split(",") if lib in ("dpbudget", "tumult"))
+        libs = tuple(lib for lib in args.only.split(",") if lib in ("dpbudget", "tumult", "copy"))
         return table_spark.main(args.persons, [int(c) for c in args.cores.split(",")],
                                 args.seeds, (*libs, "raw"))
     libs = [lib for lib in args.only.split(",") if lib]

@@ -9,15 +9,18 @@ never keep an extra row). Wilson et al., "Differentially Private SQL with Bounde
 Contribution", PoPETs 2020, §3; Amin et al., "Bounding User Contributions", ICML 2019.
 
 The keys (``dpbudget.accountant.tables.frames``) are iid uniform, so the L rows of smallest key
-are a uniformly random subset. A partition (unit, or unit × group) of at most L rows is kept whole
-without ranking: the same rows, and on real tables most partitions (ranking every row costs three
-to four times as much on 10^6 rows: 0.26 s against 0.09–0.16 s in Polars, 0.60 s against 0.19 s
-in pandas). The partition sizes are a helper column, and every helper column is named with
-``frames.PREFIX``; the rows bounded are the copy ``frames.Frame.read`` made, whose every column
-is named by ``frames.inner`` (``PREFIX`` + ``c0``, ...), never by the user: a user column can
-never stand in for a size or a rank (one once did, and kept every unit whole). A unit's groups are ranked by g = 1 − (1 − k_min)^n,
-k_min the smallest key of the group's n rows: the probability integral transform of the minimum
-of n uniforms, itself uniform whatever n, so each of a unit's groups is equally likely to be kept
+are a uniformly random subset. In memory, a partition (unit, or unit × group) of at most L rows
+is kept whole without ranking: the same rows, and on real tables most partitions (ranking every
+row costs three to four times as much on 10^6 rows: 0.26 s against 0.09–0.16 s in Polars, 0.60 s
+against 0.19 s in pandas). On Spark the other way round: one window ranks every row, the same
+rows again, where the sizes' shuffle, join and union cost more than sorting the small partitions
+(a query takes 0.72–0.93× the time on 10^7 rows: benchmarks/README.md). The partition sizes are
+a helper column, and every helper column is named with ``frames.PREFIX``; the rows bounded are
+the copy ``frames.Frame.read`` made, whose every column is named by ``frames.inner`` (``PREFIX``
++ ``c0``, ...), never by the user: a user column can never stand in for a size or a rank (one
+once did, and kept every unit whole). A unit's groups are ranked by g = 1 − (1 − k_min)^n, k_min
+the smallest key of the group's n rows: the probability integral transform of the minimum of n
+uniforms, itself uniform whatever n, so each of a unit's groups is equally likely to be kept
 (``group_key``; ranking by k_min itself would favour large groups). No user column (``rows``,
 ``sum``, ...) collides with an aggregate's name either.
 """
@@ -44,14 +47,22 @@ def group_key(kmin: Any, n: Any) -> Any:
     return 1 - (1 - kmin) ** n
 
 
-def _first(rows: Any, partition: Sequence[str], limit: int) -> Any:
-    """The rows among the ``limit`` smallest keys of their partition (``rows`` carries each
-    partition's size in ``_N``): partitions of at most ``limit`` rows whole, the others ranked
-    (ordinal ranks: ties never keep an extra row)."""
+def _spark(rows: Any) -> bool:
     import narwhals as nw
+    return bool(rows.implementation is nw.Implementation.PYSPARK)
+
+
+def _first(rows: Any, partition: Sequence[str], limit: int) -> Any:
+    """The rows among the ``limit`` smallest keys of their partition (ordinal ranks: ties never
+    keep an extra row). In memory ``rows`` carries each partition's size in ``_N``: partitions
+    of at most ``limit`` rows whole, the others ranked; on Spark every row ranked."""
+    import narwhals as nw
+    rank = nw.col(KEY).rank("ordinal").over(*partition).alias(_RANK)
+    if _spark(rows):
+        return rows.with_columns(rank).filter(nw.col(_RANK) <= limit).drop(_RANK, _N,
+                                                                             strict=False)
     small = rows.filter(nw.col(_N) <= limit)
-    big = rows.filter(nw.col(_N) > limit).with_columns(
-        nw.col(KEY).rank("ordinal").over(*partition).alias(_RANK)) \
+    big = rows.filter(nw.col(_N) > limit).with_columns(rank) \
         .filter(nw.col(_RANK) <= limit).drop(_RANK)
     return nw.concat([small, big], how="vertical").drop(_N)
 
@@ -61,6 +72,8 @@ def kept_rows(keyed: Any, unit: str, groups: Sequence[str], c: Contribution) -> 
     named by ``frames.inner``)."""
     import narwhals as nw
     if not c.by_group:  # C rows per unit, the first C by key
+        if _spark(keyed):
+            return _first(keyed, [unit], c.total)
         sizes = keyed.group_by(unit).agg(nw.len().alias(_N))
         return _first(keyed.join(sizes, on=unit), [unit], c.total)
     within = [unit, *groups]

@@ -24,9 +24,9 @@ row's id on the copy (``monotonically_increasing_id()``: its partition's index a
 that partition), over 2^52. On the checkpoint the partitions and the order of each one's rows
 are fixed — stored blocks, read back as they were written; a lost block fails the job, never
 recomputed — and the filters that run before the keys are deterministic, so every stage that
-reads the keyed copy (the bounding joins it to itself), and a task retried on its stored block,
-gets the same id, hence the same key, for the same row: a unit's rows are bounded the same in
-every stage. The ids are distinct, so the keys are iid uniform (a random oracle on distinct
+reads the keyed copy (the grouped bounding joins it to itself), and a task retried on its stored
+block, gets the same id, hence the same key, for the same row: a unit's rows are bounded the
+same in every stage. The ids are distinct, so the keys are iid uniform (a random oracle on distinct
 inputs, the seed drawn after the ids are fixed): the law of the numpy keys of the in-memory
 engines, duplicated rows included (a unit with rows A, A, B bounded to 2 keeps {A, A} with
 probability 1/3), whatever the partitioning or order of the source — they change which row gets

@@ -10,8 +10,10 @@ evaluated twice (the frame raises on its second evaluation; negative control: no
 job failing after the debit releases something, retries and spends twice, or keeps the engine's
 message as the error's context; a query's checkpoint left on the executors; the post-debit seed
 in a record, a log line or an error.
-And the five queries answer alike on pandas, DuckDB and Spark: identically where no bound
-truncates, with the same law where one does.
+A unit (or unit × group) of exactly L or L + 1 rows keeps other than min(n, L) rows under
+Spark's one window (negative control: a window off by one). And the five queries answer alike
+on pandas, DuckDB and Spark: identically where no bound truncates, with the same law where one
+does.
 """
 
 from __future__ import annotations
@@ -84,6 +86,60 @@ def _json_keys(native: Any, rng: np.random.Generator, key: str) -> Any:
         "string"), F.to_json(F.struct(*native.columns)))
     bits = F.conv(F.substring(F.sha2(text, 256), 1, 13), 16, 10).cast("long")
     return native.withColumn(key, bits.cast("double") / float(1 << 52))
+
+
+_L = 3
+_N = frames.inner(["unit", "group", "id"])
+
+
+def _kept_per_partition(spark: Any, by_group: bool, tied: bool, seed: int) -> tuple[Any, ...]:
+    """Per unit (× group with ``by_group``) of 1..L+2 rows — exactly L and L+1 among them — with
+    given keys (distinct, or ``tied`` on a grid of 4): the rows kept on Spark per partition, the
+    partition's min(n, L), and the ids Spark and pandas' split keep for the same keys."""
+    rng, rows = np.random.default_rng(seed), []
+    for u in range(40):
+        for g, n in zip("ab", (u % (_L + 2) + 1, (u // (_L + 2)) % (_L + 2) + 1)):
+            rows += [(u, g)] * n
+    pdf = pd.DataFrame(rows, columns=[_N["unit"], _N["group"]])
+    pdf[_N["id"]] = np.arange(len(pdf))
+    pdf[KEY] = rng.integers(0, 4, len(pdf)) / 4 if tied else rng.permutation(len(pdf)) / len(pdf)
+    part = [_N["unit"], _N["group"]] if by_group else [_N["unit"]]
+    c = Contribution(groups=2, per_group=_L, total=_L, by_group=by_group)
+
+    def kept(keyed: Any) -> list[int]:
+        found = frames.collect(bounding.kept_rows(keyed, _N["unit"], part[1:], c).select(
+            _N["id"]))
+        return sorted(int(i) for i in found[_N["id"]])
+
+    on_spark = kept(nw.from_native(_spark.frame(spark, pdf)))
+    counts = pdf.set_index(_N["id"]).loc[on_spark].groupby(part).size().to_dict()
+    bound = pdf.groupby(part).size().clip(upper=_L).to_dict()
+    return counts, bound, on_spark, kept(nw.from_native(pdf).lazy())
+
+
+@pytest.mark.parametrize("by_group", [False, True])
+@pytest.mark.parametrize("tied", [False, True])
+def test_each_partition_keeps_min_of_its_rows_and_the_bound(spark: Any, by_group: bool,
+                                                            tied: bool) -> None:
+    """Spark ranks every row with one window (the in-memory engines keep partitions of at most L
+    rows whole, unranked): each unit (or unit × group) of n rows keeps exactly min(n, L), at
+    n = L and L + 1 too and with tied keys; with distinct keys, the very rows pandas keeps."""
+    for seed in range(3):
+        counts, bound, on_spark, in_pandas = _kept_per_partition(spark, by_group, tied, seed)
+        assert counts == bound
+        if not tied:
+            assert on_spark == in_pandas
+
+
+def test_a_window_keeping_one_row_less_is_caught(spark: Any, monkeypatch: Any) -> None:
+    """Negative control for the test above: a Spark window that keeps rank < L (a unit of L rows
+    loses one) fails it, as does one keeping rank <= L + 1."""
+    first = bounding._first
+    for shift in (-1, 1):
+        monkeypatch.setattr(bounding, "_first",
+                            lambda rows, part, limit, s=shift: first(rows, part, limit + s))
+        counts, bound, _, _ = _kept_per_partition(spark, True, False, 0)
+        assert counts != bound
 
 
 @pytest.mark.statistical
