@@ -48,6 +48,7 @@ def group_key(kmin: Any, n: Any) -> Any:
 
 
 def _spark(rows: Any) -> bool:
+    """Whether ``rows`` is a Spark frame, where ``_first`` ranks every row with one window."""
     import narwhals as nw
     return bool(rows.implementation is nw.Implementation.PYSPARK)
 
